@@ -1,0 +1,43 @@
+#include "tuner/cli/cli.hpp"
+
+#include <iostream>
+
+#include "kernels/error.hpp"
+#include "tuner/cli/commands.hpp"
+
+namespace qtune::cli {
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"qtune: autotuning and benchmarking of quantized GEMM kernels on NVIDIA GPUs", "qtune"};
+  app.set_version_flag("--version", std::string(QTUNE_VERSION) + " (" + QTUNE_GIT_SHA + ")");
+  app.require_subcommand(1);
+  app.fallthrough();
+  add_formats_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForAllHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForVersion& version) {
+    return app.exit(version);
+  } catch (const CLI::ParseError& error) {
+    app.exit(error);
+    return kExitBadInput;
+  } catch (const InputError& error) {
+    std::cerr << "qtune: error: " << error.what() << "\n";
+    return kExitBadInput;
+  } catch (const NoGpuError& error) {
+    std::cerr << "qtune: no GPU: " << error.what() << "\n";
+    return kExitNoGpu;
+  } catch (const Error& error) {
+    std::cerr << "qtune: error: " << error.located() << "\n";
+    return kExitFailure;
+  } catch (const std::exception& error) {
+    std::cerr << "qtune: error: " << error.what() << "\n";
+    return kExitFailure;
+  }
+  return 0;
+}
+
+}  // namespace qtune::cli
