@@ -92,6 +92,8 @@ struct FormatSpec {
 
   // Bits per weight element including its share of scales and zero points (for a large N x K matrix).
   double bits_per_weight() const;
+  // The same for an N x K matrix: per-tensor and per-channel scales and the global scale add their share too.
+  double bits_per_weight(int64_t n, int64_t k) const;
   int activation_bits() const;
   bool activation_is_quantized() const { return activation != ActivationType::F16 && activation != ActivationType::BF16; }
   // The "w4a16"-style family name.
@@ -119,10 +121,14 @@ const std::vector<int>& known_architectures();
 std::vector<ArchSupport> architecture_support(const FormatSpec& format);
 ArchSupport architecture_support(const FormatSpec& format, int sm);
 
-// Names as used in spec texts and reports.
+// Names as used in reports and JSON ("e4m3", "e2m1"); spec texts print e4m3/e2m1 activations as fp8/fp4, and
+// parse_activation_type accepts both spellings.
 std::string to_string(ActivationType type);
 std::string to_string(ScaleType type);
 std::string to_string(OutputType type);
+std::string to_string(ZeroPoint zero_point);                    // "none", "int", "float"
+std::string to_string(WeightScaleGranularity granularity);      // "tensor", "channel", "group", "block"
+std::string to_string(ActivationScaleGranularity granularity);  // "none", "tensor", "token", "group"
 ActivationType parse_activation_type(std::string_view text, std::string_view field = "activation type");
 ScaleType parse_scale_type(std::string_view text, std::string_view field = "scale type");
 OutputType parse_output_type(std::string_view text, std::string_view field = "output type");

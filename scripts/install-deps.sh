@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qtune builds against; safe to run again (installs only what is missing).
 set -euo pipefail
-packages=(cmake ninja-build g++ libsqlite3-dev nlohmann-json3-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev)
-if [[ "${QTUNE_WITH_BROWSER:-0}" == 1 ]]; then packages+=(chromium); fi
+# chromium: the report test renders report/index.html headless and checks the screenshot and the DOM.
+packages=(cmake ninja-build g++ libsqlite3-dev nlohmann-json3-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,22 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   add_formats_command(app);
+  add_db_command(app);
+  add_worker_command(app);
+  add_bench_command(app);
+  add_kernel_sweep_command(app);
+  add_export_command(app);
+  add_import_command(app);
+  add_report_command(app);
+  add_tune_command(app);
+  add_search_eval_command(app);
+  // Flush before exit: output must reach a file even if a library's exit-time teardown fails.
+  struct FlushOnReturn {
+    ~FlushOnReturn() {
+      std::cout.flush();
+      std::cerr.flush();
+    }
+  } flush_on_return;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

@@ -5,5 +5,14 @@
 namespace qtune::cli {
 
 void add_formats_command(CLI::App& app);
+void add_db_command(CLI::App& app);
+void add_worker_command(CLI::App& app);  // hidden: `qtune __worker --fd N`, the measuring worker process
+void add_bench_command(CLI::App& app);
+void add_kernel_sweep_command(CLI::App& app);  // `qtune kernel-sweep`: time a kernel family's configurations
+void add_export_command(CLI::App& app);  // `qtune export`: tuned winners as table.json / table.hpp
+void add_import_command(CLI::App& app);  // `qtune import`: external results (Humming JSON, JSON, CSV)
+void add_report_command(CLI::App& app);  // `qtune report`: HTML + Markdown + CSV report
+void add_tune_command(CLI::App& app);  // `qtune tune`: search, verify, measure and store winners
+void add_search_eval_command(CLI::App& app);  // `qtune search-eval`: replay strategies against stored results
 
 }  // namespace qtune::cli

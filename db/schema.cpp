@@ -1,0 +1,225 @@
+#include "db/schema.hpp"
+
+#include <string>
+
+#include "db/sqlite.hpp"
+#include "kernels/error.hpp"
+
+namespace qtune::db {
+
+namespace {
+
+// Version 1: the core store. Every row but problems and kernel_configs belongs to a run, so a run and everything it
+// produced can be copied between files (db merge). Times are ISO-8601 UTC text.
+constexpr std::string_view kVersion1 = R"sql(
+CREATE TABLE runs (
+  id             INTEGER PRIMARY KEY,
+  uuid           TEXT NOT NULL UNIQUE,
+  kind           TEXT NOT NULL DEFAULT '',
+  status         TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'completed', 'interrupted', 'failed')),
+  started_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  finished_at    TEXT,
+  tool_version   TEXT NOT NULL,
+  git_sha        TEXT NOT NULL,
+  cuda_version   TEXT NOT NULL DEFAULT '',
+  driver_version TEXT NOT NULL DEFAULT '',
+  host           TEXT NOT NULL DEFAULT '',
+  gpu_name       TEXT NOT NULL DEFAULT '',
+  gpu_uuid       TEXT NOT NULL DEFAULT '',
+  gpu_profile    TEXT NOT NULL DEFAULT '',
+  sm             INTEGER NOT NULL DEFAULT 0 CHECK (sm >= 0),
+  sm_count       INTEGER NOT NULL DEFAULT 0 CHECK (sm_count >= 0),
+  sm_clock_mhz   INTEGER,
+  mem_clock_mhz  INTEGER,
+  command_line   TEXT NOT NULL DEFAULT '',
+  notes          TEXT NOT NULL DEFAULT ''
+);
+
+CREATE TABLE problems (
+  id     INTEGER PRIMARY KEY,
+  format TEXT NOT NULL CHECK (format <> ''),
+  m      INTEGER NOT NULL CHECK (m > 0),
+  n      INTEGER NOT NULL CHECK (n > 0),
+  k      INTEGER NOT NULL CHECK (k > 0),
+  UNIQUE (format, m, n, k)
+);
+
+CREATE TABLE kernel_configs (
+  id          INTEGER PRIMARY KEY,
+  kind        TEXT NOT NULL DEFAULT 'kernel' CHECK (kind IN ('kernel', 'baseline')),
+  family      TEXT NOT NULL CHECK (family <> ''),
+  params      TEXT NOT NULL,
+  source_hash TEXT NOT NULL DEFAULT '',
+  UNIQUE (kind, family, params, source_hash)
+);
+
+CREATE TABLE compiles (
+  id                INTEGER PRIMARY KEY,
+  run_id            INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  config_id         INTEGER NOT NULL REFERENCES kernel_configs (id),
+  format            TEXT NOT NULL DEFAULT '',
+  arch              TEXT NOT NULL CHECK (arch <> ''),
+  cache_key         TEXT NOT NULL DEFAULT '',
+  cache_hit         INTEGER NOT NULL DEFAULT 0 CHECK (cache_hit IN (0, 1)),
+  compile_seconds   REAL CHECK (compile_seconds >= 0),
+  registers         INTEGER,
+  spill_store_bytes INTEGER,
+  spill_load_bytes  INTEGER,
+  shared_bytes      INTEGER,
+  stack_bytes       INTEGER,
+  status            TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'invalid')),
+  message           TEXT NOT NULL DEFAULT '',
+  created_at        TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX compiles_by_run ON compiles (run_id, config_id);
+CREATE INDEX compiles_by_config ON compiles (config_id, arch);
+
+CREATE TABLE verifications (
+  id            INTEGER PRIMARY KEY,
+  run_id        INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  problem_id    INTEGER NOT NULL REFERENCES problems (id),
+  config_id     INTEGER NOT NULL REFERENCES kernel_configs (id),
+  status        TEXT NOT NULL CHECK (status IN ('passed', 'failed', 'invalid', 'crashed')),
+  max_rel_error REAL,
+  max_abs_error REAL,
+  tolerance     REAL,
+  message       TEXT NOT NULL DEFAULT '',
+  created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX verifications_by_run ON verifications (run_id, problem_id, config_id);
+CREATE INDEX verifications_by_problem ON verifications (problem_id, config_id);
+
+CREATE TABLE measurements (
+  id            INTEGER PRIMARY KEY,
+  run_id        INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  problem_id    INTEGER NOT NULL REFERENCES problems (id),
+  config_id     INTEGER NOT NULL REFERENCES kernel_configs (id),
+  status        TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'crashed', 'timeout')),
+  median_us     REAL,
+  p10_us        REAL,
+  p90_us        REAL,
+  min_us        REAL,
+  max_us        REAL,
+  mean_us       REAL,
+  stddev_us     REAL,
+  ci_low_us     REAL,
+  ci_high_us    REAL,
+  sample_count  INTEGER NOT NULL DEFAULT 0 CHECK (sample_count >= 0),
+  samples       BLOB,
+  l2_mode       TEXT NOT NULL DEFAULT 'cold' CHECK (l2_mode IN ('cold', 'warm')),
+  sm_clock_mhz  REAL,
+  mem_clock_mhz REAL,
+  temperature_c REAL,
+  power_w       REAL,
+  throttled     INTEGER NOT NULL DEFAULT 0 CHECK (throttled IN (0, 1)),
+  message       TEXT NOT NULL DEFAULT '',
+  created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  CHECK (status <> 'ok' OR (median_us IS NOT NULL AND median_us > 0))
+);
+CREATE INDEX measurements_by_run ON measurements (run_id, problem_id, config_id);
+CREATE INDEX measurements_by_problem ON measurements (problem_id, config_id);
+
+CREATE TABLE winners (
+  id         INTEGER PRIMARY KEY,
+  run_id     INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  problem_id INTEGER NOT NULL REFERENCES problems (id),
+  gpu        TEXT NOT NULL CHECK (gpu <> ''),
+  config_id  INTEGER NOT NULL REFERENCES kernel_configs (id),
+  median_us  REAL NOT NULL CHECK (median_us > 0),
+  reason     TEXT NOT NULL DEFAULT '',
+  decided_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  UNIQUE (problem_id, gpu)
+);
+CREATE INDEX winners_by_run ON winners (run_id);
+CREATE INDEX winners_by_config ON winners (config_id);
+)sql";
+
+// Version 2: search bookkeeping (shards, measurement phases, pruning counts) and results imported from elsewhere.
+constexpr std::string_view kVersion2 = R"sql(
+ALTER TABLE runs ADD COLUMN shard TEXT NOT NULL DEFAULT '';
+ALTER TABLE measurements ADD COLUMN phase TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE pruning_counts (
+  run_id     INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  problem_id INTEGER NOT NULL REFERENCES problems (id),
+  stage      TEXT NOT NULL CHECK (stage IN ('pre_compile', 'post_compile')),
+  rule       TEXT NOT NULL CHECK (rule <> ''),
+  count      INTEGER NOT NULL CHECK (count >= 0),
+  PRIMARY KEY (run_id, problem_id, stage, rule)
+);
+CREATE INDEX pruning_counts_by_problem ON pruning_counts (problem_id);
+
+CREATE TABLE external_results (
+  id          INTEGER PRIMARY KEY,
+  source      TEXT NOT NULL CHECK (source <> ''),
+  label       TEXT NOT NULL DEFAULT '',
+  problem_id  INTEGER NOT NULL REFERENCES problems (id),
+  gpu         TEXT NOT NULL CHECK (gpu <> ''),
+  time_us     REAL NOT NULL CHECK (time_us > 0),
+  notes       TEXT NOT NULL DEFAULT '',
+  imported_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  UNIQUE (source, label, problem_id, gpu)
+);
+CREATE INDEX external_results_by_problem ON external_results (problem_id);
+)sql";
+
+}  // namespace
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> all = {
+      {1, "runs, problems, kernel configs, compiles, verifications, measurements, winners", kVersion1},
+      {2, "shards, measurement phases, pruning counts, external results", kVersion2},
+  };
+  return all;
+}
+
+SchemaState read_schema_state(Connection& connection) {
+  // One statement, so the three values come from one snapshot even while another process is migrating the file.
+  Statement statement = connection.prepare(
+      "SELECT (SELECT user_version FROM pragma_user_version), (SELECT application_id FROM pragma_application_id), "
+      "(SELECT count(*) FROM sqlite_master)");
+  if (!statement.step()) QTUNE_LIBRARY_ERROR("SQLite", "reading the schema version returned no row [" + connection.path().string() + "]");
+  SchemaState state;
+  state.user_version = statement.column_int(0);
+  state.application_id = statement.column_int(1);
+  state.object_count = statement.column_int(2);
+  return state;
+}
+
+void require_usable(const SchemaState& state, const std::filesystem::path& path) {
+  const std::string file = path.string();
+  if (!state.empty() && !state.is_qtune()) {
+    QTUNE_INPUT_ERROR(file + ": not a qtune database (application_id " + std::to_string(state.application_id) +
+                      ", user_version " + std::to_string(state.user_version) + "); it was left unchanged");
+  }
+  if (state.user_version > kSchemaVersion) {
+    QTUNE_INPUT_ERROR(file + ": schema version " + std::to_string(state.user_version) +
+                      " is newer than this qtune's schema version " + std::to_string(kSchemaVersion) +
+                      "; use a newer qtune (the file was left unchanged)");
+  }
+}
+
+int migrate(Connection& connection, int target_version) {
+  if (target_version < 1 || target_version > kSchemaVersion) {
+    QTUNE_THROW(Error, "migrate: target version " + std::to_string(target_version) + " is outside 1.." + std::to_string(kSchemaVersion));
+  }
+  // Look before taking the write lock, so that a file we must refuse is never written to (not even a journal).
+  const SchemaState before = read_schema_state(connection);
+  require_usable(before, connection.path());
+  if (before.user_version >= target_version) return static_cast<int>(before.user_version);
+
+  Transaction transaction(connection);
+  // Another process may have migrated between the look and the lock: read again under the lock.
+  const SchemaState state = read_schema_state(connection);
+  require_usable(state, connection.path());
+  for (const Migration& migration : migrations()) {
+    if (migration.version <= state.user_version || migration.version > target_version) continue;
+    connection.execute(migration.sql);
+    connection.execute("PRAGMA user_version = " + std::to_string(migration.version));
+  }
+  if (state.application_id != kApplicationId) connection.execute("PRAGMA application_id = " + std::to_string(kApplicationId));
+  transaction.commit();
+  return static_cast<int>(state.user_version);
+}
+
+}  // namespace qtune::db

@@ -1,0 +1,147 @@
+#pragma once
+// Weight codes -> tensor-core registers, in registers, with bit tricks (no lookup tables).
+//   Integers: the code is OR-ed into the mantissa of a "magic" number (f16 1024.0 = 0x6400, bf16 128.0 = 0x4300) so
+//   the register holds magic + code exactly; one packed subtract of (magic + zero) leaves code - zero for two values.
+//   INT4 on f16 skips the shifts for odd fields: (w & 0x00F000F0) | 0x6400 is 1024 + 16 q, and one packed fma with
+//   1/16 and -(64 + zero) gives q - zero.
+//   Floats eXmY: sign and exponent|mantissa are moved into f16/bf16 position; the value read is the true one times
+//   2^-(target bias - source bias), a power of two the host folds into the scales.
+#include "gemm/format_traits.cuh"
+#include "gemm/ptx.cuh"
+
+namespace qtune {
+namespace device {
+
+template <int LANE_BITS>
+struct LaneReplicate;
+template <>
+struct LaneReplicate<16> {
+  static constexpr u32 value = 0x00010001u;
+};
+template <>
+struct LaneReplicate<8> {
+  static constexpr u32 value = 0x01010101u;
+};
+template <>
+struct LaneReplicate<4> {
+  static constexpr u32 value = 0x11111111u;
+};
+
+// The bits of plane J of register slot `rho`, moved to their significance within each lane. Slots are loop indices
+// that become constants once the k-step loops are unrolled, so every shift and mask here folds to an immediate.
+template <class F, int J>
+__device__ __forceinline__ u32 gather_plane(const u32* words, int rho) {
+  constexpr int width = plane_width(F::WEIGHT_BITS, J);
+  constexpr int offset = plane_offset(F::WEIGHT_BITS, J);
+  constexpr int word_base = plane_word_base(F::WEIGHT_BITS, J, F::VALUES_PER_REGISTER);
+  constexpr int fields_per_lane = F::LANE_BITS / width;
+  constexpr u32 mask = ((1u << width) - 1u) * LaneReplicate<F::LANE_BITS>::value << offset;
+  const int word = word_base + rho / fields_per_lane;
+  const int shift = (rho % fields_per_lane) * width - offset;
+  return (shift >= 0 ? words[word] >> shift : words[word] << (-shift)) & mask;
+}
+
+// The full W_BITS code of register slot `rho`, one code per lane, in the low bits of each lane.
+template <class F>
+__device__ __forceinline__ u32 gather_code(const u32* words, int rho) {
+  constexpr int planes = plane_count(F::WEIGHT_BITS);
+  u32 code = gather_plane<F, 0>(words, rho);
+  if constexpr (planes > 1) code |= gather_plane<F, 1>(words, rho);
+  if constexpr (planes > 2) code |= gather_plane<F, 2>(words, rho);
+  if constexpr (planes > 3) code |= gather_plane<F, 3>(words, rho);
+  return code;
+}
+
+// What is subtracted from integer codes, per pair of lanes (the same column, so the same zero for both lanes).
+struct ZeroTerm {
+  u32 magic;     // magic + zero (f16: 1024 + z, bf16: 128 + z), for the packed subtract
+  u32 high;      // f16 INT4 fast path: -(64 + z) for the odd fields
+  float wide;    // bf16 8-bit integers: 2^23 + z, for the f32 path
+};
+
+template <class F>
+__device__ __forceinline__ ZeroTerm constant_zero() {
+  constexpr int zero = F::WEIGHT_KIND == kWeightSignedInt ? (1 << (F::WEIGHT_BITS - 1)) : 0;
+  ZeroTerm term;
+  if constexpr (F::COMPUTE_TYPE == kElementF16) {
+    term.magic = (0x6400u + zero) * 0x00010001u;
+    term.high = (0xD400u + 16u * zero) * 0x00010001u;
+    term.wide = 0.0f;
+  } else {
+    term.magic = (0x4300u + zero) * 0x00010001u;
+    term.high = 0;
+    term.wide = 8388608.0f + zero;
+  }
+  return term;
+}
+
+// From a pair of zero points (compute type, both lanes the same value).
+template <class F>
+__device__ __forceinline__ ZeroTerm loaded_zero(u32 zero_pair) {
+  ZeroTerm term;
+  if constexpr (F::COMPUTE_TYPE == kElementF16) {
+    term.magic = hadd2_f16(zero_pair, 0x64006400u);
+    term.high = hfma2_f16(zero_pair, 0xBC00BC00u, 0xD400D400u);  // -z - 64
+    term.wide = 0.0f;
+  } else {
+    term.magic = hadd2_bf16(zero_pair, 0x43004300u);
+    term.high = 0;
+    term.wide = 8388608.0f + bf16_to_f32(static_cast<unsigned short>(zero_pair & 0xFFFFu));
+  }
+  return term;
+}
+
+// Register slot `rho` as two compute-type values: integer code - zero, or the float code re-biased (see above).
+// For kWeightFloatZero the result is the plain unsigned code; the zero is applied with the scale.
+template <class F>
+__device__ __forceinline__ u32 dequant_slot(const u32* words, int rho, const ZeroTerm& zero) {
+  static_assert(F::LANE_BITS == 16, "dequant_slot produces f16/bf16 pairs");
+  constexpr bool integer = !F::IS_FLOAT;
+  constexpr bool float_zero = F::WEIGHT_KIND == kWeightFloatZero;
+  if constexpr (F::COMPUTE_TYPE == kElementF16 && integer && F::WEIGHT_BITS == 4) {
+    // One plane, four fields per lane: fields 0/2 need the mask only, 1/3 use the 16x magic and an fma.
+    const int field = rho % 4;
+    const u32 word = words[rho / 4];
+    const u32 source = field >= 2 ? word >> 8 : word;
+    if (field % 2 == 0) {
+      const u32 biased = and_or(source, 0x000F000Fu, 0x64006400u);
+      return hsub2_f16(biased, float_zero ? 0x64006400u : zero.magic);
+    } else {
+      const u32 biased = and_or(source, 0x00F000F0u, 0x64006400u);
+      return hfma2_f16(biased, 0x2C002C00u, float_zero ? 0xD400D400u : zero.high);
+    }
+  } else if constexpr (integer) {
+    const u32 code = gather_code<F>(words, rho);
+    if constexpr (F::COMPUTE_TYPE == kElementF16) {
+      return hsub2_f16(code | 0x64006400u, float_zero ? 0x64006400u : zero.magic);
+    } else if constexpr (F::WEIGHT_BITS <= 7) {
+      return hsub2_bf16(code | 0x43004300u, float_zero ? 0x43004300u : zero.magic);
+    } else {
+      // 8-bit codes do not fit bf16's 7-bit mantissa trick: go through f32 (exact: |code - zero| <= 255).
+      const float wide = float_zero ? 8388608.0f : zero.wide;
+      const float low = __uint_as_float((code & 0xFFu) | 0x4B000000u) - wide;
+      const float high = __uint_as_float((code >> 16) | 0x4B000000u) - wide;
+      return pack_bf16x2(low, high);
+    }
+  } else {
+    const u32 code = gather_code<F>(words, rho);
+    constexpr int bits = F::WEIGHT_BITS;
+    constexpr int mantissa_position = (F::COMPUTE_TYPE == kElementF16 ? 10 : 7) - F::WEIGHT_MANTISSA_BITS;
+    constexpr u32 magnitude_mask = (((1u << (bits - 1)) - 1u) << mantissa_position) * 0x00010001u;
+    return ((code << (16 - bits)) & 0x80008000u) | ((code << mantissa_position) & magnitude_mask);
+  }
+}
+
+// Scale (and floating zero point) applied to a dequantized pair, in the compute type.
+template <class F>
+__device__ __forceinline__ u32 apply_scale(u32 value, u32 scale_pair, u32 zero_pair) {
+  if constexpr (F::WEIGHT_KIND == kWeightFloatZero) {
+    // zero_pair holds -(zero * scale): value * scale - zero * scale.
+    return F::COMPUTE_TYPE == kElementF16 ? hfma2_f16(value, scale_pair, zero_pair) : hfma2_bf16(value, scale_pair, zero_pair);
+  } else {
+    return F::COMPUTE_TYPE == kElementF16 ? hmul2_f16(value, scale_pair) : hmul2_bf16(value, scale_pair);
+  }
+}
+
+}  // namespace device
+}  // namespace qtune

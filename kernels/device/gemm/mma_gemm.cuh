@@ -1,0 +1,435 @@
+#pragma once
+// C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on mma.sync tensor cores, with a cp.async multi-stage pipeline,
+// ldmatrix for activations and register dequantization of prepacked weights (layout: gemm/format_traits.cuh).
+//
+// A CTA computes a BLOCK_M x BLOCK_N tile over a K range (its split). Warps form WARPS_M x WARPS_N x WARPS_K: each
+// owns a (BLOCK_M/WARPS_M) x (BLOCK_N/WARPS_N) sub-tile and a 1/WARPS_K share of every K tile's weight atoms; the
+// WARPS_K partial sums are added in shared memory in warp order, and SPLIT_K partial tiles go through a global
+// workspace where the last CTA to arrive adds them in split order, so results are bit-identical run to run.
+#include "gemm/dequant.cuh"
+
+namespace qtune {
+namespace device {
+
+template <class F, class T>
+struct MmaGemm {
+  static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
+  static constexpr int THREADS = T::THREADS;
+  static constexpr int WTM = BM / T::WARPS_M;  // warp tile
+  static constexpr int WTN = BN / T::WARPS_N;
+  static constexpr int MT = WTM / 16;  // m16 tiles per warp
+  static constexpr int NT = WTN / 8;   // n8 tiles per warp
+  static constexpr int SPW = WTN / 16; // 16-column weight strips per warp
+  static constexpr int KA = BK / F::ATOM_K;  // weight atoms along K per tile
+  static constexpr int KAW = KA / T::WARPS_K;
+  static constexpr int A_ROW_BYTES = BK * F::ACT_BITS / 8;
+  static constexpr int A_CHUNKS_PER_ROW = A_ROW_BYTES / 16;
+  static constexpr int A_STAGE_BYTES = BM * A_ROW_BYTES;
+  static constexpr int W_STRIP_BYTES = KA * F::ATOM_BYTES;
+  static constexpr int W_STAGE_BYTES = (BN / 16) * W_STRIP_BYTES;
+  static constexpr int GROUP_K = F::SCALE_GROUP_K;
+  static constexpr int GROUP_ROWS = (F::STAGED_SCALES || F::STAGED_ZEROS) ? (GROUP_K < BK ? BK / GROUP_K : 1) : 0;
+  static constexpr int VECTOR_ROW_BYTES = BN * 2;  // one compute-type value per column
+  static constexpr int S_STAGE_BYTES = F::STAGED_SCALES ? GROUP_ROWS * VECTOR_ROW_BYTES : 0;
+  static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * VECTOR_ROW_BYTES : 0;
+  static constexpr int STAGE_BYTES = A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES;
+  static constexpr int PIPELINE_BYTES = T::STAGES * STAGE_BYTES;
+  static constexpr int REDUCE_BYTES = (T::WARPS_K - 1) * BM * BN * 4;
+  static constexpr int SHARED_BYTES = PIPELINE_BYTES > REDUCE_BYTES ? PIPELINE_BYTES : REDUCE_BYTES;
+
+  static_assert(BK % F::ATOM_K == 0, "BLOCK_K must be a multiple of the weight atom (4 mma k-steps: 64 for f16/bf16)");
+  static_assert(KA % T::WARPS_K == 0, "BLOCK_K / ATOM_K must be divisible by WARPS_K (each warp takes whole weight atoms)");
+  static_assert(A_CHUNKS_PER_ROW % 8 == 0, "an activation tile row must be a multiple of 128 bytes (XOR swizzle over 8 chunks)");
+  static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
+  static_assert(MT * NT * 4 <= 128, "warp tile too large: more than 128 f32 accumulators per thread");
+};
+
+template <class F, class T>
+__device__ __forceinline__ void mma_gemm(const GemmParams& p) {
+  using G = MmaGemm<F, T>;
+  constexpr int BM = G::BM, BN = G::BN, BK = G::BK, THREADS = G::THREADS;
+  constexpr int MT = G::MT, NT = G::NT, SPW = G::SPW;
+  constexpr int WARPS_MN = T::WARPS_M * T::WARPS_N;
+  constexpr int CPR = G::A_CHUNKS_PER_ROW;
+  constexpr int ACT_BYTES = F::ACT_BITS / 8;
+  constexpr int GROUP_K = G::GROUP_K;
+  constexpr bool SINGLE_M_TILE = BM == 16;  // one m16 tile per CTA: small-M kernels
+
+  extern __shared__ __align__(128) unsigned char shared[];
+  __shared__ int last_split_flag;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_k = warp / WARPS_MN;
+  const int warp_mn = warp % WARPS_MN;
+  const int warp_m = warp_mn / T::WARPS_N;
+  const int warp_n = warp_mn % T::WARPS_N;
+  const int group = lane >> 2;   // mma fragment row / column owner
+  const int quad = lane & 3;     // position within the group
+
+  // ---- which output tile and K range ----
+  const int tiles_n = p.n / BN;
+  const int tiles_m = (p.m + BM - 1) / BM;
+  const int tiles = tiles_n * tiles_m;
+  const int split = blockIdx.x / tiles;
+  const int pid = blockIdx.x % tiles;
+  int tile_m, tile_n;
+  if constexpr (T::RASTER == 0) {
+    tile_m = pid / tiles_n;
+    tile_n = pid % tiles_n;
+  } else {
+    // Bands of 2^RASTER M tiles, walked M-fastest, so concurrent CTAs share weight columns in L2.
+    constexpr int band = 1 << T::RASTER;
+    const int band_size = band * tiles_n;
+    const int first_m = (pid / band_size) * band;
+    const int band_rows = min(band, tiles_m - first_m);
+    const int in_band = pid % band_size;
+    tile_m = first_m + in_band % band_rows;
+    tile_n = in_band / band_rows;
+  }
+  const int m0 = tile_m * BM;
+  const int n0 = tile_n * BN;
+  const int rows_valid = min(BM, p.m - m0);
+  const int k_tiles = p.k / BK;
+  const int kt_begin = static_cast<int>(static_cast<long long>(split) * k_tiles / T::SPLIT_K);
+  const int kt_end = static_cast<int>(static_cast<long long>(split + 1) * k_tiles / T::SPLIT_K);
+  const int tile_count = kt_end - kt_begin;
+
+  const u32 smem = shared_address(shared);
+  const char* a_global = reinterpret_cast<const char*>(p.a);
+  const char* w_global = reinterpret_cast<const char*>(p.weights);
+  const char* s_global = reinterpret_cast<const char*>(p.scales);
+  const char* z_global = reinterpret_cast<const char*>(p.zeros);
+  const long long w_strip_stride = static_cast<long long>(p.k / F::ATOM_K) * F::ATOM_BYTES;
+  const u64 stream_policy = evict_first_policy();
+
+  // Activation rows past M are never loaded: zero them once in every stage.
+  if (rows_valid < BM) {
+    const int missing = BM - rows_valid;
+    for (int i = tid; i < T::STAGES * missing * CPR; i += THREADS) {
+      const int stage = i / (missing * CPR);
+      const int rest = i % (missing * CPR);
+      const int row = rows_valid + rest / CPR;
+      st_shared_128(smem + stage * G::STAGE_BYTES + row * G::A_ROW_BYTES + (rest % CPR) * 16, 0, 0, 0, 0);
+    }
+  }
+
+  auto load_stage = [&](int stage, int kt) {
+    const u32 base = smem + stage * G::STAGE_BYTES;
+    const int k0 = kt * BK;
+    // Activations: row-major, 16-byte chunk c of row r stored at chunk c ^ (r % 8) (conflict-free ldmatrix).
+    for (int i = tid; i < BM * CPR; i += THREADS) {
+      const int row = i / CPR;
+      const int chunk = i % CPR;
+      if (row < rows_valid) {
+        cp_async_16(base + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16),
+                    a_global + (static_cast<long long>(m0 + row) * p.k + k0) * ACT_BYTES + chunk * 16);
+      }
+    }
+    // Weights: BLOCK_N / 16 contiguous strip runs.
+    const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
+    constexpr int strip_chunks = G::W_STRIP_BYTES / 16;
+#pragma unroll 4
+    for (int i = tid; i < G::W_STAGE_BYTES / 16; i += THREADS) {
+      cp_async_16_stream(base + G::A_STAGE_BYTES + i * 16,
+                         w_tile + (i / strip_chunks) * w_strip_stride + (i % strip_chunks) * 16, stream_policy);
+    }
+    if constexpr (G::GROUP_ROWS > 0) {
+      constexpr int row_chunks = G::VECTOR_ROW_BYTES / 16;
+      const int first_group = k0 / GROUP_K;
+      for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
+        const int row = i / row_chunks;
+        const long long offset = (static_cast<long long>(first_group + row) * p.n + n0) * 2 + (i % row_chunks) * 16;
+        if constexpr (F::STAGED_SCALES) {
+          cp_async_16(base + G::A_STAGE_BYTES + G::W_STAGE_BYTES + i * 16, s_global + offset);
+        }
+        if constexpr (F::STAGED_ZEROS) {
+          cp_async_16(base + G::A_STAGE_BYTES + G::W_STAGE_BYTES + G::S_STAGE_BYTES + i * 16, z_global + offset);
+        }
+      }
+    }
+  };
+
+  // Per-channel vectors (one K group): loaded once. Word j holds the values of columns g and g + 8 of strip j.
+  u32 channel_scale[SPW][2];
+  u32 channel_zero_raw[SPW][2];
+  ZeroTerm channel_zero[SPW][2];
+#pragma unroll
+  for (int j = 0; j < SPW; ++j) {
+    const long long column = n0 + warp_n * G::WTN + j * 16 + group * 2;
+#pragma unroll
+    for (int nsub = 0; nsub < 2; ++nsub) {
+      channel_scale[j][nsub] = 0;
+      channel_zero_raw[j][nsub] = 0;
+      channel_zero[j][nsub] = constant_zero<F>();
+    }
+    if constexpr (F::SCALES == kScaleDequant && !F::STAGED_SCALES) {
+      const u32 word = ld_global_32(s_global + column * 2);
+      channel_scale[j][0] = prmt(word, word, 0x1010);
+      channel_scale[j][1] = prmt(word, word, 0x3232);
+    }
+    if constexpr (F::HAS_ZERO && !F::STAGED_ZEROS) {
+      const u32 word = ld_global_32(z_global + column * 2);
+      channel_zero_raw[j][0] = prmt(word, word, 0x1010);
+      channel_zero_raw[j][1] = prmt(word, word, 0x3232);
+      if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
+        channel_zero[j][0] = loaded_zero<F>(channel_zero_raw[j][0]);
+        channel_zero[j][1] = loaded_zero<F>(channel_zero_raw[j][1]);
+      }
+    }
+  }
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+
+  auto compute_stage = [&](int stage) {
+    const u32 a_smem = smem + stage * G::STAGE_BYTES;
+    const u32 w_smem = a_smem + G::A_STAGE_BYTES;
+    const u32 s_smem = w_smem + G::W_STAGE_BYTES;
+    const u32 z_smem = s_smem + G::S_STAGE_BYTES;
+#pragma unroll
+    for (int i = 0; i < G::KAW; ++i) {
+      const int atom = warp_k * G::KAW + i;  // atom index within the K tile
+      u32 words[SPW][F::THREAD_WORDS];
+#pragma unroll
+      for (int j = 0; j < SPW; ++j) {
+        const u32 atom_base = w_smem + ((warp_n * SPW + j) * G::KA + atom) * F::ATOM_BYTES;
+#pragma unroll
+        for (int slice = 0; slice < F::SLICES; ++slice) {
+          const u32 address = atom_base + slice * 32 * F::SLICE_BYTES + lane * F::SLICE_BYTES;
+          u32* target = &words[j][slice * F::SLICE_BYTES / 4];
+          if constexpr (F::SLICE_BYTES == 16) {
+            ld_shared_128(target, address);
+          } else if constexpr (F::SLICE_BYTES == 8) {
+            ld_shared_64(target, address);
+          } else {
+            ld_shared_32(target, address);
+          }
+        }
+      }
+      u32 scale[SPW][2];
+      u32 zero_raw[SPW][2];
+      ZeroTerm zero[SPW][2];
+#pragma unroll
+      for (int j = 0; j < SPW; ++j) {
+#pragma unroll
+        for (int nsub = 0; nsub < 2; ++nsub) {
+          scale[j][nsub] = channel_scale[j][nsub];
+          zero_raw[j][nsub] = channel_zero_raw[j][nsub];
+          zero[j][nsub] = channel_zero[j][nsub];
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        // New scale group: fetch this warp's scales (and zeros) for the group.
+        if constexpr (G::GROUP_ROWS > 0) {
+          const bool reload = ks == 0 || (GROUP_K < F::ATOM_K && (ks * F::KSTEP) % GROUP_K == 0);
+          if (reload) {
+            const int row = GROUP_K >= BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
+#pragma unroll
+            for (int j = 0; j < SPW; ++j) {
+              const u32 offset = row * G::VECTOR_ROW_BYTES + (warp_n * G::WTN + j * 16 + group * 2) * 2;
+              if constexpr (F::STAGED_SCALES) {
+                u32 word;
+                ld_shared_32(&word, s_smem + offset);
+                scale[j][0] = prmt(word, word, 0x1010);
+                scale[j][1] = prmt(word, word, 0x3232);
+              }
+              if constexpr (F::STAGED_ZEROS) {
+                u32 word;
+                ld_shared_32(&word, z_smem + offset);
+                zero_raw[j][0] = prmt(word, word, 0x1010);
+                zero_raw[j][1] = prmt(word, word, 0x3232);
+                if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
+                  zero[j][0] = loaded_zero<F>(zero_raw[j][0]);
+                  zero[j][1] = loaded_zero<F>(zero_raw[j][1]);
+                }
+              }
+            }
+          }
+        }
+        // Activation fragments: ldmatrix.x4 of rows 0-15 and the two 16-byte halves of this k-step; with at most
+        // 8 live rows only rows 0-7 are read (half the shared-memory traffic) and rows 8-15 are zero.
+        u32 a[MT][4];
+        if (SINGLE_M_TILE && rows_valid <= 8) {
+          const int row = lane & 7;
+          const int chunk = (atom * 4 + ks) * 2 + ((lane >> 3) & 1);
+          ldmatrix_x2(a[0][0], a[0][2], a_smem + row * G::A_ROW_BYTES + ((chunk ^ row) * 16));
+          a[0][1] = 0;
+          a[0][3] = 0;
+        } else {
+          const int chunk = (atom * 4 + ks) * 2 + (lane >> 4);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const int row = warp_m * G::WTM + mt * 16 + (lane & 15);
+            ldmatrix_x4(a[mt], a_smem + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16));
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < SPW; ++j) {
+#pragma unroll
+          for (int nsub = 0; nsub < 2; ++nsub) {
+            const int slot = (ks * 2 + nsub) * 2;  // a constant once the loops are unrolled
+            u32 b0 = dequant_slot<F>(words[j], slot, zero[j][nsub]);
+            u32 b1 = dequant_slot<F>(words[j], slot + 1, zero[j][nsub]);
+            if constexpr (F::SCALES == kScaleDequant) {
+              b0 = apply_scale<F>(b0, scale[j][nsub], zero_raw[j][nsub]);
+              b1 = apply_scale<F>(b1, scale[j][nsub], zero_raw[j][nsub]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              if constexpr (F::COMPUTE_TYPE == kElementF16) {
+                mma_f16(acc[mt][j * 2 + nsub], a[mt], b0, b1);
+              } else {
+                mma_bf16(acc[mt][j * 2 + nsub], a[mt], b0, b1);
+              }
+            }
+          }
+        }
+      }
+    }
+  };
+
+  // ---- the pipeline ----
+#pragma unroll
+  for (int s = 0; s < T::STAGES - 1; ++s) {
+    if (s < tile_count) load_stage(s, kt_begin + s);
+    cp_async_commit();
+  }
+  for (int it = 0; it < tile_count; ++it) {
+    cp_async_wait<T::STAGES - 2>();
+    __syncthreads();
+    const int next = it + T::STAGES - 1;
+    if (next < tile_count) load_stage(next % T::STAGES, kt_begin + next);
+    cp_async_commit();
+    compute_stage(it % T::STAGES);
+  }
+  cp_async_wait<0>();
+
+  // ---- WARPS_K partial sums, added in warp order ----
+  if constexpr (T::WARPS_K > 1) {
+    __syncthreads();
+    auto reduce_address = [&](int slot, int mt, int nt) {
+      return smem + (((slot * WARPS_MN + warp_mn) * MT + mt) * NT + nt) * 512 + lane * 16;
+    };
+    if (warp_k > 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          st_shared_128(reduce_address(warp_k - 1, mt, nt), __float_as_uint(acc[mt][nt][0]), __float_as_uint(acc[mt][nt][1]),
+                        __float_as_uint(acc[mt][nt][2]), __float_as_uint(acc[mt][nt][3]));
+    }
+    __syncthreads();
+    if (warp_k == 0) {
+      for (int slot = 0; slot < T::WARPS_K - 1; ++slot) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            u32 r[4];
+            ld_shared_128(r, reduce_address(slot, mt, nt));
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][nt][e] += __uint_as_float(r[e]);
+          }
+      }
+    }
+  }
+
+  // ---- split-K: partial tiles to the workspace; the last CTA of a tile adds them in split order ----
+  if constexpr (T::SPLIT_K > 1) {
+    float* workspace = reinterpret_cast<float*>(p.workspace);
+    int* counters = reinterpret_cast<int*>(workspace + static_cast<long long>(T::SPLIT_K) * tiles * BM * BN);
+    auto partial = [&](int s, int mt, int nt) {
+      return workspace + (static_cast<long long>(s) * tiles + pid) * (BM * BN) +
+             ((((warp_mn * MT + mt) * NT + nt) * 32) + lane) * 4;
+    };
+    // Fragments whose rows all lie past M carry nothing: they are neither written nor read back.
+    auto rows_live = [&](int mt) { return warp_m * G::WTM + mt * 16 + group < rows_valid; };
+    if (warp_k == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          if (rows_live(mt))
+            st_global_f32x4(partial(split, mt, nt), acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3]);
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_split_flag = atomicAdd(&counters[pid], 1) == T::SPLIT_K - 1;
+    __syncthreads();
+    if (!last_split_flag) return;
+    __threadfence();
+    if (warp_k == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float sum[4];
+          for (int s = 0; s < T::SPLIT_K; ++s) {
+            float part[4];
+            if (s == split || !rows_live(mt)) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) part[e] = acc[mt][nt][e];
+            } else {
+              ld_global_cg_f32x4(part, partial(s, mt, nt));
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sum[e] = s == 0 ? part[e] : sum[e] + part[e];
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = sum[e];
+        }
+    }
+    if (tid == 0) counters[pid] = 0;  // every split has arrived: leave the counter ready for the next launch
+  }
+
+  // ---- epilogue: channel scale, global scale, bias, convert, store ----
+  if (warp_k != 0) return;
+  const float global_scale = ld_global_f32(reinterpret_cast<const void*>(p.global_scale));
+  const char* bias = reinterpret_cast<const char*>(p.bias);
+  char* c_global = reinterpret_cast<char*>(p.c);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int column = n0 + warp_n * G::WTN + nt * 8 + quad * 2;
+    float scale0 = global_scale, scale1 = global_scale;
+    if constexpr (F::SCALES == kScaleEpilogue) {
+      const float* channel = reinterpret_cast<const float*>(p.scales);
+      scale0 *= ld_global_f32(channel + column);
+      scale1 *= ld_global_f32(channel + column + 1);
+    }
+    float bias0 = 0.0f, bias1 = 0.0f;
+    if (p.bias != 0) {
+      const u32 pair = ld_global_32(bias + column * 2);
+      if constexpr (F::OUTPUT == kElementF16) {
+        bias0 = f16_to_f32(static_cast<unsigned short>(pair & 0xFFFFu));
+        bias1 = f16_to_f32(static_cast<unsigned short>(pair >> 16));
+      } else {
+        bias0 = bf16_to_f32(static_cast<unsigned short>(pair & 0xFFFFu));
+        bias1 = bf16_to_f32(static_cast<unsigned short>(pair >> 16));
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m0 + warp_m * G::WTM + mt * 16 + group + half * 8;
+        if (row < p.m) {
+          const float v0 = acc[mt][nt][half * 2] * scale0 + bias0;
+          const float v1 = acc[mt][nt][half * 2 + 1] * scale1 + bias1;
+          const u32 packed = F::OUTPUT == kElementF16 ? pack_f16x2(v0, v1) : pack_bf16x2(v0, v1);
+          st_global_32(c_global + (static_cast<long long>(row) * p.n + column) * 2, packed);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace device
+}  // namespace qtune

@@ -1,0 +1,370 @@
+#include "kernels/families/mma_family.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/codec.hpp"
+#include "kernels/device/gemm/abi.cuh"
+#include "kernels/error.hpp"
+#include "kernels/families/mma_layout.hpp"
+
+namespace qtune {
+
+namespace dv = qtune::device;
+using mma::DeviceFormat;
+using mma::TileShape;
+
+namespace {
+
+constexpr const char* kKernelName = "qtune_mma_gemm";
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool contains(const std::vector<int>& values, int value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
+
+}  // namespace
+
+std::string MmaFamily::description() const {
+  return "quantized GEMM on mma.sync tensor cores with cp.async pipelines and register dequantization (sm_80+)";
+}
+
+std::vector<ParameterDomain> MmaFamily::parameter_space() const {
+  return {
+      {"bm", {16, 32, 64, 128, 256}, "BLOCK_M: rows of C per thread block"},
+      {"bn", {16, 32, 64, 128, 256}, "BLOCK_N: columns of C per thread block"},
+      {"bk", {64, 128, 256, 512}, "BLOCK_K: depth of one pipeline stage (multiple of the 4-k-step weight atom)"},
+      {"wm", {1, 2, 4}, "WARPS_M: warps along M (each owns BLOCK_M / WARPS_M rows)"},
+      {"wn", {1, 2, 4, 8}, "WARPS_N: warps along N (each owns BLOCK_N / WARPS_N columns)"},
+      {"wk", {1, 2, 4}, "WARPS_K: warps splitting each K tile, reduced in shared memory in warp order"},
+      {"stages", {2, 3, 4, 5, 6}, "STAGES: cp.async pipeline depth (stages in flight + 1)"},
+      {"split", {1, 2, 3, 4, 6, 8, 16}, "SPLIT_K: K ranges per tile, reduced deterministically by the last CTA"},
+      {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
+  };
+}
+
+ArchSupport MmaFamily::supports(const FormatSpec& format, int sm) const {
+  ArchSupport support{sm, false, ""};
+  const std::string prefix = format.to_string() + " is unsupported on " + arch_name(sm) + ": ";
+  if (sm < 80) {
+    support.reason = prefix + "the mma family needs sm_80 or later (cp.async and bf16 mma.sync)";
+    return support;
+  }
+  const ArchSupport format_support = architecture_support(format, sm);
+  if (!format_support.supported) {
+    support.reason = prefix + format_support.reason;
+    return support;
+  }
+  if (auto reason = mma::unsupported_format_reason(format)) {
+    support.reason = prefix + *reason;
+    return support;
+  }
+  support.supported = true;
+  return support;
+}
+
+int MmaFamily::estimated_registers(const KernelConfig& config, const FormatSpec& format) {
+  const TileShape tiles = TileShape::from(config);
+  const DeviceFormat device = mma::device_format(format);
+  const int mt = tiles.warp_tile_m() / 16, nt = tiles.warp_tile_n() / 8, spw = tiles.warp_tile_n() / 16;
+  const int accumulators = mt * nt * 4;
+  // The scheduler keeps the next k-step's fragments and the next atom's words in flight: count them twice.
+  const int fragments = 2 * (mt * 4 + 4);
+  const int words = 2 * spw * device.thread_words();
+  // Per (strip, n8 tile): a scale pair, and for zero points the raw pair plus up to two derived terms.
+  const int per_tile = (device.scale_mode == dv::kScaleDequant ? 1 : 0) + (device.has_zero() ? 3 : 0);
+  const int vectors = spw * 2 * per_tile;
+  constexpr int addressing = 56;  // pointers, indices, loop state, temporaries (calibrated on ptxas reports)
+  return accumulators + fragments + words + vectors + addressing;
+}
+
+RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
+  if (config.family != name()) {
+    return RuleVerdict::fail("family", "config is for family '" + config.family + "', not 'mma'");
+  }
+  const std::vector<ParameterDomain> space = parameter_space();
+  for (const ParameterDomain& domain : space) {
+    auto found = config.params.find(domain.name);
+    if (found == config.params.end()) return RuleVerdict::fail("parameter-missing", "no value for '" + domain.name + "'");
+    if (!contains(domain.values, found->second)) {
+      return RuleVerdict::fail("parameter-domain", domain.name + "=" + std::to_string(found->second) +
+                                                       " is not one of the family's values");
+    }
+  }
+  for (const auto& [parameter, value] : config.params) {
+    const bool known = std::any_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == parameter; });
+    if (!known) return RuleVerdict::fail("parameter-unknown", "the mma family has no parameter '" + parameter + "'");
+  }
+  const ArchSupport support = supports(problem.format, limits.sm);
+  if (!support.supported) return RuleVerdict::fail("format-unsupported-on-arch", support.reason);
+  if (problem.m < 1 || problem.n < 1 || problem.k < 1) {
+    return RuleVerdict::fail("problem-shape", "m, n and k must be positive: " + problem.to_string());
+  }
+  try {
+    problem.format.validate_shape(problem.n, problem.k);
+  } catch (const InputError& error) {
+    return RuleVerdict::fail("format-shape", error.what());
+  }
+
+  const TileShape t = TileShape::from(config);
+  const DeviceFormat device = mma::device_format(problem.format);
+  const int atom_k = device.atom_k();
+  if (problem.n % t.bn != 0) {
+    return RuleVerdict::fail("bn-divides-n", "N=" + std::to_string(problem.n) + " is not a multiple of bn=" + std::to_string(t.bn));
+  }
+  if (problem.k % t.bk != 0) {
+    return RuleVerdict::fail("bk-divides-k", "K=" + std::to_string(problem.k) + " is not a multiple of bk=" + std::to_string(t.bk));
+  }
+  if (t.bk % atom_k != 0) {
+    return RuleVerdict::fail("bk-atom", "bk=" + std::to_string(t.bk) + " is not a multiple of the weight atom depth " +
+                                            std::to_string(atom_k));
+  }
+  if (t.bm % (16 * t.wm) != 0) {
+    return RuleVerdict::fail("warps-m", "bm=" + std::to_string(t.bm) + " is not a multiple of 16 * wm=" + std::to_string(t.wm));
+  }
+  if (t.bn % (16 * t.wn) != 0) {
+    return RuleVerdict::fail("warps-n", "bn=" + std::to_string(t.bn) + " is not a multiple of 16 * wn=" + std::to_string(t.wn));
+  }
+  if ((t.bk / atom_k) % t.wk != 0) {
+    return RuleVerdict::fail("warps-k", "bk / " + std::to_string(atom_k) + " = " + std::to_string(t.bk / atom_k) +
+                                            " weight atoms cannot be shared by wk=" + std::to_string(t.wk) + " warps");
+  }
+  if (device.group_k > 0 && device.group_k % t.bk != 0 && t.bk % device.group_k != 0) {
+    return RuleVerdict::fail("bk-divides-group", "bk=" + std::to_string(t.bk) + " neither divides nor is a multiple of the scale group " +
+                                                     std::to_string(device.group_k));
+  }
+  const int64_t k_tiles = problem.k / t.bk;
+  if (t.split > k_tiles) {
+    return RuleVerdict::fail("split-exceeds-k", "split=" + std::to_string(t.split) + " exceeds the " + std::to_string(k_tiles) +
+                                                    " K tiles of bk=" + std::to_string(t.bk));
+  }
+  if (t.threads() > limits.max_threads_per_block) {
+    return RuleVerdict::fail("threads-per-block", std::to_string(t.threads()) + " threads exceed the limit of " +
+                                                      std::to_string(limits.max_threads_per_block));
+  }
+  const int accumulators = (t.warp_tile_m() / 16) * (t.warp_tile_n() / 8) * 4;
+  if (accumulators > 128) {
+    return RuleVerdict::fail("accumulators-per-thread", "warp tile " + std::to_string(t.warp_tile_m()) + "x" +
+                                                            std::to_string(t.warp_tile_n()) + " needs " +
+                                                            std::to_string(accumulators) + " f32 accumulators per thread (max 128)");
+  }
+  const mma::SharedLayout shared = mma::shared_layout(device, t);
+  if (shared.dynamic_bytes + shared.static_bytes > limits.max_shared_per_block) {
+    return RuleVerdict::fail("smem-per-block", std::to_string(shared.dynamic_bytes + shared.static_bytes) +
+                                                   " bytes of shared memory exceed the " + std::to_string(limits.max_shared_per_block) +
+                                                   " a block may use on " + arch_name(limits.sm));
+  }
+  const int registers = estimated_registers(config, problem.format);
+  const int register_cap = std::min(limits.max_registers_per_thread, limits.registers_per_sm / t.threads());
+  if (registers > register_cap) {
+    return RuleVerdict::fail("registers-per-thread", "about " + std::to_string(registers) + " registers per thread needed, " +
+                                                         std::to_string(register_cap) + " available at " +
+                                                         std::to_string(t.threads()) + " threads: it would spill");
+  }
+  const int64_t m_padded = ceil_div(problem.m, 16) * 16;
+  if (t.bm > 16 && t.bm >= 2 * m_padded) {
+    return RuleVerdict::fail("bm-over-m", "bm=" + std::to_string(t.bm) + " is at least twice M=" + std::to_string(problem.m) +
+                                              " rounded to 16: the same work as a smaller tile, slower");
+  }
+  if (t.raster > 0 && ceil_div(problem.m, t.bm) <= 1) {
+    return RuleVerdict::fail("raster-single-m-tile", "raster=" + std::to_string(t.raster) +
+                                                         " reorders M tiles but there is only one: same as raster=0");
+  }
+  return RuleVerdict::ok();
+}
+
+std::string MmaFamily::kernel_name(const KernelConfig&, const FormatSpec&) const { return kKernelName; }
+
+std::string MmaFamily::instantiation_source(const KernelConfig& config, const FormatSpec& format,
+                                            const std::string& arch) const {
+  const int sm = sm_of_arch(arch);
+  const ArchSupport support = supports(format, sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  const DeviceFormat device = mma::device_format(format);
+  const TileShape tiles = TileShape::from(config);
+  const mma::SharedLayout shared = mma::shared_layout(device, tiles);
+  std::string source;
+  source += "// qtune mma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
+  source += "#include \"gemm/mma_gemm.cuh\"\n";
+  source += "namespace qd = qtune::device;\n";
+  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
+  source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
+  source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " + std::to_string(shared.dynamic_bytes) +
+            ", \"host and device disagree on the shared memory size\");\n";
+  source += "static_assert(QtuneFormat::ATOM_BYTES == " + std::to_string(device.atom_bytes()) +
+            ", \"host and device disagree on the weight atom size\");\n";
+  source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +
+            "(const qd::GemmParams params) {\n";
+  source += "  qd::mma_gemm<QtuneFormat, QtuneTiles>(params);\n";
+  source += "}\n";
+  return source;
+}
+
+LaunchGeometry MmaFamily::launch_geometry(const KernelConfig& config, const Problem& problem) const {
+  const TileShape t = TileShape::from(config);
+  const DeviceFormat device = mma::device_format(problem.format);
+  const int64_t tiles = (problem.n / t.bn) * ceil_div(problem.m, t.bm);
+  LaunchGeometry geometry;
+  geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
+  geometry.block = {static_cast<uint32_t>(t.threads()), 1, 1};
+  geometry.dynamic_shared_bytes = static_cast<uint32_t>(mma::shared_layout(device, t).dynamic_bytes);
+  if (t.split > 1) {
+    geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
+    geometry.workspace_starts_zeroed = true;
+  }
+  return geometry;
+}
+
+std::vector<BufferSpec> MmaFamily::buffers(const KernelConfig& config, const Problem& problem) const {
+  const DeviceFormat device = mma::device_format(problem.format);
+  const uint64_t m = static_cast<uint64_t>(problem.m), n = static_cast<uint64_t>(problem.n), k = static_cast<uint64_t>(problem.k);
+  std::vector<BufferSpec> list;
+  list.push_back({"a", m * k * static_cast<uint64_t>(device.act_bits()) / 8, BufferRole::Activations,
+                  "activations [m][k], row-major, " + to_string(problem.format.activation)});
+  list.push_back({"weights", mma::packed_weight_bytes(device, problem.n, problem.k), BufferRole::Weights,
+                  "prepacked weight codes (16 x atom_k atoms, strip-major)"});
+  list.push_back({"scales", mma::packed_vector_bytes(device, problem.n, problem.k), BufferRole::Weights,
+                  device.scale_mode == dv::kScaleEpilogue ? "f32 scale per output channel"
+                                                          : "compute-type scales per (K group, channel), strip-permuted"});
+  if (device.has_zero()) {
+    list.push_back({"zeros", mma::packed_zero_bytes(device, problem.n, problem.k), BufferRole::Weights,
+                    "compute-type zero points per (K group, channel), strip-permuted"});
+  }
+  list.push_back({"global_scale", 4, BufferRole::Weights, "one f32 multiplied into every output"});
+  if (problem.has_bias) list.push_back({"bias", n * 2, BufferRole::Bias, "bias [n] in the output type"});
+  list.push_back({"c", m * n * 2, BufferRole::Output, "output [m][n], row-major, " + to_string(problem.format.output)});
+  const LaunchGeometry geometry = launch_geometry(config, problem);
+  if (geometry.workspace_bytes > 0) {
+    list.push_back({"workspace", geometry.workspace_bytes, BufferRole::Workspace,
+                    "split-K f32 partial tiles then one counter per tile; zero before the first launch"});
+  }
+  return list;
+}
+
+KernelArguments MmaFamily::pack_arguments(const KernelConfig& config, const Problem& problem,
+                                          const std::map<std::string, uint64_t>& device_addresses) const {
+  dv::GemmParams params{};
+  auto address = [&](const std::string& buffer_name, bool required) -> unsigned long long {
+    auto found = device_addresses.find(buffer_name);
+    if (found == device_addresses.end() || found->second == 0) {
+      if (required) QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
+      return 0;
+    }
+    return found->second;
+  };
+  const DeviceFormat device = mma::device_format(problem.format);
+  const LaunchGeometry geometry = launch_geometry(config, problem);
+  params.a = address("a", true);
+  params.a_scales = address("a_scales", device.activation_scales != dv::kActivationScaleNone);
+  params.weights = address("weights", true);
+  params.scales = address("scales", true);
+  params.zeros = address("zeros", device.has_zero());
+  params.bias = address("bias", problem.has_bias);
+  params.global_scale = address("global_scale", true);
+  params.c = address("c", true);
+  params.workspace = address("workspace", geometry.workspace_bytes > 0);
+  params.m = static_cast<int>(problem.m);
+  params.n = static_cast<int>(problem.n);
+  params.k = static_cast<int>(problem.k);
+  KernelArguments arguments;
+  arguments.storage.resize(sizeof(params));
+  std::memcpy(arguments.storage.data(), &params, sizeof(params));
+  arguments.offsets = {0};
+  return arguments;
+}
+
+PackedBuffers MmaFamily::prepack_weights(const QuantizedWeights& weights, const KernelConfig&) const {
+  return mma::prepack_weights(weights, mma::device_format(weights.format));
+}
+
+QuantizedWeights MmaFamily::unpack_weights(const PackedBuffers& packed, const FormatSpec& format, int64_t n, int64_t k,
+                                           const KernelConfig&) const {
+  return mma::unpack_weights(packed, format, mma::device_format(format), n, k);
+}
+
+PackedBuffers MmaFamily::prepack_activations(const QuantizedActivations& activations, const KernelConfig&) const {
+  const DeviceFormat device = mma::device_format(activations.format);
+  (void)device;
+  if (activations.bits16.size() != static_cast<size_t>(activations.m * activations.k)) {
+    QTUNE_INPUT_ERROR("activations.bits16: expected m * k 16-bit values");
+  }
+  PackedBuffers packed;
+  std::vector<uint8_t>& a = packed["a"];
+  a.resize(activations.bits16.size() * 2);
+  std::memcpy(a.data(), activations.bits16.data(), a.size());
+  return packed;
+}
+
+std::vector<uint8_t> MmaFamily::pack_bias(std::span<const float> bias, const FormatSpec& format) const {
+  std::vector<uint8_t> bytes(bias.size() * 2);
+  for (size_t i = 0; i < bias.size(); ++i) {
+    const uint16_t bits = format.output == OutputType::F16 ? float_to_f16_bits(bias[i]) : float_to_bf16_bits(bias[i]);
+    std::memcpy(bytes.data() + i * 2, &bits, 2);
+  }
+  return bytes;
+}
+
+KernelConfig MmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
+  const ArchSupport support = supports(problem.format, limits.sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  const DeviceFormat device = mma::device_format(problem.format);
+  auto make = [&](int bm, int bn, int bk, int wm, int wn, int wk, int stages, int split) {
+    KernelConfig config;
+    config.family = name();
+    config.params = {{"bm", bm}, {"bn", bn}, {"bk", bk}, {"wm", wm}, {"wn", wn}, {"wk", wk},
+                     {"stages", stages}, {"split", split}, {"raster", 0}};
+    return config;
+  };
+  // Hand rules: one m16 tile row per warp for small M (weights stream, split-K fills the SMs), square-ish warp
+  // tiles for large M. Candidates are tried best-first; the first that passes check() wins.
+  const int64_t m = problem.m;
+  std::vector<std::array<int, 6>> shapes;  // bm, bn, bk, wm, wn, wk
+  if (m <= 16) {
+    shapes = {{16, 128, 256, 1, 4, 1}, {16, 64, 256, 1, 4, 1}, {16, 128, 128, 1, 4, 1}, {16, 64, 128, 1, 2, 2},
+              {16, 32, 128, 1, 2, 1}, {16, 16, 64, 1, 1, 1}};
+  } else if (m <= 32) {
+    shapes = {{32, 128, 128, 1, 4, 1}, {32, 64, 128, 1, 4, 1}, {32, 64, 64, 1, 2, 1}, {32, 16, 64, 1, 1, 1}};
+  } else if (m <= 64) {
+    shapes = {{64, 128, 128, 2, 4, 1}, {64, 64, 128, 2, 2, 1}, {64, 64, 64, 2, 2, 1}, {64, 16, 64, 2, 1, 1}};
+  } else {
+    shapes = {{128, 128, 64, 2, 4, 1}, {128, 64, 64, 2, 2, 1}, {64, 128, 64, 2, 4, 1}, {64, 64, 64, 2, 2, 1},
+              {64, 16, 64, 4, 1, 1}};
+  }
+  const int split_choices[] = {1, 2, 3, 4, 6, 8, 16};
+  std::string last_failure;
+  for (const auto& [bm, bn, bk, wm, wn, wk] : shapes) {
+    if (problem.n % bn != 0 || problem.k % bk != 0 || bk % device.atom_k() != 0) continue;
+    const int64_t tiles = (problem.n / bn) * ceil_div(m, bm);
+    const int64_t k_tiles = problem.k / bk;
+    int split = 1;
+    for (int candidate : split_choices) {
+      if (k_tiles / candidate < 2) break;
+      split = candidate;
+      if (tiles * candidate >= limits.sm_count) break;
+    }
+    for (int stages = 4; stages >= 2; --stages) {
+      const KernelConfig config = make(bm, bn, bk, wm, wn, wk, stages, split);
+      const RuleVerdict verdict = check(config, problem, limits);
+      if (verdict.valid) return config;
+      last_failure = verdict.rule + ": " + verdict.detail;
+    }
+  }
+  // Small odd shapes: the smallest tile that divides everything.
+  for (int bk : {64, 128, 256, 512}) {
+    const KernelConfig config = make(16, 16, bk, 1, 1, 1, 2, 1);
+    const RuleVerdict verdict = check(config, problem, limits);
+    if (verdict.valid) return config;
+    last_failure = verdict.rule + ": " + verdict.detail;
+  }
+  QTUNE_THROW(UnsupportedError, "mma family: no configuration fits " + problem.to_string() + " (" + last_failure + ")");
+}
+
+const MmaFamily& mma_family() {
+  static const MmaFamily family;
+  return family;
+}
+
+}  // namespace qtune

@@ -1,0 +1,35 @@
+#pragma once
+// The "mma" kernel family: quantized GEMM on mma.sync tensor cores (sm_80 and later), with cp.async pipelines,
+// ldmatrix and register dequantization of prepacked weights. Device code: kernels/device/gemm/mma_gemm.cuh.
+#include "kernels/family.hpp"
+
+namespace qtune {
+
+class MmaFamily final : public KernelFamily {
+ public:
+  std::string name() const override { return "mma"; }
+  std::string description() const override;
+  std::vector<ParameterDomain> parameter_space() const override;
+  ArchSupport supports(const FormatSpec& format, int sm) const override;
+  RuleVerdict check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const override;
+  std::string kernel_name(const KernelConfig& config, const FormatSpec& format) const override;
+  std::string instantiation_source(const KernelConfig& config, const FormatSpec& format,
+                                   const std::string& arch) const override;
+  LaunchGeometry launch_geometry(const KernelConfig& config, const Problem& problem) const override;
+  std::vector<BufferSpec> buffers(const KernelConfig& config, const Problem& problem) const override;
+  KernelArguments pack_arguments(const KernelConfig& config, const Problem& problem,
+                                 const std::map<std::string, uint64_t>& device_addresses) const override;
+  PackedBuffers prepack_weights(const QuantizedWeights& weights, const KernelConfig& config) const override;
+  QuantizedWeights unpack_weights(const PackedBuffers& packed, const FormatSpec& format, int64_t n, int64_t k,
+                                  const KernelConfig& config) const override;
+  PackedBuffers prepack_activations(const QuantizedActivations& activations, const KernelConfig& config) const override;
+  std::vector<uint8_t> pack_bias(std::span<const float> bias, const FormatSpec& format) const override;
+  KernelConfig default_config(const Problem& problem, const ArchLimits& limits) const override;
+
+  // The number of registers per thread check() assumes (accumulators, fragments, weight words, addressing).
+  static int estimated_registers(const KernelConfig& config, const FormatSpec& format);
+};
+
+const MmaFamily& mma_family();
+
+}  // namespace qtune

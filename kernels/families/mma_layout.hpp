@@ -1,0 +1,99 @@
+#pragma once
+// Host mirror of the mma family's device traits (kernels/device/gemm/format_traits.cuh): how a FormatSpec maps to
+// the kernel's template arguments, the shared-memory budget of a tile configuration, and the prepacked layouts.
+// Instantiation sources static_assert that the device computes the same sizes, so the two cannot drift apart.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kernels/family.hpp"
+#include "kernels/format.hpp"
+#include "kernels/quantize.hpp"
+
+namespace qtune::mma {
+
+// The Format<...> template arguments for one FormatSpec.
+struct DeviceFormat {
+  int activation = 0;  // device::ElementCode
+  int compute = 0;     // tensor-core operand type (device::ElementCode)
+  int weight_kind = 0; // device::WeightKind
+  int weight_bits = 4;
+  int exponent_bits = 0;
+  int mantissa_bits = 0;
+  int scale_mode = 0;  // device::ScaleMode
+  int group_k = 0;     // K elements per scale group; 0: one scale vector per channel
+  int activation_scales = 0;  // device::ActivationScaleMode
+  int activation_group_k = 0;
+  int output = 0;      // device::ElementCode
+
+  int act_bits() const;
+  int compute_bits() const;
+  int kstep() const { return 256 / compute_bits(); }  // K elements of one mma.sync
+  int atom_k() const { return 4 * kstep(); }
+  int lane_bits() const { return compute_bits(); }
+  int values_per_register() const { return 32 / compute_bits(); }
+  int thread_words() const { return values_per_register() * weight_bits / 2; }
+  int atom_bytes() const { return 32 * 4 * thread_words(); }
+  int slice_bytes() const;
+  bool has_zero() const;
+  bool is_float() const;
+  bool staged_scales() const;
+  bool staged_zeros() const;
+  // Multiplier from what the dequantizer produces for a float code to its true value (2^(target bias - bias)).
+  double float_factor() const;
+
+  // "qd::kElementF16, qd::kElementF16, qd::kWeightSignedInt, 4, 0, 0, qd::kScaleEpilogue, 0, 0, 0, qd::kElementF16"
+  std::string template_arguments() const;
+};
+
+// Why this family cannot run `format` on any architecture (nullopt: it can).
+std::optional<std::string> unsupported_format_reason(const FormatSpec& format);
+// Throws UnsupportedError with unsupported_format_reason() when there is one.
+DeviceFormat device_format(const FormatSpec& format);
+
+// The Tiles<...> template arguments.
+struct TileShape {
+  int bm = 16, bn = 128, bk = 256;
+  int wm = 1, wn = 4, wk = 1;
+  int stages = 4, split = 1, raster = 0;
+
+  static TileShape from(const KernelConfig& config);  // throws InputError for a missing parameter
+  int threads() const { return 32 * wm * wn * wk; }
+  int warp_tile_m() const { return bm / wm; }
+  int warp_tile_n() const { return bn / wn; }
+  std::string template_arguments() const;  // "16, 128, 256, 1, 4, 1, 4, 1, 0"
+};
+
+// Shared-memory use of one configuration, mirroring device::MmaGemm.
+struct SharedLayout {
+  int a_stage = 0;
+  int w_stage = 0;
+  int s_stage = 0;
+  int z_stage = 0;
+  int stage = 0;
+  int pipeline = 0;
+  int reduce = 0;
+  int dynamic_bytes = 0;  // what the launch passes
+  int static_bytes = 16;  // the split-K flag, rounded
+};
+SharedLayout shared_layout(const DeviceFormat& format, const TileShape& tiles);
+
+// ---- prepacked layouts ----
+uint64_t packed_weight_bytes(const DeviceFormat& format, int64_t n, int64_t k);
+// Bytes of the scale buffer: rows (K groups, or 1) x n values of 2 (compute type) or 4 (f32 epilogue) bytes.
+uint64_t packed_vector_bytes(const DeviceFormat& format, int64_t n, int64_t k);
+// Bytes of the zero-point buffer: rows x n compute-type values.
+uint64_t packed_zero_bytes(const DeviceFormat& format, int64_t n, int64_t k);
+
+PackedBuffers prepack_weights(const QuantizedWeights& weights, const DeviceFormat& format);
+QuantizedWeights unpack_weights(const PackedBuffers& packed, const FormatSpec& spec, const DeviceFormat& format,
+                                int64_t n, int64_t k);
+
+// Position of column `column` inside a compute-type scale row: within each 16-column strip, the values for
+// columns g and g + 8 sit next to each other at 2g, 2g + 1 so one 32-bit load serves both n8 tiles of a lane.
+inline int64_t permuted_column(int64_t column) {
+  const int64_t strip = column / 16, within = column % 16;
+  return strip * 16 + (within % 8) * 2 + within / 8;
+}
+
+}  // namespace qtune::mma

@@ -1,0 +1,167 @@
+#include "kernels/family.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+
+#include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
+
+namespace qtune {
+
+std::string Problem::to_string() const {
+  std::string text = format.to_string() + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+  if (has_bias) text += " bias";
+  return text;
+}
+
+int KernelConfig::get(std::string_view name) const {
+  auto found = params.find(std::string(name));
+  if (found == params.end()) QTUNE_INPUT_ERROR("config: missing parameter '" + std::string(name) + "'");
+  return found->second;
+}
+
+std::string KernelConfig::to_string() const {
+  std::vector<std::string> order;
+  for (const KernelFamily* candidate : kernel_families()) {
+    if (candidate->name() == family) {
+      for (const ParameterDomain& domain : candidate->parameter_space()) order.push_back(domain.name);
+    }
+  }
+  std::string text;
+  auto append = [&](const std::string& name, int value) {
+    text += (text.empty() ? "" : ",") + name + "=" + std::to_string(value);
+  };
+  for (const std::string& name : order) {
+    auto found = params.find(name);
+    if (found != params.end()) append(name, found->second);
+  }
+  for (const auto& [name, value] : params) {
+    if (std::find(order.begin(), order.end(), name) == order.end()) append(name, value);
+  }
+  return text;
+}
+
+KernelConfig KernelConfig::parse(std::string_view text, std::string_view family) {
+  KernelConfig config;
+  config.family = std::string(family);
+  const size_t colon = text.find(':');
+  if (colon != std::string_view::npos) {
+    config.family = std::string(text.substr(0, colon));
+    text = text.substr(colon + 1);
+  }
+  if (config.family.empty()) QTUNE_INPUT_ERROR("config: empty family name");
+  if (text.empty()) QTUNE_INPUT_ERROR("config: empty parameter list (expected name=value,...)");
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    const size_t equals = item.find('=');
+    if (equals == std::string_view::npos || equals == 0) {
+      QTUNE_INPUT_ERROR("config: '" + std::string(item) + "' is not of the form name=value");
+    }
+    const std::string name(item.substr(0, equals));
+    const std::string_view value_text = item.substr(equals + 1);
+    int value = 0;
+    const auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
+    if (error != std::errc() || end != value_text.data() + value_text.size() || value_text.empty()) {
+      QTUNE_INPUT_ERROR("config: parameter '" + name + "': '" + std::string(value_text) + "' is not an integer");
+    }
+    if (!config.params.emplace(name, value).second) QTUNE_INPUT_ERROR("config: parameter '" + name + "' given twice");
+    start = comma + 1;
+  }
+  return config;
+}
+
+nlohmann::json KernelConfig::to_json() const {
+  nlohmann::json json;
+  json["family"] = family;
+  json["params"] = nlohmann::json::object();
+  for (const auto& [name, value] : params) json["params"][name] = value;
+  return json;
+}
+
+KernelConfig KernelConfig::from_json(const nlohmann::json& json) {
+  if (!json.is_object()) QTUNE_INPUT_ERROR("config: expected a JSON object with 'family' and 'params'");
+  KernelConfig config;
+  if (!json.contains("family") || !json["family"].is_string()) QTUNE_INPUT_ERROR("config.family: missing or not a string");
+  config.family = json["family"].get<std::string>();
+  if (!json.contains("params") || !json["params"].is_object()) QTUNE_INPUT_ERROR("config.params: missing or not an object");
+  for (const auto& [name, value] : json["params"].items()) {
+    if (!value.is_number_integer()) QTUNE_INPUT_ERROR("config.params." + name + ": not an integer");
+    config.params[name] = value.get<int>();
+  }
+  return config;
+}
+
+std::vector<void*> KernelArguments::pointers() {
+  std::vector<void*> result;
+  result.reserve(offsets.size());
+  for (size_t offset : offsets) result.push_back(storage.data() + offset);
+  return result;
+}
+
+ArchLimits ArchLimits::for_sm(int sm) {
+  ArchLimits limits;
+  limits.sm = sm;
+  switch (sm) {
+    case 75:
+      limits.sm_count = 68, limits.max_shared_per_block = 65536, limits.shared_per_sm = 65536;
+      limits.max_threads_per_sm = 1024, limits.max_blocks_per_sm = 16;
+      break;
+    case 80:
+      limits.sm_count = 108, limits.max_shared_per_block = 166912, limits.shared_per_sm = 167936;
+      break;
+    case 86:
+      limits.sm_count = 82, limits.max_shared_per_block = 101376, limits.shared_per_sm = 102400;
+      limits.max_threads_per_sm = 1536, limits.max_blocks_per_sm = 16;
+      break;
+    case 89:
+      limits.sm_count = 128, limits.max_shared_per_block = 101376, limits.shared_per_sm = 102400;
+      limits.max_threads_per_sm = 1536, limits.max_blocks_per_sm = 24;
+      break;
+    case 90:
+      limits.sm_count = 132, limits.max_shared_per_block = 232448, limits.shared_per_sm = 233472;
+      break;
+    case 100:
+      limits.sm_count = 148, limits.max_shared_per_block = 232448, limits.shared_per_sm = 233472;
+      break;
+    case 120:
+      limits.sm_count = 170, limits.max_shared_per_block = 101376, limits.shared_per_sm = 102400;
+      limits.max_threads_per_sm = 1536, limits.max_blocks_per_sm = 24;
+      break;
+    default:
+      QTUNE_INPUT_ERROR("sm: no architecture limits known for sm_" + std::to_string(sm) +
+                        " (known: 75, 80, 86, 89, 90, 100, 120)");
+  }
+  return limits;
+}
+
+const std::vector<const KernelFamily*>& kernel_families() {
+  static const std::vector<const KernelFamily*> families = {&mma_family()};
+  return families;
+}
+
+const KernelFamily& find_family(std::string_view name) {
+  std::string known;
+  for (const KernelFamily* family : kernel_families()) {
+    if (family->name() == name) return *family;
+    known += (known.empty() ? "" : ", ") + family->name();
+  }
+  QTUNE_INPUT_ERROR("family: unknown kernel family '" + std::string(name) + "' (known: " + known + ")");
+}
+
+int sm_of_arch(std::string_view arch, std::string_view field) {
+  std::string_view digits = arch;
+  if (digits.starts_with("sm_")) digits.remove_prefix(3);
+  while (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.remove_suffix(1);
+  int sm = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), sm);
+  if (!arch.starts_with("sm_") || error != std::errc() || end != digits.data() + digits.size() || sm <= 0) {
+    QTUNE_INPUT_ERROR(std::string(field) + ": '" + std::string(arch) + "' is not an architecture such as sm_90a");
+  }
+  return sm;
+}
+
+}  // namespace qtune

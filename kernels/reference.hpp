@@ -1,0 +1,42 @@
+#pragma once
+// The CPU reference every kernel result is checked against:
+//   C[M,N] = dequant(A)[M,K] * dequant(W)[N,K]^T (+ bias[N]), rounded to the format's output type.
+// Dequantization applies activation scales, weight scales, zero points and global scales exactly as
+// quantize.hpp documents; the product runs through Eigen, accumulating in f32 (or f64 for tests).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/format.hpp"
+#include "kernels/quantize.hpp"
+
+namespace qtune {
+
+enum class Accumulation { F32, F64 };
+
+struct ReferenceOptions {
+  Accumulation accumulation = Accumulation::F32;
+  std::span<const float> bias;  // empty, or N values added to every row before rounding
+  int threads = 0;              // 0: every core
+};
+
+struct ReferenceResult {
+  int64_t m = 0;
+  int64_t n = 0;
+  std::vector<float> unrounded;      // [m][n] the product plus bias, before rounding to the output type
+  std::vector<float> output;         // [m][n] rounded to the output type (f16 or bf16), as float
+  std::vector<uint16_t> output_bits; // [m][n] the output type's bit patterns
+};
+
+// Throws InputError when A and W disagree (K, format) or the bias has the wrong length.
+ReferenceResult reference_gemm(const QuantizedActivations& activations, const QuantizedWeights& weights,
+                               const ReferenceOptions& options = {});
+
+// ||out - ref|| / ||ref|| (Frobenius, in f64). Any NaN or inf in `out` counts as failure: +inf.
+// When ref is all zeros it returns ||out|| (0 when both are zero). Sizes must match.
+double relative_error(const std::vector<float>& out, const std::vector<float>& ref);
+
+// The largest relative_error a correct kernel may show for this format against the f32 reference.
+double default_tolerance(const FormatSpec& format);
+
+}  // namespace qtune

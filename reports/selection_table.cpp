@@ -1,0 +1,586 @@
+#include "reports/selection_table.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <system_error>
+#include <tuple>
+
+#include "kernels/error.hpp"
+
+namespace qtune::reports {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------------- ranges
+
+std::vector<MRange> compact_ranges(std::vector<BucketWinner> winners) {
+  std::sort(winners.begin(), winners.end(), [](const BucketWinner& a, const BucketWinner& b) { return a.m < b.m; });
+  std::vector<MRange> ranges;
+  for (std::size_t i = 0; i < winners.size(); ++i) {
+    const BucketWinner& winner = winners[i];
+    if (winner.m < 1) QTUNE_THROW(Error, "winner at M=" + std::to_string(winner.m) + ": M must be positive");
+    if (i > 0 && winners[i - 1].m == winner.m) QTUNE_THROW(Error, "two winners for M=" + std::to_string(winner.m));
+    if (ranges.empty() || ranges.back().config != winner.config) {
+      MRange range;
+      range.m_min = ranges.empty() ? 1 : *ranges.back().m_max + 1;
+      range.config = winner.config;
+      ranges.push_back(std::move(range));
+    }
+    ranges.back().m_max = winner.m;
+    ranges.back().buckets.push_back({winner.m, winner.median_us});
+  }
+  if (!ranges.empty()) ranges.back().m_max.reset();
+  return ranges;
+}
+
+const MRange& ShapeRules::range_for(std::int64_t m) const {
+  for (const MRange& range : ranges) {
+    if (!range.m_max || m <= *range.m_max) return range;
+  }
+  return ranges.back();
+}
+
+// ---------------------------------------------------------------------------------------------------- select
+
+const ShapeRules* SelectionTable::nearest_shape(std::string_view format, std::int64_t n, std::int64_t k,
+                                                const ShapeRules* excluded) const {
+  const auto found = formats.find(std::string(format));
+  if (found == formats.end()) return nullptr;
+  const ShapeRules* best = nullptr;
+  double best_distance = 0;
+  for (const ShapeRules& shape : found->second) {
+    if (&shape == excluded) continue;
+    const double distance = shape_distance(n, k, shape.n, shape.k);
+    if (best == nullptr || distance < best_distance) {
+      best = &shape;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+SelectionTable::Selection SelectionTable::select(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k) const {
+  Selection selection;
+  const auto found = formats.find(std::string(format));
+  if (found == formats.end()) return selection;
+  for (const ShapeRules& shape : found->second) {
+    if (shape.n == n && shape.k == k) {
+      selection.shape = &shape;
+      selection.tuned_shape = true;
+      break;
+    }
+  }
+  if (selection.shape == nullptr) selection.shape = nearest_shape(format, n, k);
+  if (selection.shape == nullptr) return selection;
+  selection.config = &selection.shape->range_for(m).config;
+  return selection;
+}
+
+std::size_t SelectionTable::shape_count() const {
+  std::size_t count = 0;
+  for (const auto& [format, shapes] : formats) count += shapes.size();
+  return count;
+}
+
+std::size_t SelectionTable::range_count() const {
+  std::size_t count = 0;
+  for (const auto& [format, shapes] : formats)
+    for (const ShapeRules& shape : shapes) count += shape.ranges.size();
+  return count;
+}
+
+// ---------------------------------------------------------------------------------------------------- build
+
+SelectionTable build_selection_table(const TuningData& data, const std::string& gpu) {
+  const auto found = data.gpus.find(gpu);
+  SelectionTable table;
+  table.gpu = gpu;
+  if (found == data.gpus.end()) {
+    std::string known;
+    for (const auto& [key, unused] : data.gpus) known += (known.empty() ? "" : ", ") + key;
+    QTUNE_INPUT_ERROR("--gpu: no results for GPU '" + gpu + "' (GPUs in the database: " + (known.empty() ? "none" : known) + ")");
+  }
+  const GpuData& gpu_data = found->second;
+  std::set<std::int64_t> winner_runs;
+  std::size_t winner_count = 0;
+  for (const auto& [shape, cells] : gpu_data.shapes()) {
+    std::vector<BucketWinner> winners;
+    for (const Cell* cell : cells) {
+      if (!cell->winner) continue;
+      winners.push_back({cell->problem.m, to_kernel_config(data.config(db::id_value(cell->winner->config))), cell->winner->median_us});
+      winner_runs.insert(db::id_value(cell->winner->run));
+    }
+    if (winners.empty()) continue;
+    winner_count += winners.size();
+    table.formats[shape.format].push_back({shape.n, shape.k, compact_ranges(std::move(winners))});
+  }
+  if (table.formats.empty()) {
+    QTUNE_INPUT_ERROR("--gpu: GPU '" + gpu + "' has no winners" + " for the selected formats (run `qtune tune` first)");
+  }
+
+  std::vector<const db::RunRecord*> runs;
+  for (const db::RunRecord& run : gpu_data.runs) {
+    if (winner_runs.count(db::id_value(run.id)) > 0) runs.push_back(&run);
+  }
+  std::sort(runs.begin(), runs.end(), [](const db::RunRecord* a, const db::RunRecord* b) {
+    return std::tie(a->started_at, a->uuid) < std::tie(b->started_at, b->uuid);
+  });
+  nlohmann::json run_list = nlohmann::json::array();
+  for (const db::RunRecord* run : runs) {
+    run_list.push_back({{"uuid", run->uuid},
+                        {"kind", run->kind},
+                        {"status", db::to_string(run->status)},
+                        {"started_at", run->started_at},
+                        {"finished_at", run->finished_at ? nlohmann::json(*run->finished_at) : nlohmann::json(nullptr)},
+                        {"tool_version", run->tool_version},
+                        {"git_sha", run->git_sha},
+                        {"cuda_version", run->cuda_version},
+                        {"driver_version", run->driver_version},
+                        {"host", run->host},
+                        {"gpu_name", run->gpu_name},
+                        {"gpu_uuid", run->gpu_uuid},
+                        {"shard", run->shard}});
+  }
+  table.provenance = {{"runs", run_list}, {"winners", winner_count}};
+  return table;
+}
+
+// ---------------------------------------------------------------------------------------------------- fallback regret
+
+nlohmann::json FallbackRegret::to_json() const {
+  auto optional_number = [](const std::optional<double>& value) { return value ? nlohmann::json(*value) : nlohmann::json(nullptr); };
+  nlohmann::json shapes_json = nlohmann::json::array();
+  for (const ShapeRegret& shape : per_shape) {
+    shapes_json.push_back({{"format", shape.format},
+                           {"n", shape.n},
+                           {"k", shape.k},
+                           {"neighbour_n", shape.neighbour_n},
+                           {"neighbour_k", shape.neighbour_k},
+                           {"cells", shape.cells},
+                           {"geomean_regret", shape.geomean_regret},
+                           {"max_regret", shape.max_regret}});
+  }
+  return {{"method", "leave-one-shape-out: each tuned shape answered by the nearest other shape's M ranges; "
+                     "regret = time of the chosen config there / best kernel time there - 1"},
+          {"shapes", shapes},
+          {"cells", cells},
+          {"heuristic_cells", heuristic_cells},
+          {"skipped_cells", skipped_cells},
+          {"geomean_regret", optional_number(geomean_regret)},
+          {"max_regret", optional_number(max_regret)},
+          {"worst_cell", worst_cell},
+          {"per_shape", shapes_json}};
+}
+
+FallbackRegret evaluate_fallback(const SelectionTable& table, const TuningData& data, const GpuData& gpu_data) {
+  FallbackRegret result;
+  const auto groups = gpu_data.shapes();
+  std::vector<double> all_ratios;
+  for (const auto& [format, shapes] : table.formats) {
+    for (const ShapeRules& held_out : shapes) {
+      const ShapeRules* neighbour = table.nearest_shape(format, held_out.n, held_out.k, &held_out);
+      if (neighbour == nullptr) continue;
+      const auto cells = groups.find(ShapeKey{format, held_out.n, held_out.k});
+      if (cells == groups.end()) continue;
+      std::vector<double> ratios;
+      for (const Cell* cell : cells->second) {
+        const std::optional<double> best = cell->best_kernel_us();
+        if (!best) continue;
+        const KernelConfig& chosen = neighbour->range_for(cell->problem.m).config;
+        std::optional<double> time;
+        if (const auto config = data.find_kernel_config(chosen)) time = cell->kernel_time(*config);
+        if (!time) {
+          time = cell->heuristic_us();  // not measured there (pruned or invalid): the runtime takes the heuristic
+          if (!time) {
+            ++result.skipped_cells;
+            continue;
+          }
+          ++result.heuristic_cells;
+        }
+        const double ratio = *time / *best;
+        ratios.push_back(ratio);
+        all_ratios.push_back(ratio);
+        if (!result.max_regret || ratio - 1 > *result.max_regret) {
+          result.max_regret = ratio - 1;
+          result.worst_cell = format + " n=" + std::to_string(held_out.n) + " k=" + std::to_string(held_out.k) +
+                              " m=" + std::to_string(cell->problem.m);
+        }
+      }
+      if (ratios.empty()) continue;
+      ++result.shapes;
+      ShapeRegret shape{format, held_out.n, held_out.k, neighbour->n, neighbour->k, static_cast<int>(ratios.size()),
+                        *geometric_mean(ratios) - 1, *std::max_element(ratios.begin(), ratios.end()) - 1};
+      result.per_shape.push_back(shape);
+    }
+  }
+  result.cells = static_cast<int>(all_ratios.size());
+  if (const auto mean = geometric_mean(all_ratios)) result.geomean_regret = *mean - 1;
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------------- JSON
+
+nlohmann::json SelectionTable::to_json() const {
+  nlohmann::json formats_json = nlohmann::json::object();
+  for (const auto& [format, shapes] : formats) {
+    nlohmann::json shapes_json = nlohmann::json::array();
+    for (const ShapeRules& shape : shapes) {
+      nlohmann::json ranges_json = nlohmann::json::array();
+      for (const MRange& range : shape.ranges) {
+        nlohmann::json buckets = nlohmann::json::array();
+        for (const TunedBucket& bucket : range.buckets) buckets.push_back({{"m", bucket.m}, {"median_us", bucket.median_us}});
+        ranges_json.push_back({{"m_min", range.m_min},
+                               {"m_max", range.m_max ? nlohmann::json(*range.m_max) : nlohmann::json(nullptr)},
+                               {"config", range.config.to_string()},
+                               {"family", range.config.family},
+                               {"params", range.config.to_json()["params"]},
+                               {"median_us", range.buckets.empty() ? nlohmann::json(nullptr) : nlohmann::json(range.buckets.front().median_us)},
+                               {"buckets", buckets}});
+      }
+      shapes_json.push_back({{"n", shape.n}, {"k", shape.k}, {"ranges", ranges_json}});
+    }
+    formats_json[format] = {{"shapes", shapes_json}};
+  }
+  nlohmann::json fallback = {
+      {"method", "nearest tuned shape of the same format in (ln N, ln K), then its M ranges"},
+      {"distance", "(ln N - ln N')^2 + (ln K - ln K')^2; ties go to the first shape in (N, K) order"},
+      {"m_rule", "the smallest tuned M bucket >= M; the largest bucket beyond the last"},
+      {"note", "check the chosen config against the family's rules for the new shape; if it fails, use the heuristic"}};
+  if (fallback_regret) fallback["held_out_regret"] = fallback_regret->to_json();
+  return {{"schema", "qtune-selection-table/1"}, {"gpu", gpu}, {"formats", formats_json}, {"fallback", fallback}, {"provenance", provenance}};
+}
+
+namespace {
+
+// Field access with errors naming the file and the dotted path of the field.
+class JsonReader {
+ public:
+  explicit JsonReader(std::string_view source) : source_(source) {}
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    QTUNE_INPUT_ERROR(source_ + ": field '" + path + "': " + what);
+  }
+  const nlohmann::json& member(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    if (!object.is_object()) fail(path, "expected an object");
+    const auto found = object.find(key);
+    if (found == object.end()) fail(join(path, key), "missing");
+    return *found;
+  }
+  std::int64_t positive_int(const nlohmann::json& value, const std::string& path) const {
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 1) fail(path, "expected a positive integer");
+    return value.get<std::int64_t>();
+  }
+  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+SelectionTable SelectionTable::from_json(const nlohmann::json& json, std::string_view source) {
+  const JsonReader reader(source);
+  SelectionTable table;
+  const nlohmann::json& schema = reader.member(json, "", "schema");
+  if (schema != "qtune-selection-table/1") reader.fail("schema", "expected \"qtune-selection-table/1\"");
+  const nlohmann::json& gpu = reader.member(json, "", "gpu");
+  if (!gpu.is_string()) reader.fail("gpu", "expected a string");
+  table.gpu = gpu.get<std::string>();
+  const nlohmann::json& formats_json = reader.member(json, "", "formats");
+  if (!formats_json.is_object()) reader.fail("formats", "expected an object");
+  for (const auto& [format, format_json] : formats_json.items()) {
+    const std::string format_path = "formats." + format;
+    const nlohmann::json& shapes_json = reader.member(format_json, format_path, "shapes");
+    if (!shapes_json.is_array() || shapes_json.empty()) reader.fail(format_path + ".shapes", "expected a non-empty array");
+    std::vector<ShapeRules> shapes;
+    for (std::size_t s = 0; s < shapes_json.size(); ++s) {
+      const std::string shape_path = format_path + ".shapes[" + std::to_string(s) + "]";
+      ShapeRules shape;
+      shape.n = reader.positive_int(reader.member(shapes_json[s], shape_path, "n"), shape_path + ".n");
+      shape.k = reader.positive_int(reader.member(shapes_json[s], shape_path, "k"), shape_path + ".k");
+      const nlohmann::json& ranges_json = reader.member(shapes_json[s], shape_path, "ranges");
+      if (!ranges_json.is_array() || ranges_json.empty()) reader.fail(shape_path + ".ranges", "expected a non-empty array");
+      for (std::size_t r = 0; r < ranges_json.size(); ++r) {
+        const std::string range_path = shape_path + ".ranges[" + std::to_string(r) + "]";
+        const nlohmann::json& range_json = ranges_json[r];
+        MRange range;
+        range.m_min = reader.positive_int(reader.member(range_json, range_path, "m_min"), range_path + ".m_min");
+        const nlohmann::json& m_max = reader.member(range_json, range_path, "m_max");
+        if (!m_max.is_null()) range.m_max = reader.positive_int(m_max, range_path + ".m_max");
+        const bool last = r + 1 == ranges_json.size();
+        if (last != !range.m_max) reader.fail(range_path + ".m_max", last ? "the last range must be unbounded (null)" : "only the last range may be unbounded");
+        const std::int64_t expected_min = shape.ranges.empty() ? 1 : *shape.ranges.back().m_max + 1;
+        if (range.m_min != expected_min || (range.m_max && *range.m_max < range.m_min)) {
+          reader.fail(range_path, "ranges must be ascending and cover every M from 1 (expected m_min " + std::to_string(expected_min) + ")");
+        }
+        const nlohmann::json& family = reader.member(range_json, range_path, "family");
+        if (!family.is_string()) reader.fail(range_path + ".family", "expected a string");
+        const nlohmann::json& config = reader.member(range_json, range_path, "config");
+        if (!config.is_string()) reader.fail(range_path + ".config", "expected a string");
+        try {
+          range.config = KernelConfig::parse(config.get<std::string>(), family.get<std::string>());
+        } catch (const InputError& error) {
+          reader.fail(range_path + ".config", error.what());
+        }
+        if (const auto buckets = range_json.find("buckets"); buckets != range_json.end()) {
+          if (!buckets->is_array()) reader.fail(range_path + ".buckets", "expected an array");
+          for (std::size_t b = 0; b < buckets->size(); ++b) {
+            const std::string bucket_path = range_path + ".buckets[" + std::to_string(b) + "]";
+            const nlohmann::json& median = reader.member((*buckets)[b], bucket_path, "median_us");
+            if (!median.is_number() || !(median.get<double>() > 0)) reader.fail(bucket_path + ".median_us", "expected a positive number");
+            range.buckets.push_back({reader.positive_int(reader.member((*buckets)[b], bucket_path, "m"), bucket_path + ".m"), median.get<double>()});
+          }
+        }
+        shape.ranges.push_back(std::move(range));
+      }
+      if (!shapes.empty() && std::tie(shapes.back().n, shapes.back().k) >= std::tie(shape.n, shape.k)) {
+        reader.fail(shape_path, "shapes must be sorted by (n, k) without repeats");
+      }
+      shapes.push_back(std::move(shape));
+    }
+    table.formats.emplace(format, std::move(shapes));
+  }
+  if (const auto provenance = json.find("provenance"); provenance != json.end()) table.provenance = *provenance;
+  return table;
+}
+
+// ---------------------------------------------------------------------------------------------------- C++ header
+
+namespace {
+
+bool is_identifier(const std::string& name) {
+  static const std::set<std::string> reserved = {"family", "text", "int", "class", "struct", "auto", "const", "default",
+                                                 "delete", "new", "this", "case", "do", "for", "if", "else", "while",
+                                                 "return", "switch", "template", "namespace", "register", "union", "long",
+                                                 "short", "signed", "unsigned", "char", "double", "float", "bool", "void"};
+  if (name.empty() || reserved.count(name) > 0) return false;
+  if (!(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Parameter names of every config in the table: each family's declared order, families by name.
+std::vector<std::string> parameter_columns(const std::set<KernelConfig>& configs) {
+  std::map<std::string, std::vector<std::string>> by_family;
+  for (const KernelConfig& config : configs) {
+    std::vector<std::string>& names = by_family[config.family];
+    if (!names.empty()) continue;
+    for (const KernelFamily* family : kernel_families()) {
+      if (family->name() != config.family) continue;
+      for (const ParameterDomain& domain : family->parameter_space()) names.push_back(domain.name);
+    }
+  }
+  for (const KernelConfig& config : configs) {
+    std::vector<std::string>& names = by_family[config.family];
+    for (const auto& [name, value] : config.params) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  }
+  std::vector<std::string> columns;
+  for (const auto& [family, names] : by_family) {
+    for (const std::string& name : names) {
+      if (std::find(columns.begin(), columns.end(), name) != columns.end()) continue;
+      if (!is_identifier(name)) QTUNE_THROW(Error, "kernel parameter '" + name + "' cannot be a C++ member name");
+      columns.push_back(name);
+    }
+  }
+  return columns;
+}
+
+}  // namespace
+
+std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const {
+  if (!is_identifier(std::string(namespace_name))) QTUNE_INPUT_ERROR("--namespace: '" + std::string(namespace_name) + "' is not a C++ identifier");
+  std::set<KernelConfig> config_set;
+  for (const auto& [format, shapes] : formats)
+    for (const ShapeRules& shape : shapes)
+      for (const MRange& range : shape.ranges) config_set.insert(range.config);
+  const std::vector<KernelConfig> configs(config_set.begin(), config_set.end());
+  const std::vector<std::string> columns = parameter_columns(config_set);
+  auto config_index = [&](const KernelConfig& config) {
+    return std::lower_bound(configs.begin(), configs.end(), config) - configs.begin();
+  };
+
+  std::ostringstream out;
+  out << "// Generated by `qtune export` for GPU \"" << gpu << "\". Do not edit: re-export from the database instead.\n"
+      << "// Self-contained: needs only <array>, <cstdint> and <string_view> (C++17 or later).\n"
+      << "//\n"
+      << "// select(format, m, n, k) returns the tuned kernel configuration for a GEMM C[M,N] = A[M,K] * W[N,K]^T, or\n"
+      << "// nullptr when the table has no shape of `format` (the canonical spec text `qtune formats` prints).\n"
+      << "// M rule: the winner of the smallest tuned M bucket >= M (the largest bucket's beyond the last).\n"
+      << "// A shape (N, K) that was not tuned takes the rules of the tuned shape of the same format nearest in\n"
+      << "// (ln N, ln K); check such a config against the kernel family's rules and fall back to the heuristic.\n";
+  if (provenance.contains("runs")) {
+    out << "//\n// Winners from " << provenance["runs"].size() << " run(s):\n";
+    for (const auto& run : provenance["runs"]) {
+      out << "//   " << run.value("uuid", "") << " started " << run.value("started_at", "") << ", qtune "
+          << run.value("tool_version", "") << " (" << run.value("git_sha", "") << "), " << run.value("gpu_name", "") << "\n";
+    }
+  }
+  out << "#pragma once\n\n#include <array>\n#include <cstdint>\n#include <string_view>\n\n"
+      << "namespace " << namespace_name << " {\n\n"
+      << "// One kernel configuration: its family, each tuning parameter (0 where the family has no such parameter)\n"
+      << "// and the canonical text form \"name=value,...\".\n"
+      << "struct Config {\n  std::string_view family;\n";
+  for (const std::string& column : columns) out << "  int " << column << ";\n";
+  out << "  std::string_view text;\n};\n\n"
+      << "// The configs of M in [m_min, m_max] for one shape.\n"
+      << "struct Range {\n  std::int64_t m_min;\n  std::int64_t m_max;  // kNoUpperEnd: every larger M\n  int config;  // index into kConfigs\n};\n\n"
+      << "struct Shape {\n  int format;  // index into kFormats\n  std::int64_t n;\n  std::int64_t k;\n  int first_range;  // index into kRanges\n  int range_count;\n};\n\n"
+      << "inline constexpr std::int64_t kNoUpperEnd = INT64_MAX;\n"
+      << "inline constexpr std::string_view kGpu = " << quoted(gpu) << ";\n\n";
+
+  out << "inline constexpr std::array<std::string_view, " << formats.size() << "> kFormats{{\n";
+  for (const auto& [format, shapes] : formats) out << "    " << quoted(format) << ",\n";
+  out << "}};\n\n";
+
+  out << "inline constexpr std::array<Config, " << configs.size() << "> kConfigs{{\n";
+  for (const KernelConfig& config : configs) {
+    out << "    {" << quoted(config.family);
+    for (const std::string& column : columns) {
+      const auto found = config.params.find(column);
+      out << ", " << (found == config.params.end() ? 0 : found->second);
+    }
+    out << ", " << quoted(config.to_string()) << "},\n";
+  }
+  out << "}};\n\n";
+
+  std::ostringstream ranges_out;
+  std::ostringstream shapes_out;
+  int range_index = 0;
+  int format_index = 0;
+  for (const auto& [format, shapes] : formats) {
+    for (const ShapeRules& shape : shapes) {
+      shapes_out << "    {" << format_index << ", " << shape.n << ", " << shape.k << ", " << range_index << ", " << shape.ranges.size() << "},\n";
+      for (const MRange& range : shape.ranges) {
+        ranges_out << "    {" << range.m_min << ", " << (range.m_max ? std::to_string(*range.m_max) : "kNoUpperEnd") << ", "
+                   << config_index(range.config) << "},  // " << format << " n=" << shape.n << " k=" << shape.k << "\n";
+        ++range_index;
+      }
+    }
+    ++format_index;
+  }
+  out << "inline constexpr std::array<Range, " << range_index << "> kRanges{{\n" << ranges_out.str() << "}};\n\n";
+  out << "inline constexpr std::array<Shape, " << shape_count() << "> kShapes{{\n" << shapes_out.str() << "}};\n\n";
+
+  out << R"(namespace detail {
+
+// ln(x) for x > 0 without <cmath>, computed exactly as qtune computes it, so the nearest shape is the same.
+constexpr double natural_log(double x) {
+  int exponent = 0;
+  while (x >= 2.0) {
+    x *= 0.5;
+    ++exponent;
+  }
+  while (x < 1.0) {
+    x *= 2.0;
+    --exponent;
+  }
+  const double t = (x - 1.0) / (x + 1.0);
+  const double t2 = t * t;
+  double term = t;
+  double sum = 0.0;
+  for (int i = 1; i < 64; i += 2) {
+    sum += term / i;
+    term *= t2;
+  }
+  return 2.0 * sum + exponent * 0.69314718055994530942;
+}
+
+constexpr double shape_distance(std::int64_t n1, std::int64_t k1, std::int64_t n2, std::int64_t k2) {
+  const double dn = natural_log(static_cast<double>(n1)) - natural_log(static_cast<double>(n2));
+  const double dk = natural_log(static_cast<double>(k1)) - natural_log(static_cast<double>(k2));
+  return dn * dn + dk * dk;
+}
+
+constexpr int format_index(std::string_view format) {
+  for (std::size_t i = 0; i < kFormats.size(); ++i) {
+    if (kFormats[i] == format) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The tuned shape whose rules answer (n, k): the shape itself, else the nearest one; nullptr for an unknown format.
+constexpr const Shape* rules_for(std::string_view format, std::int64_t n, std::int64_t k) {
+  const int wanted = format_index(format);
+  if (wanted < 0) return nullptr;
+  for (const Shape& shape : kShapes) {
+    if (shape.format == wanted && shape.n == n && shape.k == k) return &shape;
+  }
+  const Shape* best = nullptr;
+  double best_distance = 0.0;
+  for (const Shape& shape : kShapes) {
+    if (shape.format != wanted) continue;
+    const double distance = shape_distance(n, k, shape.n, shape.k);
+    if (best == nullptr || distance < best_distance) {
+      best = &shape;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+}  // namespace detail
+
+// Whether (format, n, k) itself was tuned (otherwise select() answers with the nearest tuned shape's rules).
+constexpr bool is_tuned_shape(std::string_view format, std::int64_t n, std::int64_t k) {
+  const Shape* shape = detail::rules_for(format, n, k);
+  return shape != nullptr && shape->n == n && shape->k == k;
+}
+
+// The configuration for the GEMM (format, m, n, k); nullptr when the table has no shape of `format`.
+constexpr const Config* select(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k) {
+  const Shape* shape = detail::rules_for(format, n, k);
+  if (shape == nullptr) return nullptr;
+  const int last = shape->first_range + shape->range_count - 1;
+  for (int i = shape->first_range; i < last; ++i) {
+    if (m <= kRanges[static_cast<std::size_t>(i)].m_max) return &kConfigs[static_cast<std::size_t>(kRanges[static_cast<std::size_t>(i)].config)];
+  }
+  return &kConfigs[static_cast<std::size_t>(kRanges[static_cast<std::size_t>(last)].config)];
+}
+
+}  // namespace )"
+      << namespace_name << "\n";
+  return out.str();
+}
+
+// ---------------------------------------------------------------------------------------------------- files
+
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  fs::path temporary = path;
+  temporary += ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
+    if (!stream) QTUNE_LIBRARY_ERROR("system", "cannot write " + temporary.string());
+    stream << text;
+    stream.flush();
+    if (!stream) {
+      stream.close();
+      std::error_code ignored;
+      fs::remove(temporary, ignored);
+      QTUNE_LIBRARY_ERROR("system", "cannot write " + temporary.string());
+    }
+  }
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    QTUNE_LIBRARY_ERROR("system", "cannot rename " + temporary.string() + " to " + path.string() + ": " + error.message());
+  }
+}
+
+}  // namespace qtune::reports

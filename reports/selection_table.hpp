@@ -1,0 +1,157 @@
+#pragma once
+// Tuned selection tables: the winners of one GPU compacted into M ranges per (format, N, K), a nearest-shape fallback
+// for shapes that were never tuned, and the two artefacts production code reads: JSON and a self-contained C++ header.
+//
+// M rule (the same as search::m_bucket_for): a GEMM with M rows uses the winner of the smallest tuned bucket >= M, and
+// the largest bucket's winner beyond it. Consecutive buckets with the same winner merge into one range, so the ranges
+// of a shape cover [1, inf): range i is [previous range's m_max + 1, its last bucket], and the last has no upper end.
+//
+// Fallback for a shape not in the table: the tuned shape of the same format nearest in (ln N, ln K) (squared Euclidean
+// distance, ties to the first shape in (N, K) order), then that shape's M ranges. The header's select() computes the
+// same choice bit for bit (it uses the same natural_log below).
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/family.hpp"
+#include "reports/tuning_data.hpp"
+
+namespace qtune::reports {
+
+// One tuned M bucket inside a range.
+struct TunedBucket {
+  std::int64_t m = 0;
+  double median_us = 0;
+};
+
+struct MRange {
+  std::int64_t m_min = 1;
+  std::optional<std::int64_t> m_max;  // nullopt: every larger M
+  KernelConfig config;
+  std::vector<TunedBucket> buckets;  // the tuned buckets this range merged, ascending
+
+  bool contains(std::int64_t m) const { return m >= m_min && (!m_max || m <= *m_max); }
+};
+
+// The winner of one tuned M bucket.
+struct BucketWinner {
+  std::int64_t m = 0;
+  KernelConfig config;
+  double median_us = 0;
+};
+
+// Merges consecutive buckets with the same config (sorted by M first). Throws Error for two winners of one M.
+std::vector<MRange> compact_ranges(std::vector<BucketWinner> winners);
+
+struct ShapeRules {
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::vector<MRange> ranges;  // non-empty, ascending, covering [1, inf)
+
+  const MRange& range_for(std::int64_t m) const;
+};
+
+// ln(x) for x > 0, written out so that the generated header (which may include no <cmath>) computes the very same
+// double: range reduction by powers of two, then 2 atanh((x - 1) / (x + 1)).
+constexpr double natural_log(double x) {
+  int exponent = 0;
+  while (x >= 2.0) {
+    x *= 0.5;
+    ++exponent;
+  }
+  while (x < 1.0) {
+    x *= 2.0;
+    --exponent;
+  }
+  const double t = (x - 1.0) / (x + 1.0);
+  const double t2 = t * t;
+  double term = t;
+  double sum = 0.0;
+  for (int i = 1; i < 64; i += 2) {
+    sum += term / i;
+    term *= t2;
+  }
+  return 2.0 * sum + exponent * 0.69314718055994530942;
+}
+
+// Squared distance of two shapes in (ln N, ln K).
+constexpr double shape_distance(std::int64_t n1, std::int64_t k1, std::int64_t n2, std::int64_t k2) {
+  const double dn = natural_log(static_cast<double>(n1)) - natural_log(static_cast<double>(n2));
+  const double dk = natural_log(static_cast<double>(k1)) - natural_log(static_cast<double>(k2));
+  return dn * dn + dk * dk;
+}
+
+// The fallback's quality, measured by leaving each tuned shape out in turn: its cells are answered by the nearest
+// *other* shape's rules and the chosen config's measured time there is compared with the best kernel time there.
+struct ShapeRegret {
+  std::string format;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::int64_t neighbour_n = 0;
+  std::int64_t neighbour_k = 0;
+  int cells = 0;
+  double geomean_regret = 0;  // geometric mean of time / best, minus 1
+  double max_regret = 0;
+};
+
+struct FallbackRegret {
+  int shapes = 0;           // shapes held out that had a neighbour
+  int cells = 0;            // cells with a regret
+  int heuristic_cells = 0;  // of those: the chosen config was not measured there, so the heuristic's time counts
+  int skipped_cells = 0;    // neither the chosen config nor the heuristic was measured there
+  std::optional<double> geomean_regret;  // geometric mean of time / best over all cells, minus 1
+  std::optional<double> max_regret;
+  std::string worst_cell;  // "w4a16-int4-ch n=8192 k=8192 m=64"
+  std::vector<ShapeRegret> per_shape;
+
+  nlohmann::json to_json() const;
+};
+
+struct SelectionTable {
+  std::string gpu;
+  std::map<std::string, std::vector<ShapeRules>> formats;  // canonical format text -> shapes sorted by (n, k)
+  nlohmann::json provenance = nlohmann::json::object();    // the runs the winners came from (db data only)
+  std::optional<FallbackRegret> fallback_regret;
+
+  struct Selection {
+    const KernelConfig* config = nullptr;
+    const ShapeRules* shape = nullptr;  // the tuned shape whose rules answered
+    bool tuned_shape = false;           // (n, k) itself is in the table
+  };
+  // The config for a GEMM; config == nullptr when the table has no shape of `format`.
+  Selection select(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k) const;
+  // The nearest shape of `format` to (n, k), leaving out `excluded` (for leave-one-out); nullptr if none.
+  const ShapeRules* nearest_shape(std::string_view format, std::int64_t n, std::int64_t k,
+                                  const ShapeRules* excluded = nullptr) const;
+
+  std::size_t shape_count() const;
+  std::size_t range_count() const;
+
+  // {"schema", "gpu", "formats": {spec: {"shapes": [{"n", "k", "ranges": [{"m_min", "m_max" (null: no end), "config",
+  // "family", "params", "median_us", "buckets": [{"m", "median_us"}]}]}]}}, "fallback", "provenance"}.
+  // "median_us" of a range is that of its first tuned bucket. Keys are sorted, so equal tables give equal bytes.
+  nlohmann::json to_json() const;
+  // Reads to_json()'s output. Throws InputError "<source>: field '<path>': ..." for a malformed table.
+  static SelectionTable from_json(const nlohmann::json& json, std::string_view source = "table");
+
+  // A C++ header that needs only <array>, <cstdint> and <string_view> (C++17), with constexpr tables and
+  // `select(format, m, n, k)` returning a `const Config*` (nullptr for a format not in the table).
+  std::string to_cpp_header(std::string_view namespace_name = "qtune_table") const;
+};
+
+// The table of one GPU's winners (only formats with winners; dense f16/bf16 problems never have any).
+// Throws InputError when the GPU has no winner of the selected formats.
+SelectionTable build_selection_table(const TuningData& data, const std::string& gpu);
+
+// Leave-one-shape-out regret of the fallback over the measurements in `gpu_data` (store nothing).
+FallbackRegret evaluate_fallback(const SelectionTable& table, const TuningData& data, const GpuData& gpu_data);
+
+// Writes `text` to `path` atomically (a temporary file beside it, then a rename). Throws LibraryError("system", ...).
+void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace qtune::reports

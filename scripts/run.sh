@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The main job: install what is missing, build, tune the local GPU into ./qtune.db, then write the report.
+# Override what is tuned with QTUNE_FORMATS (default w4a16-int4-ch) and QTUNE_MODEL (default llama-3-70b).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+build_dir=${QTUNE_BUILD_DIR:-build}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build_dir" --target qtune
+qtune="$build_dir/bin/qtune"
+db=${QTUNE_DB:-qtune.db}
+"$qtune" tune --gpu auto --formats "${QTUNE_FORMATS:-w4a16-int4-ch}" --model "${QTUNE_MODEL:-llama-3-70b}" --db "$db" "$@"
+"$qtune" report --db "$db" -o report/
+echo "report: report/index.html"

@@ -1,0 +1,112 @@
+#include "search/space.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace qtune::search {
+
+SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& problem, const ArchLimits& limits) {
+  const auto domains = family.parameter_space();
+  SpaceEnumeration space;
+  std::vector<size_t> index(domains.size(), 0);
+  if (std::any_of(domains.begin(), domains.end(), [](const auto& d) { return d.values.empty(); })) return space;
+  while (true) {
+    KernelConfig config{family.name(), {}};
+    for (size_t d = 0; d < domains.size(); ++d) config.params[domains[d].name] = domains[d].values[index[d]];
+    ++space.total;
+    RuleVerdict verdict = family.check(config, problem, limits);
+    if (verdict.valid) {
+      space.candidates.push_back(std::move(config));
+    } else {
+      ++space.removed_by_rule[verdict.rule];
+    }
+    // Odometer increment over the domains, last parameter fastest.
+    size_t d = domains.size();
+    while (d > 0) {
+      --d;
+      if (++index[d] < domains[d].values.size()) break;
+      index[d] = 0;
+      if (d == 0) return space;
+    }
+    if (domains.empty()) return space;
+  }
+}
+
+namespace {
+uint64_t block_threads(const LaunchGeometry& geometry) {
+  return uint64_t{geometry.block[0]} * geometry.block[1] * geometry.block[2];
+}
+}  // namespace
+
+int resident_blocks_per_sm(const ArchLimits& limits, const LaunchGeometry& geometry, const CompiledResources& resources) {
+  const uint64_t threads = block_threads(geometry);
+  if (threads == 0) return 0;
+  // Registers are allocated per warp in units of 256.
+  const uint64_t warps = (threads + 31) / 32;
+  const uint64_t registers_per_warp = (uint64_t(std::max(resources.registers, 1)) * 32 + 255) / 256 * 256;
+  uint64_t by_registers = uint64_t(limits.registers_per_sm) / (registers_per_warp * warps);
+  uint64_t by_threads = uint64_t(limits.max_threads_per_sm) / threads;
+  uint64_t shared = uint64_t(geometry.dynamic_shared_bytes) + uint64_t(resources.static_shared_bytes);
+  uint64_t by_shared = shared == 0 ? uint64_t(limits.max_blocks_per_sm) : uint64_t(limits.shared_per_sm) / shared;
+  uint64_t blocks = std::min({by_registers, by_threads, by_shared, uint64_t(limits.max_blocks_per_sm)});
+  return static_cast<int>(blocks);
+}
+
+RuleVerdict check_compiled(const KernelConfig& config, const Problem&, const ArchLimits& limits,
+                           const LaunchGeometry& geometry, const CompiledResources& resources) {
+  const std::string name = config.to_string();
+  if (resources.spill_bytes > 0) {
+    return RuleVerdict::fail("spills", name + ": " + std::to_string(resources.spill_bytes) + " bytes of register spills");
+  }
+  const uint64_t shared = uint64_t(geometry.dynamic_shared_bytes) + uint64_t(resources.static_shared_bytes);
+  if (shared > uint64_t(limits.max_shared_per_block)) {
+    return RuleVerdict::fail("smem-after-compile", name + ": " + std::to_string(shared) + " bytes of shared memory > " +
+                                                       std::to_string(limits.max_shared_per_block) + " per block");
+  }
+  if (block_threads(geometry) > uint64_t(limits.max_threads_per_sm)) {
+    return RuleVerdict::fail("threads-per-sm", name + ": block larger than an SM holds");
+  }
+  if (resident_blocks_per_sm(limits, geometry, resources) == 0) {
+    return RuleVerdict::fail("registers-per-sm", name + ": " + std::to_string(resources.registers) +
+                                                     " registers per thread leave no block resident on an SM");
+  }
+  return RuleVerdict::ok();
+}
+
+std::vector<std::string> cost_feature_names(const KernelFamily& family) {
+  std::vector<std::string> names = {"log2_m", "log2_n", "log2_k", "log2_ctas", "waves", "wave_efficiency",
+                                    "m_tile_efficiency", "log2_bytes_per_flop"};
+  for (const auto& domain : family.parameter_space()) names.push_back("log2_" + domain.name);
+  return names;
+}
+
+std::vector<double> cost_features(const KernelFamily& family, const KernelConfig& config, const Problem& problem,
+                                  const ArchLimits& limits) {
+  const LaunchGeometry geometry = family.launch_geometry(config, problem);
+  const double ctas = double(geometry.grid[0]) * geometry.grid[1] * geometry.grid[2];
+  const double sms = std::max(1, limits.sm_count);
+  const double waves = ctas / sms;
+  const double wave_efficiency = ctas / (std::ceil(waves) * sms);
+  double m_tile_efficiency = 1.0;
+  if (auto it = config.params.find("bm"); it != config.params.end() && it->second > 0) {
+    const double bm = it->second;
+    m_tile_efficiency = double(problem.m) / (std::ceil(double(problem.m) / bm) * bm);
+  }
+  const double weight_bytes = double(problem.n) * double(problem.k) * problem.format.bits_per_weight() / 8.0;
+  const double activation_bytes = double(problem.m) * double(problem.k) * problem.format.activation_bits() / 8.0;
+  const double flops = 2.0 * double(problem.m) * double(problem.n) * double(problem.k);
+  std::vector<double> features = {std::log2(double(problem.m)),
+                                  std::log2(double(problem.n)),
+                                  std::log2(double(problem.k)),
+                                  std::log2(std::max(ctas, 1.0)),
+                                  waves,
+                                  wave_efficiency,
+                                  m_tile_efficiency,
+                                  std::log2((weight_bytes + activation_bytes) / flops)};
+  for (const auto& domain : family.parameter_space()) {
+    features.push_back(std::log2(double(std::max(config.get(domain.name), 0)) + 1.0));
+  }
+  return features;
+}
+
+}  // namespace qtune::search

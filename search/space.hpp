@@ -1,0 +1,44 @@
+#pragma once
+// The configuration space of one problem: every point of a family's parameter space, pruned in two passes
+// (the family's static rules before compiling, the ptxas resource report after), with counts per rule.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/family.hpp"
+
+namespace qtune::search {
+
+struct SpaceEnumeration {
+  std::vector<KernelConfig> candidates;          // valid after static rules, in canonical enumeration order
+  size_t total = 0;                              // points in the parameter space
+  std::map<std::string, size_t> removed_by_rule; // rule name -> candidates it removed (first failing rule counts)
+};
+
+// Enumerates the cartesian product of the family's parameter domains and keeps what passes family.check().
+SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& problem, const ArchLimits& limits);
+
+// What the compiler reported for one candidate (a plain copy of the JIT's resource report; search/ has no CUDA).
+struct CompiledResources {
+  int registers = 0;
+  int spill_bytes = 0;  // stores + loads
+  int static_shared_bytes = 0;
+  int stack_frame_bytes = 0;
+};
+
+// Second pass, after compiling: spills, zero occupancy (registers or shared memory per SM), shared memory per block.
+// Rules: "spills", "registers-per-sm", "smem-after-compile", "threads-per-sm".
+RuleVerdict check_compiled(const KernelConfig& config, const Problem& problem, const ArchLimits& limits,
+                           const LaunchGeometry& geometry, const CompiledResources& resources);
+
+// Blocks of this kernel that fit on one SM (0: none), from registers, shared memory and threads.
+int resident_blocks_per_sm(const ArchLimits& limits, const LaunchGeometry& geometry, const CompiledResources& resources);
+
+// Features for cost models; comparable across problems and GPUs of a family, so a model can carry over.
+// Problem size (log m, n, k), each parameter (log2), waves and wave efficiency, tile padding efficiency, bytes per FLOP.
+std::vector<double> cost_features(const KernelFamily& family, const KernelConfig& config, const Problem& problem,
+                                  const ArchLimits& limits);
+std::vector<std::string> cost_feature_names(const KernelFamily& family);
+
+}  // namespace qtune::search

@@ -1,0 +1,149 @@
+// Store::check: a sound store has no findings; damage, broken references, old schemas and broken rules are reported.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "db/store.hpp"
+#include "kernels/error.hpp"
+#include "tests/db/db_test_support.hpp"
+
+namespace qtune::db {
+namespace {
+
+using testing::TempDir;
+
+bool mentions(const std::vector<std::string>& problems, const std::string& text) {
+  return std::any_of(problems.begin(), problems.end(), [&](const std::string& line) { return line.find(text) != std::string::npos; });
+}
+
+std::string joined(const std::vector<std::string>& problems) {
+  std::string text;
+  for (const auto& line : problems) text += line + "\n";
+  return text;
+}
+
+// A store with enough rows to span many pages, flattened so the main file alone holds it.
+void fill(const std::filesystem::path& file) {
+  Store store = Store::open(file);
+  auto transaction = store.transaction();
+  const RunId run = store.insert_run(testing::sample_run());
+  const ConfigId config = store.upsert_config(testing::kernel_config(128));
+  for (int m = 1; m <= 400; ++m) {
+    const ProblemId problem = store.upsert_problem(Problem{"w4a16-int4-g128", m, 8192, 8192});
+    store.insert_verification(testing::passed(run, problem, config));
+    store.insert_measurement(testing::ok_measurement(run, problem, config, 10 + m));
+  }
+  transaction.commit();
+}
+
+TEST(Check, SoundStoreHasNoFindings) {
+  TempDir dir;
+  fill(dir / "good.db");
+  EXPECT_TRUE(Store::check_file(dir / "good.db").empty()) << joined(Store::check_file(dir / "good.db"));
+  Store store = Store::open(dir / "good.db");
+  EXPECT_TRUE(store.check().empty());
+}
+
+TEST(Check, DamagedPagesAreReported) {
+  TempDir dir;
+  const auto file = dir / "damaged.db";
+  fill(file);
+  testing::flatten(file);
+  std::int64_t page_size = 0;
+  std::int64_t index_root = 0;
+  {
+    Connection connection(file, OpenMode::ReadOnly);
+    page_size = connection.query_int("PRAGMA page_size");
+    Statement root = connection.prepare("SELECT rootpage FROM sqlite_master WHERE name = 'measurements_by_problem'");
+    ASSERT_TRUE(root.step());
+    index_root = root.column_int(0);
+  }
+  ASSERT_GT(index_root, 1);
+  {
+    // Scribble over the index's root page, all but its type byte, so its cells and child pointers are garbage.
+    std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+    stream.seekp((index_root - 1) * page_size + 1);
+    const std::string garbage(static_cast<std::size_t>(page_size - 1), '\x5a');
+    stream.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  const auto problems = Store::check_file(file);
+  EXPECT_FALSE(problems.empty());
+  EXPECT_TRUE(mentions(problems, "integrity") || mentions(problems, "malformed")) << joined(problems);
+}
+
+TEST(Check, TruncatedFileIsReported) {
+  TempDir dir;
+  const auto file = dir / "truncated.db";
+  fill(file);
+  testing::flatten(file);
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+  const auto problems = Store::check_file(file);
+  EXPECT_FALSE(problems.empty());
+}
+
+TEST(Check, GarbageFileIsReportedNotThrown) {
+  TempDir dir;
+  const auto file = dir / "garbage.db";
+  std::ofstream(file) << std::string(8192, '\x01');
+  const auto problems = Store::check_file(file);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_TRUE(mentions(problems, "not a database")) << joined(problems);
+}
+
+TEST(Check, BrokenReferencesAreReported) {
+  TempDir dir;
+  const auto file = dir / "references.db";
+  fill(file);
+  {
+    Connection raw(file, OpenMode::ReadWrite);
+    raw.execute("PRAGMA foreign_keys = OFF");
+    raw.execute("DELETE FROM kernel_configs");
+  }
+  const auto problems = Store::check_file(file);
+  EXPECT_TRUE(mentions(problems, "foreign key: measurements")) << joined(problems);
+  EXPECT_TRUE(mentions(problems, "foreign key: verifications")) << joined(problems);
+}
+
+TEST(Check, WinnerThatFailedVerificationIsReported) {
+  TempDir dir;
+  const auto file = dir / "winner.db";
+  RunId run{};
+  ProblemId problem{};
+  ConfigId config{};
+  {
+    Store store = Store::open(file);
+    run = store.insert_run(testing::sample_run());
+    problem = store.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
+    config = store.upsert_config(testing::kernel_config(128));
+    store.insert_verification(testing::passed(run, problem, config));
+    store.set_winner(Winner{run, problem, config, 10, "fastest"});
+    EXPECT_TRUE(store.check().empty());
+    // A later run on the same GPU finds the winner wrong; the stale winner is now a finding.
+    const RunId later = store.insert_run(testing::sample_run());
+    Verification failed = testing::passed(later, problem, config);
+    failed.status = VerificationStatus::Failed;
+    store.insert_verification(failed);
+    const auto problems = store.check();
+    EXPECT_TRUE(mentions(problems, "failed verification")) << joined(problems);
+  }
+}
+
+TEST(Check, OlderSchemaIsReported) {
+  TempDir dir;
+  const auto file = dir / "old.db";
+  {
+    Connection connection(file, OpenMode::ReadWriteCreate);
+    migrate(connection, 1);
+  }
+  const auto problems = Store::check_file(file);
+  EXPECT_TRUE(mentions(problems, "schema version 1 is older")) << joined(problems);
+}
+
+TEST(Check, MissingFileIsAnInputError) {
+  TempDir dir;
+  EXPECT_THROW(Store::check_file(dir / "missing.db"), InputError);
+}
+
+}  // namespace
+}  // namespace qtune::db

@@ -1,0 +1,235 @@
+// The kernel-family interface: config text/JSON, the registry, static rules, support refusals, launch geometry.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
+#include "kernels/family.hpp"
+
+namespace qtune {
+namespace {
+
+KernelConfig mma_config(std::string_view text) { return KernelConfig::parse(text, "mma"); }
+
+Problem problem(std::string_view format, int64_t m, int64_t n, int64_t k) {
+  Problem p;
+  p.format = FormatSpec::parse(format);
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
+const char* kBaseConfig = "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0";
+
+TEST(KernelConfig, TextIsCanonicalInFamilyOrder) {
+  const KernelConfig config = mma_config("split=4,bm=16,bk=256,bn=128,wm=1,wn=4,wk=1,stages=4,raster=0");
+  EXPECT_EQ(config.family, "mma");
+  EXPECT_EQ(config.to_string(), kBaseConfig);
+  EXPECT_EQ(mma_config(config.to_string()), config);
+  EXPECT_EQ(config.get("split"), 4);
+}
+
+TEST(KernelConfig, FamilyPrefixOverridesTheDefault) {
+  const KernelConfig config = KernelConfig::parse("other:b=2,a=1", "mma");
+  EXPECT_EQ(config.family, "other");
+  EXPECT_EQ(config.to_string(), "a=1,b=2");  // unknown family: alphabetical
+}
+
+TEST(KernelConfig, JsonRoundTrip) {
+  const KernelConfig config = mma_config(kBaseConfig);
+  const nlohmann::json json = config.to_json();
+  EXPECT_EQ(json["family"], "mma");
+  EXPECT_EQ(json["params"]["bn"], 128);
+  EXPECT_EQ(KernelConfig::from_json(json), config);
+  EXPECT_EQ(KernelConfig::from_json(nlohmann::json::parse(json.dump())), config);
+}
+
+TEST(KernelConfig, MalformedInputNamesTheField) {
+  auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([] { mma_config("bm=16,bn"); }).find("'bn' is not of the form name=value"), std::string::npos);
+  EXPECT_NE(message([] { mma_config("bm=x"); }).find("parameter 'bm'"), std::string::npos);
+  EXPECT_NE(message([] { mma_config("bm=1,bm=2"); }).find("given twice"), std::string::npos);
+  EXPECT_NE(message([] { mma_config(""); }).find("empty parameter list"), std::string::npos);
+  EXPECT_NE(message([] { mma_config("bm=16").get("bk"); }).find("missing parameter 'bk'"), std::string::npos);
+  EXPECT_NE(message([] { KernelConfig::from_json(nlohmann::json{{"family", "mma"}}); }).find("config.params"),
+            std::string::npos);
+  EXPECT_NE(message([] { KernelConfig::from_json(nlohmann::json{{"family", "mma"}, {"params", {{"bm", "x"}}}}); })
+                .find("config.params.bm"),
+            std::string::npos);
+}
+
+TEST(KernelFamilies, RegistryFindsMma) {
+  ASSERT_FALSE(kernel_families().empty());
+  EXPECT_EQ(find_family("mma").name(), "mma");
+  try {
+    find_family("nope");
+    FAIL() << "expected InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma)"), std::string::npos);
+  }
+}
+
+TEST(KernelFamilies, ArchNames) {
+  EXPECT_EQ(sm_of_arch("sm_90a"), 90);
+  EXPECT_EQ(sm_of_arch("sm_120a"), 120);
+  EXPECT_EQ(sm_of_arch("sm_80"), 80);
+  EXPECT_THROW(sm_of_arch("compute_90"), InputError);
+  EXPECT_THROW(ArchLimits::for_sm(70), InputError);
+  EXPECT_EQ(ArchLimits::for_sm(90).sm_count, 132);
+}
+
+TEST(MmaFamily, ParameterSpaceListsEveryTemplateKnob) {
+  std::vector<std::string> names;
+  for (const ParameterDomain& domain : mma_family().parameter_space()) {
+    names.push_back(domain.name);
+    EXPECT_FALSE(domain.values.empty()) << domain.name;
+    EXPECT_FALSE(domain.meaning.empty()) << domain.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"bm", "bn", "bk", "wm", "wn", "wk", "stages", "split", "raster"}));
+}
+
+TEST(MmaFamily, SupportsWeightOnlyFormatsOnAmpereAndLater) {
+  const FormatSpec format = FormatSpec::parse("w4a16-int4-ch");
+  for (int sm : {80, 86, 89, 90, 100, 120}) EXPECT_TRUE(mma_family().supports(format, sm).supported) << sm;
+  const ArchSupport turing = mma_family().supports(format, 75);
+  EXPECT_FALSE(turing.supported);
+  EXPECT_NE(turing.reason.find("unsupported on sm_75"), std::string::npos) << turing.reason;
+}
+
+TEST(MmaFamily, RefusesWithAReasonNamingTheArchitecture) {
+  const ArchSupport fp8_on_ampere = mma_family().supports(FormatSpec::parse("w8a8-fp8-ch"), 80);
+  EXPECT_FALSE(fp8_on_ampere.supported);
+  EXPECT_NE(fp8_on_ampere.reason.find("unsupported on sm_80"), std::string::npos) << fp8_on_ampere.reason;
+  EXPECT_NE(fp8_on_ampere.reason.find("fp8"), std::string::npos) << fp8_on_ampere.reason;
+}
+
+// Each rule must reject what it is named for, and nothing earlier may catch it first.
+struct RuleCase {
+  const char* format;
+  int64_t m, n, k;
+  const char* config;
+  const char* rule;
+};
+
+class MmaRules : public ::testing::TestWithParam<RuleCase> {};
+
+TEST_P(MmaRules, RejectsWithTheRightRuleName) {
+  const RuleCase& c = GetParam();
+  const RuleVerdict verdict = mma_family().check(mma_config(c.config), problem(c.format, c.m, c.n, c.k), ArchLimits::for_sm(90));
+  EXPECT_FALSE(verdict.valid);
+  EXPECT_EQ(verdict.rule, c.rule) << verdict.detail;
+  EXPECT_FALSE(verdict.detail.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, MmaRules,
+    ::testing::Values(
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4", "parameter-missing"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=7,split=4,raster=0",
+                 "parameter-domain"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0,x=1",
+                 "parameter-unknown"},
+        RuleCase{"w8a8-fp8-ch", 1, 8192, 8192, kBaseConfig, "format-unsupported-on-arch"},
+        RuleCase{"w4a16-int4-g128", 1, 8192, 8000, kBaseConfig, "format-shape"},
+        RuleCase{"w4a16-int4-ch", 1, 8192 + 64, 8192, kBaseConfig, "bn-divides-n"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192 + 128, kBaseConfig, "bk-divides-k"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=2,wn=4,wk=1,stages=4,split=4,raster=0", "warps-m"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=64,bk=256,wm=1,wn=8,wk=1,stages=4,split=4,raster=0", "warps-n"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=128,wm=1,wn=4,wk=4,stages=4,split=4,raster=0", "warps-k"},
+        RuleCase{"w4a16-int4-g192", 1, 8192, 12288, "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0",
+                 "bk-divides-group"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 1024, "bm=16,bn=128,bk=512,wm=1,wn=4,wk=1,stages=4,split=4,raster=0",
+                 "split-exceeds-k"},
+        RuleCase{"w4a16-int4-ch", 256, 8192, 8192, "bm=256,bn=256,bk=128,wm=4,wn=8,wk=2,stages=2,split=1,raster=0",
+                 "threads-per-block"},
+        RuleCase{"w4a16-int4-ch", 256, 8192, 8192, "bm=256,bn=256,bk=64,wm=1,wn=4,wk=1,stages=2,split=1,raster=0",
+                 "accumulators-per-thread"},
+        RuleCase{"w4a16-int4-ch", 256, 8192, 8192, "bm=256,bn=128,bk=512,wm=4,wn=4,wk=1,stages=6,split=1,raster=0",
+                 "smem-per-block"},
+        RuleCase{"w4a16-int4-ch", 256, 8192, 8192, "bm=128,bn=256,bk=64,wm=4,wn=8,wk=1,stages=2,split=1,raster=0",
+                 "registers-per-thread"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=64,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0", "bm-over-m"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=1",
+                 "raster-single-m-tile"}));
+
+TEST(MmaFamily, SmemRuleDependsOnTheArchitecture) {
+  const KernelConfig config = mma_config("bm=16,bn=256,bk=512,wm=1,wn=8,wk=1,stages=2,split=1,raster=0");
+  const Problem p = problem("w4a16-int4-ch", 16, 8192, 8192);
+  EXPECT_TRUE(mma_family().check(config, p, ArchLimits::for_sm(90)).valid) << mma_family().check(config, p, ArchLimits::for_sm(90)).detail;
+  const RuleVerdict on_ada = mma_family().check(config, p, ArchLimits::for_sm(89));
+  EXPECT_FALSE(on_ada.valid);
+  EXPECT_EQ(on_ada.rule, "smem-per-block");
+}
+
+TEST(MmaFamily, DefaultConfigPassesCheckForTargetShapes) {
+  for (const char* format : {"w4a16-int4-ch", "w4a16-int4-g128", "w4a16-int4-g128-zp", "w8a16-int8-ch", "nvfp4", "mxfp4"}) {
+    for (int sm : {80, 89, 90, 120}) {
+      for (int64_t m : {1, 16, 33, 64, 256, 1024, 4096}) {
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{8192, 8192}, {28672, 8192}, {5120, 13824}, {4096, 128}}) {
+          const Problem p = problem(format, m, n, k);
+          const ArchLimits limits = ArchLimits::for_sm(sm);
+          const KernelConfig config = mma_family().default_config(p, limits);
+          const RuleVerdict verdict = mma_family().check(config, p, limits);
+          EXPECT_TRUE(verdict.valid) << p.to_string() << " sm_" << sm << " " << config.to_string() << ": " << verdict.rule
+                                     << " " << verdict.detail;
+        }
+      }
+    }
+  }
+}
+
+TEST(MmaFamily, SmallMDefaultFillsTheMachine) {
+  const Problem p = problem("w4a16-int4-ch", 1, 8192, 8192);
+  const KernelConfig config = mma_family().default_config(p, ArchLimits::for_sm(90));
+  const LaunchGeometry geometry = mma_family().launch_geometry(config, p);
+  EXPECT_GE(geometry.grid[0], 132u) << config.to_string();
+}
+
+TEST(MmaFamily, LaunchGeometryAndBuffers) {
+  const KernelConfig config = mma_config(kBaseConfig);
+  Problem p = problem("w4a16-int4-g128", 20, 1024, 2048);
+  p.has_bias = true;
+  const LaunchGeometry geometry = mma_family().launch_geometry(config, p);
+  EXPECT_EQ(geometry.grid[0], (1024u / 128) * 2 * 4);  // 8 N tiles x 2 M tiles x split 4
+  EXPECT_EQ(geometry.block[0], 128u);
+  EXPECT_GT(geometry.dynamic_shared_bytes, 48u * 1024);
+  EXPECT_EQ(geometry.workspace_bytes, 4ull * 16 * 16 * 128 * 4 + 16 * 4);
+  EXPECT_TRUE(geometry.workspace_starts_zeroed);
+
+  std::map<std::string, uint64_t> addresses;
+  uint64_t next = 0x1000;
+  for (const BufferSpec& buffer : mma_family().buffers(config, p)) {
+    EXPECT_GT(buffer.bytes, 0u) << buffer.name;
+    addresses[buffer.name] = next;
+    next += 0x1000;
+  }
+  EXPECT_EQ(addresses.count("zeros"), 0u);
+  EXPECT_EQ(addresses.count("bias"), 1u);
+  KernelArguments arguments = mma_family().pack_arguments(config, p, addresses);
+  EXPECT_EQ(arguments.pointers().size(), 1u);
+  addresses.erase("c");
+  EXPECT_THROW(mma_family().pack_arguments(config, p, addresses), InputError);
+}
+
+TEST(MmaFamily, InstantiationSourceNamesTheKernelAndChecksSizes) {
+  const KernelConfig config = mma_config(kBaseConfig);
+  const FormatSpec format = FormatSpec::parse("w4a16-int4-ch");
+  const std::string source = mma_family().instantiation_source(config, format, "sm_90a");
+  EXPECT_NE(source.find("extern \"C\" __global__"), std::string::npos);
+  EXPECT_NE(source.find(mma_family().kernel_name(config, format)), std::string::npos);
+  EXPECT_NE(source.find("#include \"gemm/mma_gemm.cuh\""), std::string::npos);
+  EXPECT_NE(source.find("SHARED_BYTES == "), std::string::npos);
+  EXPECT_THROW(mma_family().instantiation_source(config, FormatSpec::parse("w8a8-fp8-ch"), "sm_80"), UnsupportedError);
+}
+
+}  // namespace
+}  // namespace qtune

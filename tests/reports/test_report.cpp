@@ -1,0 +1,250 @@
+// `qtune report`: every chart, series and table is there (HTML, Markdown, CSV), an empty store gives a clear page, and
+// the page renders in headless Chromium with every chart drawn.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "reports/external_import.hpp"
+#include "reports/report.hpp"
+#include "tests/reports/report_test_support.hpp"
+
+namespace qtune::reports {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FixtureSpec;
+using testing::TempDir;
+
+int count(const std::string& text, const std::string& fragment) {
+  int found = 0;
+  for (std::size_t at = text.find(fragment); at != std::string::npos; at = text.find(fragment, at + fragment.size())) ++found;
+  return found;
+}
+
+// The <svg ...> ... </svg> element with the given id, or "" if there is none.
+std::string svg_element(const std::string& page, const std::string& id) {
+  const std::size_t at = page.find("id=\"" + id + "\"");
+  if (at == std::string::npos) return "";
+  const std::size_t start = page.rfind("<svg", at);
+  const std::size_t end = page.find("</svg>", at);
+  if (start == std::string::npos || end == std::string::npos) return "";
+  return page.substr(start, end + 6 - start);
+}
+
+class ReportFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::write_fixture_db(dir_ / "qtune.db", spec_);
+    db::Store store = db::Store::open(dir_ / "qtune.db");
+    store_external_file(store, read_external_file(testing::test_data("h200_dense_n8192_k8192_g0_humming_w4a16_int4_float16.json")));
+    // A dense f16 GEMM measured elsewhere: shown beside both formats' N=K=8192 shape.
+    testing::write_text(dir_ / "torch.csv", "format,m,n,k,time_us,label,gpu,source,timing\nf16,1,8192,8192,50.1,torch f16,H200,torch,cuda-event-mean\n"
+                                            "f16,64,8192,8192,45.3,torch f16,H200,torch,cuda-event-mean\n");
+    store_external_file(store, read_external_file(dir_ / "torch.csv"));
+  }
+
+  ReportResult write(const fs::path& out) {
+    db::Store store = db::Store::open_read_only(dir_ / "qtune.db");
+    ReportOptions options;
+    options.database_label = "qtune.db";
+    return write_report(store, out, options);
+  }
+
+  std::size_t expected_charts() const { return spec_.formats.size() * (1 + 3 * spec_.shapes.size()); }
+
+  FixtureSpec spec_;
+  TempDir dir_;
+};
+
+TEST_F(ReportFixture, WritesEveryChartSeriesAndTable) {
+  const fs::path out = dir_ / "report";
+  const ReportResult result = write(out);
+  EXPECT_FALSE(result.empty);
+  ASSERT_EQ(result.chart_ids.size(), expected_charts());
+
+  const std::string html = testing::file_text(out / "index.html");
+  EXPECT_EQ(count(html, "<svg "), static_cast<int>(expected_charts()));
+  // Self-contained: no script, no external resource.
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(count(html, "http://"), count(html, "http://www.w3.org/2000/svg"));  // only the SVG namespace name
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  EXPECT_EQ(html.find("<link"), std::string::npos);
+  EXPECT_EQ(html.find("<img"), std::string::npos);
+
+  for (const std::string& id : result.chart_ids) {
+    const std::string svg = svg_element(html, id);
+    ASSERT_FALSE(svg.empty()) << id;
+    EXPECT_NE(svg.find("class=\"series\""), std::string::npos) << id;
+    EXPECT_NE(svg.find("class=\"x-label\""), std::string::npos) << id;
+    EXPECT_NE(svg.find("class=\"y-label\""), std::string::npos) << id;
+    EXPECT_NE(svg.find("class=\"legend-entry\""), std::string::npos) << id;
+    EXPECT_NE(svg.find("<title>"), std::string::npos) << id;
+  }
+  // The shape with the imports has every kind of series: tuned, heuristic, baseline, external (labelled with their timing).
+  const std::string time_chart = svg_element(html, "time-h200-w4a16-int4-ch-n8192-k8192");
+  for (const std::string series : {"tuned table", "heuristic", "cublaslt-f16", "humming (external, CUDA-event mean)",
+                                   "torch f16 [f16 dense] (external, CUDA-event mean)"}) {
+    EXPECT_NE(time_chart.find("data-series=\"" + series + "\""), std::string::npos) << series;
+  }
+  const std::string roofline = svg_element(html, "roofline-h200-w8a8-fp8-ch");
+  EXPECT_NE(roofline.find("memory roof: datasheet 4800 GB/s"), std::string::npos);
+  EXPECT_NE(roofline.find("compute roof: 1979 TFLOP/s"), std::string::npos);
+  EXPECT_NE(html.find("Tuned table against the heuristic"), std::string::npos);
+  EXPECT_NE(html.find("The tuned table is nowhere slower than the heuristic."), std::string::npos);
+  EXPECT_NE(html.find("Imported external results"), std::string::npos);
+
+  // Markdown: the same sections, charts as SVG files beside it.
+  const std::string markdown = testing::file_text(out / "report.md");
+  for (const std::string& id : result.chart_ids) {
+    EXPECT_NE(markdown.find("(charts/" + id + ".svg)"), std::string::npos) << id;
+    const std::string svg = testing::file_text(out / "charts" / (id + ".svg"));
+    EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << id;
+    EXPECT_NE(svg.find("class=\"series\""), std::string::npos) << id;
+  }
+  EXPECT_NE(markdown.find("## GPU h200"), std::string::npos);
+  EXPECT_NE(markdown.find("| M |"), std::string::npos);
+}
+
+TEST_F(ReportFixture, CsvAndVerdictsMatchTheStore) {
+  const fs::path out = dir_ / "report";
+  write(out);
+  const std::size_t cells = spec_.formats.size() * spec_.shapes.size() * spec_.m_buckets.size();
+  auto lines = [](const std::string& text) { return static_cast<std::size_t>(count(text, "\n")); };
+  // tuned, heuristic and the baseline everywhere; 15 + 2 external rows under w4a16 8192x8192, 2 more under w8a8's.
+  EXPECT_EQ(lines(testing::file_text(out / "cells.csv")), 1 + 3 * cells + 15 + 2 + 2);
+  const std::string verdicts = testing::file_text(out / "tuned_vs_heuristic.csv");
+  EXPECT_EQ(lines(verdicts), 1 + cells);
+  // Recompute the wins from the fixture's own time model: the winner is the fastest config, the heuristic is measured.
+  int wins = 0;
+  for (const std::string& format : spec_.formats) {
+    for (const testing::Shape& shape : spec_.shapes) {
+      for (const std::int64_t m : spec_.m_buckets) {
+        double best = 1e300;
+        for (const KernelConfig& config : testing::fixture_configs()) best = std::min(best, testing::synthetic_time_us(format, config, m, shape.n, shape.k));
+        wins += testing::synthetic_time_us(format, testing::synthetic_heuristic(m), m, shape.n, shape.k) / best >= 1.01;
+      }
+    }
+  }
+  EXPECT_GT(wins, 0);
+  EXPECT_EQ(count(verdicts, ",win\n"), wins);
+  EXPECT_EQ(count(verdicts, ",loss"), 0);
+  const std::string summary = testing::file_text(out / "summary.csv");
+  EXPECT_NE(summary.find("h200,w4a16-int4-ch,heuristic,52,"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("h200,w4a16-int4-ch,cublaslt-f16,52,"), std::string::npos) << summary;
+}
+
+TEST(ReportEmpty, AnEmptyStoreGivesAClearPage) {
+  TempDir dir;
+  { db::Store::open(dir / "empty.db"); }
+  db::Store store = db::Store::open_read_only(dir / "empty.db");
+  ReportOptions options;
+  options.database_label = "empty.db";
+  const ReportResult result = write_report(store, dir / "report", options);
+  EXPECT_TRUE(result.empty);
+  EXPECT_TRUE(result.chart_ids.empty());
+  EXPECT_NE(result.message.find("No measurements"), std::string::npos) << result.message;
+  EXPECT_NE(result.message.find("qtune tune"), std::string::npos) << result.message;
+  const std::string html = testing::file_text(dir / "report" / "index.html");
+  EXPECT_NE(html.find("<p class=\"empty\">No measurements, winners or external results in empty.db"), std::string::npos) << html;
+  EXPECT_TRUE(fs::exists(dir / "report" / "cells.csv"));
+  EXPECT_EQ(testing::run_qtune({"report", "--db", (dir / "empty.db").string(), "-o", (dir / "cli").string()}), 0);
+  EXPECT_TRUE(fs::exists(dir / "cli" / "index.html"));
+}
+
+TEST(ReportEmpty, OnlyImportedResultsStillMakeCharts) {
+  TempDir dir;
+  db::Store store = db::Store::open(dir / "imports.db");
+  store_external_file(store, read_external_file(testing::test_data("h200_dense_n8192_k8192_g0_humming_w4a16_int4_float16.json")));
+  const ReportResult result = write_report(store, dir / "report");
+  EXPECT_FALSE(result.empty);
+  EXPECT_EQ(result.chart_ids.size(), 4u);  // roofline + time, bandwidth, TFLOP/s
+  const std::string html = testing::file_text(dir / "report" / "index.html");
+  EXPECT_NE(html.find("No qtune runs measured on this GPU"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------------- Chromium
+
+const char* const kChromium = "/usr/bin/chromium";
+
+std::string run_command(const std::string& command, int* status) {
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return "";
+  std::array<char, 65536> buffer{};
+  std::size_t read = 0;
+  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), read);
+  *status = ::pclose(pipe);
+  return output;
+}
+
+std::string chromium_command(const fs::path& profile, const std::string& action, const fs::path& page) {
+  return std::string("timeout 180 ") + kChromium +
+         " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking"
+         " --disable-component-update --disable-sync --disable-dev-shm-usage --hide-scrollbars --user-data-dir=" + profile.string() +
+         " " + action + " --window-size=1400,3000 file://" + fs::absolute(page).string();
+}
+
+struct PngHeader {
+  std::uint32_t width = 0;
+  std::uint32_t height = 0;
+};
+
+// Checks the PNG signature and reads the IHDR size.
+std::optional<PngHeader> png_header(const std::string& bytes) {
+  static const std::string signature = "\x89PNG\r\n\x1a\n";
+  if (bytes.size() < 33 || bytes.compare(0, 8, signature) != 0 || bytes.compare(12, 4, "IHDR") != 0) return std::nullopt;
+  auto big_endian = [&](std::size_t at) {
+    std::uint32_t value = 0;
+    for (std::size_t i = 0; i < 4; ++i) value = (value << 8) | static_cast<unsigned char>(bytes[at + i]);
+    return value;
+  };
+  return PngHeader{big_endian(16), big_endian(20)};
+}
+
+TEST_F(ReportFixture, RendersInHeadlessChromiumWithEveryChart) {
+  if (!fs::exists(kChromium)) {
+    FAIL() << kChromium << " is missing: the report screenshot test needs Debian's chromium package; run scripts/install-deps.sh";
+  }
+  const fs::path out = dir_ / "report";
+  const ReportResult result = write(out);
+  ASSERT_EQ(result.chart_ids.size(), expected_charts());
+
+  // The DOM as Chromium built it: every chart is an <svg class="chart"> with its data paths.
+  int status = 0;
+  const std::string dom = run_command(chromium_command(dir_ / "profile-dom", "--dump-dom", out / "index.html") + " 2>/dev/null", &status);
+  ASSERT_EQ(status, 0) << "chromium --dump-dom failed";
+  EXPECT_EQ(count(dom, "class=\"chart\""), static_cast<int>(expected_charts()));
+  for (const std::string& id : result.chart_ids) {
+    const std::string svg = svg_element(dom, id);
+    ASSERT_FALSE(svg.empty()) << "chart " << id << " is not in Chromium's DOM";
+    EXPECT_NE(svg.find("class=\"series\""), std::string::npos) << id;
+    EXPECT_NE(svg.find(" d=\"M"), std::string::npos) << id;
+  }
+  EXPECT_NE(dom.find("external, CUDA-event mean"), std::string::npos);
+
+  // The screenshot: a real PNG of the requested size, far richer than a blank page's.
+  const fs::path screenshot = dir_ / "report.png";
+  const std::string log = run_command(chromium_command(dir_ / "profile-shot", "--screenshot=" + screenshot.string(), out / "index.html") + " 2>&1", &status);
+  ASSERT_EQ(status, 0) << log;
+  ASSERT_TRUE(fs::exists(screenshot)) << log;
+  const std::string png = testing::file_text(screenshot);
+  const auto header = png_header(png);
+  ASSERT_TRUE(header) << "not a PNG: " << screenshot;
+  EXPECT_EQ(header->width, 1400u);
+  EXPECT_EQ(header->height, 3000u);
+
+  testing::write_text(dir_ / "blank.html", "<!DOCTYPE html><html><body></body></html>");
+  const fs::path blank = dir_ / "blank.png";
+  run_command(chromium_command(dir_ / "profile-blank", "--screenshot=" + blank.string(), dir_ / "blank.html") + " 2>&1", &status);
+  ASSERT_EQ(status, 0);
+  const std::size_t blank_size = fs::file_size(blank);
+  // A single-colour page compresses to almost nothing; charts, text and tables do not.
+  EXPECT_GT(png.size(), 10 * blank_size) << "report " << png.size() << " bytes, blank page " << blank_size << " bytes";
+  EXPECT_GT(png.size(), 50u * 1024u);
+}
+
+}  // namespace
+}  // namespace qtune::reports

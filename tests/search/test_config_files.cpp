@@ -1,0 +1,493 @@
+// Loading of configs/: GPU profiles, model shape sets and M buckets, and the one-line errors for bad files.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "kernels/error.hpp"
+#include "search/config_files.hpp"
+#include "search/gpu_profile.hpp"
+#include "search/m_buckets.hpp"
+#include "search/model_shapes.hpp"
+
+namespace qtune::search {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kConfigs = fs::path(QTUNE_SOURCE_DIR) / "configs";
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device random;
+    path_ = fs::temp_directory_path() / ("qtune-search-test-" + std::to_string(random()) + std::to_string(random()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code error;
+    fs::remove_all(path_, error);
+  }
+  const fs::path& path() const { return path_; }
+  fs::path write(const std::string& name, const std::string& text) const {
+    const fs::path file = path_ / name;
+    std::ofstream(file) << text;
+    return file;
+  }
+
+ private:
+  fs::path path_;
+};
+
+// Sets an environment variable for one scope and restores the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+json read(const fs::path& file) {
+  std::ifstream stream(file);
+  return json::parse(stream);
+}
+
+// Runs `load`, expecting an InputError whose one-line message contains every piece of `expected`.
+void expect_input_error(const std::function<void()>& load, const std::vector<std::string>& expected) {
+  try {
+    load();
+    FAIL() << "no error; expected one mentioning '" << expected.front() << "'";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
+    for (const auto& piece : expected) EXPECT_NE(message.find(piece), std::string::npos) << "'" << piece << "' missing from: " << message;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ config dir
+
+TEST(ConfigDir, EnvironmentVariableWins) {
+  TempDir dir;
+  ScopedEnv env("QTUNE_CONFIG_DIR", dir.path().c_str());
+  EXPECT_EQ(fs::canonical(config_dir()), fs::canonical(dir.path()));
+}
+
+TEST(ConfigDir, MissingEnvironmentDirectoryIsNamed) {
+  ScopedEnv env("QTUNE_CONFIG_DIR", "/nonexistent/qtune-configs");
+  expect_input_error([] { config_dir(); }, {"QTUNE_CONFIG_DIR", "/nonexistent/qtune-configs"});
+}
+
+TEST(ConfigDir, DefaultsToTheSourceTree) {
+  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  EXPECT_EQ(fs::canonical(config_dir()), fs::canonical(kConfigs));
+  ASSERT_FALSE(config_dir_candidates().empty());
+}
+
+TEST(ConfigFiles, InvalidJsonNamesTheFile) {
+  TempDir dir;
+  const fs::path file = dir.write("broken.json", "{\"name\": \"h200\",\n  \"sm\": }");
+  expect_input_error([&] { read_json_file(file); }, {file.string(), "invalid JSON", "line 2"});
+}
+
+TEST(ConfigFiles, UnreadableFileIsNamed) {
+  expect_input_error([] { read_json_file("/nonexistent/gpu.json"); }, {"/nonexistent/gpu.json", "cannot read"});
+}
+
+// ------------------------------------------------------------------------------------------------ GPU profiles
+
+TEST(GpuProfiles, EveryShippedProfileLoads) {
+  const auto profiles = load_gpu_profiles(kConfigs / "gpus");
+  std::vector<std::string> names;
+  for (const auto& profile : profiles) names.push_back(profile.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"a100", "h100", "h20", "h200", "l40s", "rtx4090", "rtx5090"}));
+  for (const auto& profile : profiles) {
+    SCOPED_TRACE(profile.name);
+    EXPECT_GT(profile.sm_count, 0);
+    EXPECT_LE(profile.shared_memory_per_block_optin_bytes, profile.shared_memory_per_sm_bytes);
+    EXPECT_TRUE(profile.supports(TensorType::F16));
+    EXPECT_TRUE(profile.arch.starts_with("sm_" + std::to_string(profile.sm)));
+  }
+}
+
+TEST(GpuProfiles, DatasheetNumbers) {
+  const auto profiles = load_gpu_profiles(kConfigs / "gpus");
+  const GpuProfile* h200 = find_gpu_profile(profiles, "h200");
+  ASSERT_NE(h200, nullptr);
+  EXPECT_EQ(h200->sm, 90);
+  EXPECT_EQ(h200->arch, "sm_90a");
+  EXPECT_EQ(h200->sm_count, 132);
+  EXPECT_EQ(h200->l2_bytes, 62914560);
+  EXPECT_DOUBLE_EQ(h200->memory_bandwidth_gbps, 4800);
+  EXPECT_DOUBLE_EQ(*h200->peak_tflops(TensorType::BF16), 989.4);
+  EXPECT_DOUBLE_EQ(*h200->peak_tflops(TensorType::FP8), 1978.9);
+  EXPECT_FALSE(h200->supports(TensorType::FP4));
+  EXPECT_EQ(h200->compute_capability_major(), 9);
+  EXPECT_EQ(h200->compute_capability_minor(), 0);
+
+  const GpuProfile* h20 = find_gpu_profile(profiles, "H20");
+  ASSERT_NE(h20, nullptr);
+  EXPECT_EQ(h20->sm_count, 78);
+  EXPECT_DOUBLE_EQ(h20->memory_bandwidth_gbps, 4000);
+  EXPECT_DOUBLE_EQ(*h20->peak_tflops(TensorType::BF16), 148);
+  EXPECT_DOUBLE_EQ(*h20->peak_tflops(TensorType::FP8), 296);
+
+  const GpuProfile* rtx5090 = find_gpu_profile(profiles, "RTX 5090");
+  ASSERT_NE(rtx5090, nullptr);
+  EXPECT_EQ(rtx5090->sm, 120);
+  EXPECT_EQ(rtx5090->sm_count, 170);
+  EXPECT_TRUE(rtx5090->supports(TensorType::FP4));
+
+  const GpuProfile* a100 = find_gpu_profile(profiles, "a100");
+  ASSERT_NE(a100, nullptr);
+  EXPECT_EQ(a100->sm, 80);
+  EXPECT_FALSE(a100->supports(TensorType::FP8));
+  EXPECT_TRUE(a100->supports(TensorType::INT4));
+}
+
+TEST(GpuProfiles, LookupByNameAndAliasIgnoresCaseAndPunctuation) {
+  const auto profiles = load_gpu_profiles(kConfigs / "gpus");
+  for (const char* name : {"H200", "h200", "NVIDIA H200", "nvidia h200", "H200 SXM"}) {
+    const GpuProfile* profile = find_gpu_profile(profiles, name);
+    ASSERT_NE(profile, nullptr) << name;
+    EXPECT_EQ(profile->name, "h200") << name;
+  }
+  ASSERT_NE(find_gpu_profile(profiles, "NVIDIA GeForce RTX 4090"), nullptr);
+  EXPECT_EQ(find_gpu_profile(profiles, "NVIDIA GeForce RTX 4090")->name, "rtx4090");
+  EXPECT_EQ(find_gpu_profile(profiles, "rtx-4090")->name, "rtx4090");
+  EXPECT_EQ(find_gpu_profile(profiles, "NVIDIA H100 80GB HBM3")->name, "h100");
+  EXPECT_EQ(find_gpu_profile(profiles, "NVIDIA H100 PCIe"), nullptr);
+  EXPECT_EQ(find_gpu_profile(profiles, "Tesla T4"), nullptr);
+  EXPECT_EQ(find_gpu_profile(profiles, ""), nullptr);
+  EXPECT_EQ(normalize_gpu_name("NVIDIA GeForce RTX 4090"), "geforcertx4090");
+}
+
+TEST(GpuProfiles, DeviceMatchRequiresAgreeingArchitectureAndSmCount) {
+  const auto profiles = load_gpu_profiles(kConfigs / "gpus");
+  const auto h200 = match_device(profiles, DeviceIdentity{"NVIDIA H200", 90, 132});
+  ASSERT_TRUE(h200.has_value());
+  EXPECT_EQ(h200->name, "h200");
+  EXPECT_TRUE(match_device(profiles, DeviceIdentity{"NVIDIA H200", 0, 0}).has_value());
+  EXPECT_FALSE(match_device(profiles, DeviceIdentity{"NVIDIA H200", 90, 114}).has_value());
+  EXPECT_FALSE(match_device(profiles, DeviceIdentity{"NVIDIA H200", 100, 132}).has_value());
+  EXPECT_FALSE(match_device(profiles, DeviceIdentity{"NVIDIA B200", 100, 148}).has_value());
+}
+
+TEST(GpuProfiles, ByNameFromShippedConfigsOrPath) {
+  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  EXPECT_EQ(gpu_profile_by_name("NVIDIA H200").name, "h200");
+  EXPECT_EQ(gpu_profile_by_name((kConfigs / "gpus" / "l40s.json").string()).name, "l40s");
+  expect_input_error([] { gpu_profile_by_name("b300", "--gpu"); }, {"--gpu", "unknown GPU profile 'b300'", "h200"});
+}
+
+TEST(GpuProfiles, TensorTypeNamesRoundTrip) {
+  for (const TensorType type : kAllTensorTypes) EXPECT_EQ(parse_tensor_type(tensor_type_name(type)), type);
+  EXPECT_FALSE(parse_tensor_type("fp16").has_value());
+  EXPECT_EQ(tensor_type_for(ActivationType::E4M3), TensorType::FP8);
+  EXPECT_EQ(tensor_type_for(ActivationType::BF16), TensorType::BF16);
+  EXPECT_EQ(tensor_type_for(ActivationType::E2M1), TensorType::FP4);
+}
+
+struct ProfileMutation {
+  std::string description;
+  std::function<void(json&)> mutate;
+  std::vector<std::string> expected;  // pieces of the error message
+};
+
+TEST(GpuProfiles, MalformedProfilesNameTheField) {
+  const json good = read(kConfigs / "gpus" / "h200.json");
+  const std::vector<ProfileMutation> mutations = {
+      {"missing field", [](json& j) { j.erase("sm_count"); }, {"field 'sm_count'", "missing"}},
+      {"string for integer", [](json& j) { j["sm_count"] = "132"; }, {"field 'sm_count'", "expected a positive integer"}},
+      {"fraction for integer", [](json& j) { j["sm_count"] = 132.5; }, {"field 'sm_count'", "expected a positive integer"}},
+      {"negative", [](json& j) { j["l2_bytes"] = -1; }, {"field 'l2_bytes'", "expected a positive integer"}},
+      {"zero bandwidth", [](json& j) { j["memory_bandwidth_gbps"] = 0; }, {"field 'memory_bandwidth_gbps'", "positive number"}},
+      {"typo", [](json& j) { j["sm_cout"] = 132; }, {"field 'sm_cout'", "unknown field"}},
+      {"arch contradicts sm", [](json& j) { j["arch"] = "sm_80"; }, {"field 'arch'", "does not match sm 90"}},
+      {"too many registers", [](json& j) { j["registers_per_thread_max"] = 300; }, {"field 'registers_per_thread_max'", "at most 255"}},
+      {"shared per block above per SM", [](json& j) { j["shared_memory_per_block_optin_bytes"] = 300000; },
+       {"field 'shared_memory_per_block_optin_bytes'", "exceeds shared_memory_per_sm_bytes"}},
+      {"fp8 before sm_89", [](json& j) { j["sm"] = 80; j["arch"] = "sm_80"; }, {"field 'peak_dense_tflops.fp8'", "sm_89"}},
+      {"unknown tensor type", [](json& j) { j["peak_dense_tflops"]["fp6"] = 1; }, {"field 'peak_dense_tflops.fp6'", "unknown field"}},
+      {"tensor rate as text", [](json& j) { j["peak_dense_tflops"]["bf16"] = "989"; }, {"field 'peak_dense_tflops.bf16'", "positive number"}},
+      {"aliases not an array", [](json& j) { j["aliases"] = "H200"; }, {"field 'aliases'", "array of strings"}},
+      {"empty alias", [](json& j) { j["aliases"] = json::array({"H200", ""}); }, {"field 'aliases[1]'", "non-empty string"}},
+      {"bad name", [](json& j) { j["name"] = "H 200"; }, {"field 'name'", "lower-case"}},
+      {"not an object", [](json& j) { j = json::array({1, 2}); }, {"expected a JSON object"}},
+  };
+  TempDir dir;
+  for (const auto& mutation : mutations) {
+    SCOPED_TRACE(mutation.description);
+    json broken = good;
+    mutation.mutate(broken);
+    const fs::path file = dir.write("h200.json", broken.dump(2));
+    auto expected = mutation.expected;
+    expected.push_back(file.string());
+    expect_input_error([&] { load_gpu_profile(file); }, expected);
+  }
+}
+
+TEST(GpuProfiles, DirectoryRejectsDuplicateAliasesAndMismatchedNames) {
+  const json h200 = read(kConfigs / "gpus" / "h200.json");
+  {
+    TempDir dir;
+    dir.write("h200.json", h200.dump());
+    json other = read(kConfigs / "gpus" / "h100.json");
+    other["aliases"].push_back("nvidia h200");
+    dir.write("h100.json", other.dump());
+    expect_input_error([&] { load_gpu_profiles(dir.path()); }, {"h200.json", "field 'aliases'", "'h200'"});
+  }
+  {
+    TempDir dir;
+    dir.write("h100.json", h200.dump());
+    expect_input_error([&] { load_gpu_profiles(dir.path()); }, {"h100.json", "field 'name'", "does not match the file name"});
+  }
+  {
+    TempDir dir;
+    expect_input_error([&] { load_gpu_profiles(dir.path()); }, {"no GPU profiles"});
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ models
+
+ShardedGemm gemm_named(const std::vector<ShardedGemm>& gemms, const std::string& name) {
+  for (const auto& gemm : gemms) {
+    if (gemm.name == name) return gemm;
+  }
+  ADD_FAILURE() << "no GEMM named " << name;
+  return {};
+}
+
+void expect_shape(const std::vector<ShardedGemm>& gemms, const std::string& name, std::int64_t n, std::int64_t k) {
+  const ShardedGemm gemm = gemm_named(gemms, name);
+  EXPECT_EQ(gemm.n, n) << name;
+  EXPECT_EQ(gemm.k, k) << name;
+}
+
+TEST(ModelShapes, EveryShippedModelLoads) {
+  const auto models = load_model_shape_sets(kConfigs / "models");
+  std::vector<std::string> names;
+  for (const auto& model : models) names.push_back(model.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"deepseek-v3", "llama-3-70b", "llama-3-8b", "qwen2.5-72b"}));
+  for (const auto& model : models) {
+    EXPECT_EQ(model.tensor_parallel, (std::vector<int>{1, 8})) << model.name;
+    for (const int tp : model.tensor_parallel) EXPECT_FALSE(distinct_shapes(model, tp).empty()) << model.name;
+  }
+}
+
+TEST(ModelShapes, Llama3_70bKnownShapes) {
+  const ModelShapes model = load_model_shapes(kConfigs / "models" / "llama-3-70b.json");
+  const auto tp1 = sharded_gemms(model, 1);
+  expect_shape(tp1, "qkv_proj", 10240, 8192);
+  expect_shape(tp1, "o_proj", 8192, 8192);
+  expect_shape(tp1, "gate_up_proj", 57344, 8192);
+  expect_shape(tp1, "down_proj", 8192, 28672);
+  const auto tp8 = sharded_gemms(model, 8);
+  expect_shape(tp8, "qkv_proj", 1280, 8192);
+  expect_shape(tp8, "o_proj", 8192, 1024);
+  expect_shape(tp8, "gate_up_proj", 7168, 8192);
+  expect_shape(tp8, "down_proj", 8192, 3584);
+  EXPECT_EQ(distinct_shapes(model, 1),
+            (std::vector<GemmShape>{{8192, 8192}, {8192, 28672}, {10240, 8192}, {57344, 8192}}));
+  EXPECT_EQ(gemm_named(tp1, "qkv_proj").layers, 80);
+}
+
+// Llama-style shapes follow from the published hyperparameters; checks every such model file against them.
+TEST(ModelShapes, LlamaStyleShapesFollowTheirHyperparameters) {
+  for (const char* name : {"llama-3-8b", "llama-3-70b", "qwen2.5-72b"}) {
+    SCOPED_TRACE(name);
+    const ModelShapes model = load_model_shapes(kConfigs / "models" / (std::string(name) + ".json"));
+    const auto& h = model.hyperparameters;
+    const std::int64_t hidden = h.at("hidden_size");
+    const std::int64_t inter = h.at("intermediate_size");
+    const std::int64_t head_dim = h.at("head_dim");
+    const std::int64_t heads = h.at("num_attention_heads");
+    const std::int64_t kv_heads = h.at("num_key_value_heads");
+    EXPECT_EQ(heads * head_dim, hidden);
+    for (const int tp : {1, 8}) {
+      const auto gemms = sharded_gemms(model, tp);
+      expect_shape(gemms, "qkv_proj", (heads + 2 * kv_heads) * head_dim / tp, hidden);
+      expect_shape(gemms, "o_proj", hidden, heads * head_dim / tp);
+      expect_shape(gemms, "gate_up_proj", 2 * inter / tp, hidden);
+      expect_shape(gemms, "down_proj", hidden, inter / tp);
+    }
+  }
+}
+
+TEST(ModelShapes, SmallerModelsKnownShapes) {
+  const auto llama8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "llama-3-8b.json"), 8);
+  expect_shape(llama8, "qkv_proj", 768, 4096);
+  expect_shape(llama8, "down_proj", 4096, 1792);
+  const auto qwen1 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen2.5-72b.json"), 1);
+  expect_shape(qwen1, "gate_up_proj", 59136, 8192);
+  expect_shape(qwen1, "down_proj", 8192, 29568);
+  const auto qwen8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen2.5-72b.json"), 8);
+  expect_shape(qwen8, "gate_up_proj", 7392, 8192);
+  expect_shape(qwen8, "down_proj", 8192, 3696);
+}
+
+TEST(ModelShapes, DeepSeekV3DenseAndExpertShapes) {
+  const ModelShapes model = load_model_shapes(kConfigs / "models" / "deepseek-v3.json");
+  const auto& h = model.hyperparameters;
+  const std::int64_t hidden = h.at("hidden_size");
+  const std::int64_t heads = h.at("num_attention_heads");
+  EXPECT_EQ(hidden, 7168);
+  const auto tp1 = sharded_gemms(model, 1);
+  expect_shape(tp1, "q_a_proj", h.at("q_lora_rank"), hidden);
+  expect_shape(tp1, "q_b_proj", heads * (h.at("qk_nope_head_dim") + h.at("qk_rope_head_dim")), h.at("q_lora_rank"));
+  expect_shape(tp1, "kv_a_proj_with_mqa", h.at("kv_lora_rank") + h.at("qk_rope_head_dim"), hidden);
+  expect_shape(tp1, "kv_b_proj", heads * (h.at("qk_nope_head_dim") + h.at("v_head_dim")), h.at("kv_lora_rank"));
+  expect_shape(tp1, "o_proj", hidden, heads * h.at("v_head_dim"));
+  expect_shape(tp1, "mlp.gate_up_proj", 2 * h.at("intermediate_size"), hidden);
+  expect_shape(tp1, "mlp.down_proj", hidden, h.at("intermediate_size"));
+  expect_shape(tp1, "experts.gate_up_proj", 2 * h.at("moe_intermediate_size"), hidden);
+  expect_shape(tp1, "experts.down_proj", hidden, h.at("moe_intermediate_size"));
+  expect_shape(tp1, "q_b_proj", 24576, 1536);
+  expect_shape(tp1, "kv_b_proj", 32768, 512);
+  expect_shape(tp1, "o_proj", 7168, 16384);
+
+  const auto tp8 = sharded_gemms(model, 8);
+  expect_shape(tp8, "q_a_proj", 1536, 7168);  // replicated
+  expect_shape(tp8, "kv_a_proj_with_mqa", 576, 7168);
+  expect_shape(tp8, "q_b_proj", 3072, 1536);
+  expect_shape(tp8, "kv_b_proj", 4096, 512);
+  expect_shape(tp8, "o_proj", 7168, 2048);
+  expect_shape(tp8, "mlp.gate_up_proj", 4608, 7168);
+  expect_shape(tp8, "mlp.down_proj", 7168, 2304);
+  expect_shape(tp8, "experts.gate_up_proj", 512, 7168);
+  expect_shape(tp8, "experts.down_proj", 7168, 256);
+
+  const ShardedGemm experts = gemm_named(tp1, "experts.gate_up_proj");
+  EXPECT_EQ(experts.kind, GemmKind::MoeExpert);
+  EXPECT_EQ(experts.experts, 256);
+  EXPECT_EQ(experts.top_k, 8);
+  EXPECT_EQ(experts.layers, 58);
+  EXPECT_EQ(gemm_named(tp1, "mlp.down_proj").layers, 3);
+
+  EXPECT_EQ(distinct_shapes(model, 1, GemmFilter::MoeExpert), (std::vector<GemmShape>{{4096, 7168}, {7168, 2048}}));
+  // The shared expert has the routed experts' shapes, so the dense set at TP 1 contains them too.
+  const auto dense = distinct_shapes(model, 1, GemmFilter::Dense);
+  EXPECT_EQ(dense.size(), 9u);
+  EXPECT_EQ(distinct_shapes(model, 1, GemmFilter::All).size(), 9u);
+}
+
+TEST(ModelShapes, UnlistedTensorParallelIsAnInputError) {
+  const ModelShapes model = load_model_shapes(kConfigs / "models" / "llama-3-70b.json");
+  expect_input_error([&] { sharded_gemms(model, 4, "--tp"); }, {"--tp", "tensor parallel 4", "llama-3-70b", "1, 8"});
+}
+
+TEST(ModelShapes, ByNameIsCaseInsensitive) {
+  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  EXPECT_EQ(model_shapes_by_name("Llama-3-70B").name, "llama-3-70b");
+  EXPECT_EQ(model_shapes_by_name((kConfigs / "models" / "deepseek-v3.json").string()).name, "deepseek-v3");
+  expect_input_error([] { model_shapes_by_name("llama-4", "--model"); }, {"--model", "unknown model 'llama-4'", "llama-3-8b"});
+}
+
+TEST(ModelShapes, MalformedModelsNameTheField) {
+  const json good = read(kConfigs / "models" / "llama-3-70b.json");
+  const std::vector<ProfileMutation> mutations = {
+      {"column N not divisible", [](json& j) { j["gemms"][0]["n"] = 10244; }, {"field 'gemms[0].n'", "not divisible by tensor_parallel 8"}},
+      {"row K not divisible", [](json& j) { j["gemms"][3]["k"] = 28676; }, {"field 'gemms[3].k'", "not divisible"}},
+      {"missing k", [](json& j) { j["gemms"][1].erase("k"); }, {"field 'gemms[1].k'", "missing"}},
+      {"bad kind", [](json& j) { j["gemms"][0]["kind"] = "sparse"; }, {"field 'gemms[0].kind'", "dense"}},
+      {"bad parallel", [](json& j) { j["gemms"][0]["parallel"] = "diagonal"; }, {"field 'gemms[0].parallel'"}},
+      {"dense with experts", [](json& j) { j["gemms"][0]["experts"] = 8; }, {"field 'gemms[0].experts'"}},
+      {"expert without top_k",
+       [](json& j) {
+         j["gemms"][0]["kind"] = "moe_expert";
+         j["gemms"][0]["experts"] = 8;
+       },
+       {"field 'gemms[0].top_k'", "missing"}},
+      {"top_k above experts",
+       [](json& j) {
+         j["gemms"][0]["kind"] = "moe_expert";
+         j["gemms"][0]["experts"] = 8;
+         j["gemms"][0]["top_k"] = 9;
+       },
+       {"field 'gemms[0].top_k'", "exceeds experts"}},
+      {"tp not starting at 1", [](json& j) { j["tensor_parallel"] = json::array({2, 8}); }, {"field 'tensor_parallel[0]'"}},
+      {"tp descending", [](json& j) { j["tensor_parallel"] = json::array({1, 8, 4}); }, {"field 'tensor_parallel[2]'"}},
+      {"layers above the model's", [](json& j) { j["gemms"][2]["layers"] = 81; }, {"field 'gemms[2].layers'", "num_hidden_layers"}},
+      {"hyperparameter as text", [](json& j) { j["hyperparameters"]["hidden_size"] = "8192"; },
+       {"field 'hyperparameters.hidden_size'", "positive integer"}},
+      {"duplicate gemm", [](json& j) { j["gemms"][1]["name"] = "qkv_proj"; }, {"field 'gemms[1].name'", "appears twice"}},
+      {"no gemms", [](json& j) { j["gemms"] = json::array(); }, {"field 'gemms'", "non-empty array"}},
+      {"typo", [](json& j) { j["gemms"][0]["N"] = 1; }, {"field 'gemms[0].N'", "unknown field"}},
+  };
+  TempDir dir;
+  for (const auto& mutation : mutations) {
+    SCOPED_TRACE(mutation.description);
+    json broken = good;
+    mutation.mutate(broken);
+    const fs::path file = dir.write("model.json", broken.dump(2));
+    auto expected = mutation.expected;
+    expected.push_back(file.string());
+    expect_input_error([&] { load_model_shapes(file); }, expected);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ M buckets
+
+TEST(MBuckets, ShippedBucketsArePowersOfTwoTo8192) {
+  const auto buckets = load_m_buckets(kConfigs / "m_buckets.json");
+  ASSERT_EQ(buckets.size(), 14u);
+  for (std::size_t i = 0; i < buckets.size(); ++i) EXPECT_EQ(buckets[i], std::int64_t{1} << i);
+  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  EXPECT_EQ(load_m_buckets(), buckets);
+}
+
+TEST(MBuckets, BucketForM) {
+  const std::vector<std::int64_t> buckets{1, 2, 4, 8, 16};
+  EXPECT_EQ(m_bucket_for(buckets, 1), 1);
+  EXPECT_EQ(m_bucket_for(buckets, 3), 4);
+  EXPECT_EQ(m_bucket_for(buckets, 8), 8);
+  EXPECT_EQ(m_bucket_for(buckets, 9), 16);
+  EXPECT_EQ(m_bucket_for(buckets, 1000), 16);
+  EXPECT_THROW(m_bucket_for({}, 1), Error);
+}
+
+TEST(MBuckets, ParseList) {
+  EXPECT_EQ(parse_m_list("1, 2,4 ,8"), (std::vector<std::int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(parse_m_list("4096"), (std::vector<std::int64_t>{4096}));
+  expect_input_error([] { parse_m_list("1,0"); }, {"--m", "'0'"});
+  expect_input_error([] { parse_m_list("1,,2"); }, {"--m", "''"});
+  expect_input_error([] { parse_m_list("4,2", "m"); }, {"m:", "ascending"});
+  expect_input_error([] { parse_m_list("12x"); }, {"'12x'"});
+  expect_input_error([] { parse_m_list(""); }, {"--m"});
+}
+
+TEST(MBuckets, MalformedFilesNameTheField) {
+  TempDir dir;
+  expect_input_error([&] { load_m_buckets(dir.write("a.json", R"({"m_buckets": [1, 4, 2]})")); }, {"field 'm_buckets[2]'", "ascending"});
+  expect_input_error([&] { load_m_buckets(dir.write("b.json", R"({"m_buckets": [1, "2"]})")); }, {"field 'm_buckets[1]'", "positive integer"});
+  expect_input_error([&] { load_m_buckets(dir.write("c.json", R"({"buckets": [1]})")); }, {"field 'm_buckets'", "missing"});
+  expect_input_error([&] { load_m_buckets(dir.write("d.json", R"({"m_buckets": []})")); }, {"field 'm_buckets'", "non-empty"});
+  expect_input_error([&] { load_m_buckets(dir.write("e.json", R"({"m_buckets": [1], "extra": 1})")); }, {"field 'extra'", "unknown"});
+  expect_input_error([&] { load_m_buckets(dir.write("f.json", R"({"m_buckets": [1,)")); }, {"f.json", "invalid JSON"});
+}
+
+}  // namespace
+}  // namespace qtune::search

@@ -1,0 +1,130 @@
+// NVRTC compiles (no GPU needed) a representative mma-family instantiation of every format preset for sm_80, sm_89,
+// sm_90a and sm_120a wherever the family supports it, and checks the refusal message wherever it does not.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_layout.hpp"
+#include "kernels/family.hpp"
+#include "tuner/jit/compiler.hpp"
+
+namespace qtune {
+namespace {
+
+const char* kArchs[] = {"sm_80", "sm_89", "sm_90a", "sm_120a"};
+
+// Formats that must compile on every one of the four architectures (weight-only, f16/bf16 activations).
+const char* kWeightOnlyEverywhere[] = {"w4a16-int4-ch", "w4a16-int4-g128", "w4a16-int4-g128-zp", "w3a16-int3-g128-zp",
+                                       "w8a16-int8-ch", "w8a16-fp8-ch",    "w4a16-fp4-g32",      "mxfp4",
+                                       "nvfp4",         "mxint4"};
+
+// Further weight types, zero points and scale placements, compiled for sm_90a.
+const char* kExtraSpecs[] = {"w1a16-int1-ch",        "w2a16-int2-g64",         "w5a16-int5-ch",
+                             "w6a16-int6-g128",      "w7a16-int7-g64",         "w8a16-int8-g128-bf16",
+                             "w5a16-uint5-g32-fzp",  "w8a16-uint8-ch-zp-bf16", "w8a16-uint8-g64-zp-bf16",
+                             "w6a16-e3m2-ch",        "w6a16-e2m3-g64",         "w8a16-e5m2-g128",
+                             "w8a16-e4m3-ch-bf16",   "w4a16-e2m1-g32-bf16",    "w4a16-int4-block64x128",
+                             "w4a16-uint4-ch-fzp"};
+
+struct Instantiation {
+  std::string spec;
+  std::string arch;
+  KernelConfig config;
+};
+
+jit::CompileRequest request_for(const Instantiation& instantiation) {
+  const FormatSpec format = FormatSpec::parse(instantiation.spec);
+  jit::CompileRequest request;
+  request.source = mma_family().instantiation_source(instantiation.config, format, instantiation.arch);
+  request.kernel_name = mma_family().kernel_name(instantiation.config, format);
+  request.arch = instantiation.arch;
+  return request;
+}
+
+// A problem every format's group sizes divide; the default config for it on that architecture.
+Instantiation representative(const std::string& spec, const std::string& arch, int64_t m = 16) {
+  Problem problem;
+  problem.format = FormatSpec::parse(spec);
+  problem.m = m;
+  problem.n = 4096;
+  problem.k = 4096;
+  const KernelConfig config = mma_family().default_config(problem, ArchLimits::for_sm(sm_of_arch(arch)));
+  return {spec, arch, config};
+}
+
+void compile_all_or_fail(const std::vector<Instantiation>& instantiations) {
+  std::vector<jit::CompileRequest> requests;
+  for (const Instantiation& instantiation : instantiations) requests.push_back(request_for(instantiation));
+  const jit::Compiler compiler;
+  const std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(requests);
+  ASSERT_EQ(outcomes.size(), instantiations.size());
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const Instantiation& instantiation = instantiations[i];
+    const std::string what = instantiation.spec + " " + instantiation.arch + " " + instantiation.config.to_string();
+    if (!outcomes[i].ok()) {
+      ADD_FAILURE() << what << ": " << outcomes[i].error_message.substr(0, 4000);
+      continue;
+    }
+    const jit::CompiledKernel& kernel = *outcomes[i].kernel;
+    EXPECT_FALSE(kernel.cubin.empty()) << what;
+    EXPECT_GT(kernel.resources.registers, 0) << what;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << what << " spills";
+  }
+}
+
+TEST(MmaCompile, EveryPresetOnEveryArchitectureOrARefusal) {
+  std::vector<Instantiation> supported;
+  for (const FormatPreset& preset : format_presets()) {
+    const FormatSpec format = FormatSpec::parse(preset.name);
+    for (const char* arch : kArchs) {
+      const int sm = sm_of_arch(arch);
+      const ArchSupport support = mma_family().supports(format, sm);
+      if (support.supported) {
+        supported.push_back(representative(preset.name, arch));
+      } else {
+        EXPECT_NE(support.reason.find("unsupported on sm_" + std::to_string(sm)), std::string::npos)
+            << preset.name << ": " << support.reason;
+        const KernelConfig config = KernelConfig::parse("bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=1,raster=0");
+        const std::string arch_name = arch;
+        auto instantiate = [&] { return mma_family().instantiation_source(config, format, arch_name); };
+        EXPECT_THROW(instantiate(), UnsupportedError) << preset.name << " " << arch;
+      }
+    }
+  }
+  for (const char* spec : kWeightOnlyEverywhere) {
+    for (const char* arch : kArchs) {
+      EXPECT_TRUE(mma_family().supports(FormatSpec::parse(spec), sm_of_arch(arch)).supported) << spec << " " << arch;
+    }
+  }
+  compile_all_or_fail(supported);
+}
+
+TEST(MmaCompile, FurtherWeightTypesOnHopper) {
+  std::vector<Instantiation> instantiations;
+  for (const char* spec : kExtraSpecs) instantiations.push_back(representative(spec, "sm_90a"));
+  compile_all_or_fail(instantiations);
+}
+
+// The large-M and split/warp-K code paths too, for the performance-critical format.
+TEST(MmaCompile, Int4ConfigurationSpread) {
+  std::vector<Instantiation> instantiations;
+  for (const char* text : {"bm=16,bn=64,bk=128,wm=1,wn=2,wk=2,stages=3,split=8,raster=0",
+                           "bm=64,bn=128,bk=128,wm=2,wn=4,wk=1,stages=4,split=1,raster=2",
+                           "bm=128,bn=128,bk=64,wm=2,wn=2,wk=1,stages=3,split=2,raster=1",
+                           "bm=32,bn=256,bk=256,wm=1,wn=8,wk=1,stages=2,split=1,raster=0"}) {
+    for (const char* spec : {"w4a16-int4-ch", "w4a16-int4-g128-zp"}) {
+      // Only what check() lets through must compile without spilling (it rejects the largest zero-point tile).
+      const Problem problem{FormatSpec::parse(spec), 256, 8192, 8192, false};
+      const KernelConfig config = KernelConfig::parse(text);
+      if (mma_family().check(config, problem, ArchLimits::for_sm(90)).valid) instantiations.push_back({spec, "sm_90a", config});
+    }
+  }
+  EXPECT_GE(instantiations.size(), 6u);
+  compile_all_or_fail(instantiations);
+}
+
+}  // namespace
+}  // namespace qtune

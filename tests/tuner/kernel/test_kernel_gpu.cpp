@@ -1,0 +1,243 @@
+// GPU correctness of the mma family against the CPU reference (skipped with a reason when there is no GPU):
+// every weight-only format, a spread of configurations, M = 1, M not a multiple of the tile, K at the smallest group
+// granularity, N = K = 8192 and N = 5120, K = 13824; random data, output poisoned with NaN before each launch.
+// Split-K and warp-K reductions must be bit-identical from run to run.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_layout.hpp"
+#include "kernels/family.hpp"
+#include "kernels/reference.hpp"
+#include "tuner/gemm/gemm_runner.hpp"
+#include "tuner/jit/compiler.hpp"
+#include "tuner/runtime/device.hpp"
+#include "tuner/runtime/stream.hpp"
+
+namespace qtune {
+namespace {
+
+// The GPU, or the reason there is none.
+std::optional<std::string> no_gpu_reason() {
+  try {
+    runtime::Device::get();
+    return std::nullopt;
+  } catch (const NoGpuError& error) {
+    return std::string(error.what());
+  }
+}
+
+#define QTUNE_REQUIRE_GPU()                                              \
+  do {                                                                   \
+    if (auto reason = no_gpu_reason()) GTEST_SKIP() << "no GPU: " << *reason; \
+  } while (0)
+
+struct Case {
+  std::string spec;
+  int64_t m, n, k;
+  std::string config;  // empty: the family's default for the device
+  bool bias = false;
+};
+
+struct CaseResult {
+  Case c;
+  KernelConfig config;
+  std::string outcome;  // verification summary or the error
+  bool passed = false;
+};
+
+std::string case_label(const Case& c) {
+  char text[160];
+  std::snprintf(text, sizeof(text), "%-28s m=%-5s n=%-6s k=%-6s%s", c.spec.c_str(), std::to_string(c.m).c_str(),
+                std::to_string(c.n).c_str(), std::to_string(c.k).c_str(), c.bias ? " bias" : "     ");
+  return text;
+}
+
+// Compiles every case's kernel in parallel, then runs the cases one by one; one line per case goes to stdout.
+std::vector<CaseResult> run_cases(const std::vector<Case>& cases) {
+  const ArchLimits limits = gemm::device_limits();
+  const std::string arch = gemm::nvrtc_arch(limits.sm);
+  std::vector<CaseResult> results;
+  std::vector<jit::CompileRequest> requests;
+  std::map<std::string, size_t> request_index;  // source -> request
+  std::vector<std::optional<size_t>> case_request;
+  for (const Case& c : cases) {
+    CaseResult result{c, {}, "", false};
+    Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
+    try {
+      result.config = c.config.empty() ? mma_family().default_config(problem, limits) : KernelConfig::parse(c.config);
+      const RuleVerdict verdict = mma_family().check(result.config, problem, limits);
+      if (!verdict.valid) QTUNE_THROW(Error, "check() rejects the case: " + verdict.rule + ": " + verdict.detail);
+      jit::CompileRequest request;
+      request.source = mma_family().instantiation_source(result.config, problem.format, arch);
+      request.kernel_name = mma_family().kernel_name(result.config, problem.format);
+      request.arch = arch;
+      auto [it, inserted] = request_index.emplace(request.source, requests.size());
+      if (inserted) requests.push_back(request);
+      case_request.push_back(it->second);
+    } catch (const std::exception& error) {
+      result.outcome = std::string("setup failed: ") + error.what();
+      case_request.push_back(std::nullopt);
+    }
+    results.push_back(result);
+  }
+  const jit::Compiler compiler;
+  const std::vector<jit::CompileOutcome> compiled = compiler.compile_all(requests);
+
+  std::map<std::string, gemm::GemmData> data_cache;  // weights per (spec, n, k, bias)
+  runtime::Stream stream;
+  for (size_t i = 0; i < results.size(); ++i) {
+    CaseResult& result = results[i];
+    const Case& c = result.c;
+    if (!case_request[i]) {
+      std::printf("[ case ] %s %s\n", case_label(c).c_str(), result.outcome.c_str());
+      continue;
+    }
+    const jit::CompileOutcome& outcome = compiled[*case_request[i]];
+    try {
+      if (!outcome.ok()) QTUNE_THROW(Error, "compile failed: " + outcome.error_message.substr(0, 3000));
+      const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
+      const std::string key = c.spec + "/" + std::to_string(c.n) + "/" + std::to_string(c.k) + (c.bias ? "/b" : "");
+      auto cached = data_cache.find(key);
+      if (cached == data_cache.end()) cached = data_cache.emplace(key, gemm::make_gemm_data(problem, 1234)).first;
+      const gemm::GemmData data = gemm::with_new_activations(cached->second, c.m, 99 + static_cast<uint64_t>(c.m));
+      const ReferenceResult reference = gemm::reference_for(data);
+      gemm::LoadedKernel kernel(mma_family(), result.config, problem.format, *outcome.kernel);
+      gemm::GemmDeviceData device(mma_family(), result.config, data);
+      device.prepare(result.config);
+      device.poison_output();
+      device.launch(kernel, stream.get());
+      stream.synchronize();
+      const gemm::Verification verification =
+          gemm::verify_output(device.output_bits(), problem.format.output, reference, default_tolerance(problem.format));
+      result.passed = verification.passed;
+      result.outcome = verification.summary() + " [" + std::to_string(outcome.kernel->resources.registers) + " regs]";
+    } catch (const std::exception& error) {
+      result.outcome = std::string("error: ") + error.what();
+    }
+    std::printf("[ case ] %s %-62s %s\n", case_label(c).c_str(), result.config.to_string().c_str(), result.outcome.c_str());
+    std::fflush(stdout);
+  }
+  return results;
+}
+
+void expect_all_pass(const std::vector<CaseResult>& results) {
+  int failed = 0;
+  for (const CaseResult& result : results) {
+    if (!result.passed) {
+      ++failed;
+      ADD_FAILURE() << result.c.spec << " m=" << result.c.m << " n=" << result.c.n << " k=" << result.c.k << " "
+                    << result.config.to_string() << ": " << result.outcome;
+    }
+  }
+  std::printf("[ cases ] %d of %zu passed\n", static_cast<int>(results.size()) - failed, results.size());
+}
+
+TEST(MmaGpu, Int4PerChannelAcrossShapesAndConfigs) {
+  QTUNE_REQUIRE_GPU();
+  std::vector<Case> cases;
+  const char* spec = "w4a16-int4-ch";
+  for (int64_t m : {1, 16, 64, 256}) cases.push_back({spec, m, 8192, 8192, ""});
+  for (int64_t m : {1, 33}) cases.push_back({spec, m, 5120, 13824, ""});
+  for (const char* config : {"bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=1,raster=0",
+                             "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0",
+                             "bm=16,bn=64,bk=512,wm=1,wn=4,wk=1,stages=3,split=16,raster=0",
+                             "bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=4,split=2,raster=0",
+                             "bm=16,bn=256,bk=128,wm=1,wn=8,wk=1,stages=6,split=3,raster=0",
+                             "bm=16,bn=32,bk=256,wm=1,wn=1,wk=4,stages=2,split=1,raster=0",
+                             "bm=16,bn=16,bk=64,wm=1,wn=1,wk=1,stages=5,split=8,raster=0"}) {
+    cases.push_back({spec, 1, 8192, 8192, config});
+  }
+  for (const char* config : {"bm=32,bn=128,bk=128,wm=2,wn=2,wk=1,stages=4,split=1,raster=1",
+                             "bm=64,bn=128,bk=128,wm=2,wn=4,wk=1,stages=3,split=2,raster=0",
+                             "bm=64,bn=64,bk=64,wm=4,wn=1,wk=1,stages=2,split=1,raster=0"}) {
+    cases.push_back({spec, 33, 5120, 13824, config});
+  }
+  for (const char* config : {"bm=128,bn=128,bk=64,wm=2,wn=4,wk=1,stages=4,split=1,raster=1",
+                             "bm=64,bn=256,bk=64,wm=2,wn=4,wk=1,stages=3,split=1,raster=3",
+                             "bm=256,bn=64,bk=64,wm=4,wn=2,wk=1,stages=3,split=1,raster=0"}) {
+    cases.push_back({spec, 300, 4096, 4096, config, true});
+  }
+  expect_all_pass(run_cases(cases));
+}
+
+// Every weight-only preset and the extra types: M = 1 at the smallest K the group allows, M not a multiple of 16,
+// and the two large shapes.
+TEST(MmaGpu, EveryWeightOnlyFormat) {
+  QTUNE_REQUIRE_GPU();
+  std::vector<std::string> specs;
+  for (const FormatPreset& preset : format_presets()) {
+    if (!mma::unsupported_format_reason(FormatSpec::parse(preset.name))) specs.push_back(preset.name);
+  }
+  for (const char* spec : {"w1a16-int1-ch", "w2a16-int2-g64", "w3a16-int3-g32", "w5a16-int5-ch", "w6a16-int6-g128",
+                           "w7a16-int7-g64", "w8a16-int8-g128-bf16", "w2a16-uint2-g64-zp", "w5a16-uint5-g32-fzp",
+                           "w8a16-uint8-ch-zp-bf16", "w8a16-uint8-g64-zp-bf16", "w7a16-uint7-g32-zp-bf16",
+                           "w4a16-uint4-ch-fzp", "w4a16-e2m1-g32", "w6a16-e3m2-ch", "w6a16-e2m3-g64", "w8a16-e4m3-ch",
+                           "w8a16-e5m2-g128", "w8a16-e4m3-ch-bf16", "w4a16-e2m1-g32-bf16", "w5a16-e2m2-g64",
+                           "w8a16-e3m4-ch-bf16", "w4a16-int4-tensor", "w4a16-int4-block64x128",
+                           "w4a16-int4-g128:scale=bf16", "w4a16-int4-ch:out=bf16", "w4a16-int4-g64:scale=f32"}) {
+    specs.push_back(spec);
+  }
+  std::vector<Case> cases;
+  for (const std::string& spec : specs) {
+    const FormatSpec format = FormatSpec::parse(spec);
+    const int64_t group = format.weight_scale.group_k > 0 ? format.weight_scale.group_k : 64;
+    const int64_t k_min = std::lcm<int64_t>(group, 64);
+    const std::string small = "bm=16,bn=32,bk=64,wm=1,wn=2,wk=1,stages=2,split=1,raster=0";
+    cases.push_back({spec, 1, 256, k_min, small});
+    cases.push_back({spec, 19, 512, 4 * k_min, "bm=32,bn=64,bk=64,wm=2,wn=2,wk=1,stages=3,split=2,raster=0", true});
+    cases.push_back({spec, 1, 8192, 8192, ""});
+    cases.push_back({spec, 45, 5120, 13824, "", true});
+  }
+  expect_all_pass(run_cases(cases));
+}
+
+TEST(MmaGpu, SplitAndWarpKReductionsAreBitIdentical) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  const std::string arch = gemm::nvrtc_arch(limits.sm);
+  const jit::Compiler compiler;
+  runtime::Stream stream;
+  const Problem problem{FormatSpec::parse("w4a16-int4-g128"), 16, 4096, 8192, true};
+  const gemm::GemmData data = gemm::make_gemm_data(problem, 77);
+  for (const char* text : {"bm=16,bn=64,bk=128,wm=1,wn=2,wk=2,stages=4,split=8,raster=0",
+                           "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=3,split=16,raster=0",
+                           "bm=16,bn=32,bk=512,wm=1,wn=1,wk=4,stages=2,split=3,raster=0"}) {
+    const KernelConfig config = KernelConfig::parse(text);
+    ASSERT_TRUE(mma_family().check(config, problem, limits).valid) << text;
+    jit::CompileRequest request;
+    request.source = mma_family().instantiation_source(config, problem.format, arch);
+    request.kernel_name = mma_family().kernel_name(config, problem.format);
+    request.arch = arch;
+    gemm::LoadedKernel kernel(mma_family(), config, problem.format, compiler.compile(request));
+    gemm::GemmDeviceData device(mma_family(), config, data);
+    device.prepare(config);
+    std::vector<uint16_t> first;
+    for (int run = 0; run < 4; ++run) {
+      device.poison_output();
+      device.launch(kernel, stream.get());
+      stream.synchronize();
+      const std::vector<uint16_t> bits = device.output_bits();
+      if (run == 0) {
+        first = bits;
+        const gemm::Verification verification =
+            gemm::verify_output(bits, problem.format.output, gemm::reference_for(data), default_tolerance(problem.format));
+        EXPECT_TRUE(verification.passed) << text << ": " << verification.summary();
+      } else {
+        size_t differing = 0;
+        for (size_t i = 0; i < bits.size(); ++i) differing += bits[i] != first[i];
+        EXPECT_EQ(differing, 0u) << text << ": run " << run << " differs from run 0 in " << differing << " elements";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qtune

@@ -1,0 +1,254 @@
+// The warm-up and repetition rules of the harness, on the CPU with a simulated GPU and clock.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "tests/tuner/runtime/gpu_test_support.hpp"
+#include "tuner/measure/cupti_timer.hpp"
+#include "tuner/measure/measure.hpp"
+
+namespace qtune::measure {
+namespace {
+
+// A simulated operation: its duration decays from `cold_us` to `steady_us` over the first `settle_s` seconds
+// (clocks ramping), with relative noise; each repetition advances the simulated host clock by `host_us`.
+struct SimulatedGpu {
+  double steady_us = 100;
+  double cold_us = 300;
+  double settle_s = 0.1;
+  double noise = 0.002;  // relative, uniform
+  double host_us = 200;
+  double now = 0;
+  std::mt19937_64 generator{42};
+  std::vector<int> batch_sizes;
+
+  std::vector<double> run(int count) {
+    batch_sizes.push_back(count);
+    std::uniform_real_distribution<double> jitter(-noise, noise);
+    std::vector<double> durations;
+    for (int i = 0; i < count; ++i) {
+      const double ramp = now < settle_s ? (cold_us - steady_us) * (1 - now / settle_s) : 0;
+      durations.push_back((steady_us + ramp) * (1 + jitter(generator)));
+      now += host_us * 1e-6;
+    }
+    return durations;
+  }
+};
+
+LoopResult run_simulated(SimulatedGpu& gpu, const MeasureOptions& options, const std::function<int()>& clock = {}) {
+  return run_measurement_loop([&gpu](int count) { return gpu.run(count); }, options, [&gpu] { return gpu.now; }, clock);
+}
+
+TEST(MeasureLoop, WarmsUpUntilSettledThenConverges) {
+  SimulatedGpu gpu;
+  const LoopResult result = run_simulated(gpu, MeasureOptions{});
+  EXPECT_TRUE(result.warmup_settled);
+  EXPECT_GE(result.warmup_seconds, gpu.settle_s) << "warm-up ended while durations were still falling";
+  EXPECT_TRUE(result.converged);
+  EXPECT_EQ(result.stop_reason, "converged");
+  EXPECT_GE(result.samples_us.size(), 20u);
+  for (const double sample : result.samples_us) EXPECT_NEAR(sample, 100, 0.5);
+  EXPECT_EQ(gpu.batch_sizes.front(), 1) << "the first repetition runs alone";
+  for (std::size_t i = 1; i < gpu.batch_sizes.size(); ++i) EXPECT_LE(gpu.batch_sizes[i], 10);
+}
+
+TEST(MeasureLoop, NoisyOperationsStopAtTheTimeBudget) {
+  SimulatedGpu gpu;
+  gpu.noise = 0.5;
+  MeasureOptions options;
+  options.time_budget_s = 0.3;
+  const LoopResult result = run_simulated(gpu, options);
+  EXPECT_FALSE(result.converged);
+  EXPECT_EQ(result.stop_reason, "time budget");
+  EXPECT_GE(gpu.now, 0.3);
+  EXPECT_LT(gpu.now, 0.3 + 0.05 + 1e-9) << "overshoots the budget by at most one batch";
+}
+
+TEST(MeasureLoop, StopsAtMaxRepetitionsExactly) {
+  SimulatedGpu gpu;
+  gpu.noise = 0.5;
+  MeasureOptions options;
+  options.min_repetitions = 20;
+  options.max_repetitions = 33;
+  options.time_budget_s = 100;
+  const LoopResult result = run_simulated(gpu, options);
+  EXPECT_EQ(result.stop_reason, "max repetitions");
+  EXPECT_EQ(result.samples_us.size(), 33u);
+}
+
+TEST(MeasureLoop, MinimumRepetitionsCompleteEvenWithoutBudget) {
+  SimulatedGpu gpu;
+  gpu.noise = 0.5;
+  MeasureOptions options;
+  options.time_budget_s = 0;
+  options.min_repetitions = 25;
+  const LoopResult result = run_simulated(gpu, options);
+  EXPECT_EQ(result.stop_reason, "time budget");
+  EXPECT_GE(result.samples_us.size(), 25u);
+  EXPECT_LT(result.samples_us.size(), 35u);
+}
+
+TEST(MeasureLoop, WarmUpWaitsForTheSmClock) {
+  SimulatedGpu gpu;
+  gpu.settle_s = 0;  // durations are steady at once; the clock jumps between 1400 and 1900 MHz until 0.2 s
+  int readings = 0;
+  const auto clock = [&gpu, &readings] { return gpu.now < 0.2 ? (++readings % 2 == 0 ? 1400 : 1900) : 1980; };
+  const LoopResult result = run_simulated(gpu, MeasureOptions{}, clock);
+  EXPECT_TRUE(result.warmup_settled);
+  EXPECT_GE(result.warmup_seconds, 0.2);
+  EXPECT_LT(result.warmup_seconds, 0.21);
+}
+
+TEST(MeasureLoop, UnknownClockDoesNotBlockWarmUp) {
+  SimulatedGpu gpu;
+  gpu.settle_s = 0;
+  const LoopResult result = run_simulated(gpu, MeasureOptions{}, [] { return -1; });
+  EXPECT_TRUE(result.warmup_settled);
+  EXPECT_LT(result.warmup_seconds, 0.06);  // the minimum warm-up, 50 ms, plus one batch
+}
+
+TEST(MeasureLoop, WarmUpIsCappedWhenDurationsNeverSettle) {
+  double now = 0;
+  double duration = 100;
+  const auto growing = [&](int count) {  // 1% longer every repetition: no two windows ever agree
+    std::vector<double> durations;
+    for (int i = 0; i < count; ++i) {
+      durations.push_back(duration *= 1.01);
+      now += 200e-6;
+    }
+    return durations;
+  };
+  MeasureOptions options;
+  options.max_warmup_s = 0.2;
+  options.max_repetitions = 40;
+  const LoopResult result = run_measurement_loop(growing, options, [&now] { return now; });
+  EXPECT_FALSE(result.warmup_settled);
+  EXPECT_GE(result.warmup_seconds, 0.2);
+  EXPECT_LT(result.warmup_seconds, 0.21);
+  EXPECT_FALSE(result.converged);
+  EXPECT_EQ(result.stop_reason, "max repetitions");
+}
+
+TEST(MeasureLoop, WarmUpTakesAtMostHalfTheBudget) {
+  SimulatedGpu gpu;
+  gpu.noise = 0.5;  // windows rarely agree
+  MeasureOptions options;
+  options.time_budget_s = 0.2;
+  const LoopResult result = run_simulated(gpu, options);
+  EXPECT_LE(result.warmup_seconds, 0.1 + 0.003);
+}
+
+TEST(MeasureLoop, NoWarmUpWhenDisabled) {
+  SimulatedGpu gpu;
+  MeasureOptions options;
+  options.min_warmup_s = 0;
+  options.max_warmup_s = 0;
+  const LoopResult result = run_simulated(gpu, options);
+  EXPECT_EQ(result.warmup_repetitions, 0);
+  EXPECT_GT(result.samples_us.front(), 140) << "the first measured repetition is the cold one";
+}
+
+TEST(MeasureLoop, SlowOperationsRunInSmallBatches) {
+  SimulatedGpu gpu;
+  gpu.host_us = 30000;  // 30 ms per repetition
+  gpu.settle_s = 0;
+  MeasureOptions options;
+  options.time_budget_s = 1.0;
+  const LoopResult result = run_simulated(gpu, options);
+  for (std::size_t i = 1; i < gpu.batch_sizes.size(); ++i) EXPECT_EQ(gpu.batch_sizes[i], 1);
+  EXPECT_GE(result.samples_us.size(), 20u);
+}
+
+TEST(MeasureLoop, ABatchWithTheWrongCountIsAnError) {
+  MeasureOptions options;
+  double now = 0;
+  const auto one_too_many = [&now](int count) {
+    now += 0.001;
+    return std::vector<double>(static_cast<std::size_t>(count) + 1, 1.0);
+  };
+  EXPECT_THROW(run_measurement_loop(one_too_many, options, [&now] { return now; }), Error);
+}
+
+TEST(MeasureLoop, InconsistentOptionsNameTheField) {
+  const auto message_of = [](const MeasureOptions& options) {
+    try {
+      validate(options);
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string();
+  };
+  MeasureOptions options;
+  EXPECT_EQ(message_of(options), "");
+  options.min_repetitions = 0;
+  EXPECT_EQ(message_of(options).rfind("min_repetitions:", 0), 0u) << message_of(options);
+  options = MeasureOptions{};
+  options.max_repetitions = 5;
+  EXPECT_EQ(message_of(options).rfind("max_repetitions:", 0), 0u);
+  options = MeasureOptions{};
+  options.target_relative_ci = 0;
+  EXPECT_EQ(message_of(options).rfind("target_relative_ci:", 0), 0u);
+  options = MeasureOptions{};
+  options.min_warmup_s = 2;
+  EXPECT_EQ(message_of(options).rfind("max_warmup_s:", 0), 0u);
+  options = MeasureOptions{};
+  options.confidence = 1;
+  EXPECT_EQ(message_of(options).rfind("confidence:", 0), 0u);
+}
+
+TEST(Measurement, RoundTripsThroughJson) {
+  Measurement measurement;
+  measurement.median_us = 12.5;
+  measurement.p10_us = 12.1;
+  measurement.p90_us = 13.0;
+  measurement.min_us = 12.0;
+  measurement.max_us = 14.0;
+  measurement.mean_us = 12.6;
+  measurement.stddev_us = 0.3;
+  measurement.ci_low_us = 12.4;
+  measurement.ci_high_us = 12.6;
+  measurement.ci_coverage = 0.96;
+  measurement.samples_us = {12.0, 12.5, 14.0};
+  measurement.repetitions = 3;
+  measurement.warmup_repetitions = 40;
+  measurement.converged = true;
+  measurement.stop_reason = "converged";
+  measurement.warmup_settled = true;
+  measurement.warmup_seconds = 0.06;
+  measurement.total_seconds = 0.1;
+  measurement.flush_bytes = 104857600;
+  measurement.nvml_start.valid = true;
+  measurement.nvml_start.sm_mhz = 1980;
+  measurement.kernels_per_repetition = 2;
+  measurement.kernel_names = {"gemm", "reduce"};
+  measurement.device_name = "NVIDIA H200";
+  measurement.device_uuid = "GPU-01234567-89ab-cdef-0123-456789abcdef";
+  const nlohmann::json json = measurement;
+  const Measurement back = json.get<Measurement>();
+  EXPECT_EQ(nlohmann::json(back), json);
+  EXPECT_NEAR(back.relative_ci_half_width(), 0.1 / 12.5, 1e-12);
+}
+
+TEST(Measure, WithoutAGpuIsNoGpuError) {
+  QTUNE_REQUIRE_NO_GPU();
+  EXPECT_THROW(measure([](CUstream) {}), NoGpuError);
+}
+
+TEST(Cupti, FailedCallsNameTheFunctionAndCuptisMessage) {
+  try {
+    detail::check_cupti(1 /* CUPTI_ERROR_INVALID_PARAMETER */, "cuptiActivityEnable", "file.cpp", 3);
+    FAIL() << "no error thrown";
+  } catch (const LibraryError& error) {
+    std::cout << error.what() << "\n";
+    EXPECT_EQ(error.library(), "CUPTI");
+    EXPECT_EQ(std::string(error.what()).rfind("CUPTI: cuptiActivityEnable failed: ", 0), 0u) << error.what();
+    EXPECT_NE(std::string(error.what()).find("INVALID_PARAMETER"), std::string::npos) << error.what();
+  }
+  EXPECT_NO_THROW(detail::check_cupti(0, "cuptiActivityEnable", "file.cpp", 3));
+}
+
+}  // namespace
+}  // namespace qtune::measure

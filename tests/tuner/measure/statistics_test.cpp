@@ -1,0 +1,177 @@
+#include "tuner/measure/statistics.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/error.hpp"
+
+namespace qtune::measure {
+namespace {
+
+TEST(Statistics, MedianOfOddAndEvenCounts) {
+  EXPECT_DOUBLE_EQ(median({5, 1, 3}), 3);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median({7}), 7);
+  EXPECT_THROW(median({}), Error);
+}
+
+TEST(Statistics, PercentilesInterpolateBetweenClosestRanks) {
+  const std::vector<double> values{4, 1, 3, 2};  // sorted 1 2 3 4, h = 3p/100
+  EXPECT_DOUBLE_EQ(percentile(values, 0), 1);
+  EXPECT_DOUBLE_EQ(percentile(values, 10), 1.3);
+  EXPECT_DOUBLE_EQ(percentile(values, 50), 2.5);
+  EXPECT_DOUBLE_EQ(percentile(values, 90), 3.7);
+  EXPECT_DOUBLE_EQ(percentile(values, 100), 4);
+  EXPECT_DOUBLE_EQ(percentile({10, 20, 30, 40, 50}, 25), 20);
+  EXPECT_DOUBLE_EQ(percentile({10, 20, 30, 40, 50}, 30), 22);
+  EXPECT_DOUBLE_EQ(percentile({42}, 90), 42);
+  EXPECT_THROW(percentile(values, -1), Error);
+  EXPECT_THROW(percentile(values, 100.5), Error);
+  EXPECT_THROW(percentile({}, 50), Error);
+}
+
+TEST(Statistics, MeanAndSampleStandardDeviation) {
+  const std::vector<double> values{2, 4, 4, 4, 5, 5, 7, 9};
+  EXPECT_DOUBLE_EQ(mean(values), 5);
+  EXPECT_NEAR(sample_stddev(values), std::sqrt(32.0 / 7.0), 1e-12);
+  EXPECT_DOUBLE_EQ(sample_stddev({3}), 0);
+  EXPECT_THROW(mean({}), Error);
+}
+
+TEST(Statistics, BinomialCdfMatchesExactCounts) {
+  // sum_{k<=5} C(20, k) = 21700 of 2^20 outcomes.
+  EXPECT_NEAR(binomial_half_cdf(20, 5), 21700.0 / 1048576.0, 1e-14);
+  EXPECT_NEAR(binomial_half_cdf(1, 0), 0.5, 1e-15);
+  EXPECT_DOUBLE_EQ(binomial_half_cdf(10, 10), 1.0);
+  EXPECT_NEAR(binomial_half_cdf(11, 5), 0.5, 1e-12);  // symmetric, odd n
+  // Large n does not underflow: P(X <= n/2) is just above 1/2.
+  EXPECT_NEAR(binomial_half_cdf(20000, 10000), 0.5 + 0.5 * 0.005641, 1e-4);
+}
+
+TEST(Statistics, MedianIntervalUsesExactOrderStatistics) {
+  std::vector<double> values;
+  for (int i = 1; i <= 20; ++i) values.push_back(i * 10.0);
+  std::shuffle(values.begin(), values.end(), std::mt19937(1));
+  const MedianInterval interval = median_confidence_interval(values, 0.95);
+  // The textbook ranks for n = 20 at 95%: 6 and 15, coverage 1 - 2 * 21700 / 2^20.
+  EXPECT_EQ(interval.lower_rank, 6u);
+  EXPECT_EQ(interval.upper_rank, 15u);
+  EXPECT_DOUBLE_EQ(interval.low, 60);
+  EXPECT_DOUBLE_EQ(interval.high, 150);
+  EXPECT_NEAR(interval.coverage, 1 - 2 * 21700.0 / 1048576.0, 1e-12);
+  EXPECT_TRUE(interval.reached_confidence);
+}
+
+TEST(Statistics, SmallSamplesCannotReachTheConfidence) {
+  const MedianInterval five = median_confidence_interval({3, 1, 4, 1, 5}, 0.95);
+  EXPECT_FALSE(five.reached_confidence);
+  EXPECT_EQ(five.lower_rank, 1u);
+  EXPECT_EQ(five.upper_rank, 5u);
+  EXPECT_DOUBLE_EQ(five.low, 1);
+  EXPECT_DOUBLE_EQ(five.high, 5);
+  EXPECT_NEAR(five.coverage, 1 - 2.0 / 32, 1e-12);
+  const MedianInterval six = median_confidence_interval({6, 5, 4, 3, 2, 1}, 0.95);
+  EXPECT_TRUE(six.reached_confidence);
+  EXPECT_EQ(six.lower_rank, 1u);
+  EXPECT_NEAR(six.coverage, 1 - 2.0 / 64, 1e-12);
+  const MedianInterval one = median_confidence_interval({9}, 0.95);
+  EXPECT_FALSE(one.reached_confidence);
+  EXPECT_DOUBLE_EQ(one.low, 9);
+  EXPECT_DOUBLE_EQ(one.high, 9);
+  EXPECT_THROW(median_confidence_interval({}, 0.95), Error);
+  EXPECT_THROW(median_confidence_interval({1, 2}, 1.0), Error);
+}
+
+TEST(Statistics, LargeSamplesAreFastAndMatchTheNormalApproximation) {
+  const std::size_t n = 100000;
+  std::vector<double> values(n);
+  for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<double>(i);
+  const auto started = std::chrono::steady_clock::now();
+  const MedianInterval interval = median_confidence_interval(values, 0.95);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double expected_rank = n / 2.0 - 1.959964 * std::sqrt(static_cast<double>(n)) / 2;
+  EXPECT_NEAR(static_cast<double>(interval.lower_rank), expected_rank, 2.0);
+  EXPECT_EQ(interval.lower_rank + interval.upper_rank, n + 1);
+  EXPECT_GE(interval.coverage, 0.95);
+  EXPECT_LT(interval.coverage, 0.951);
+  EXPECT_LT(seconds, 0.1);
+}
+
+TEST(Statistics, MedianIntervalCoversTheTrueMedianAtTheStatedRate) {
+  // Exponential durations (skewed, like timings) with a known median ln 2.
+  std::mt19937_64 generator(2024);
+  std::exponential_distribution<double> distribution(1.0);
+  const double true_median = std::log(2.0);
+  const int trials = 4000;
+  for (const std::size_t n : {std::size_t{20}, std::size_t{31}, std::size_t{200}}) {
+    int covered = 0;
+    double stated = 0;
+    for (int trial = 0; trial < trials; ++trial) {
+      std::vector<double> values(n);
+      for (double& value : values) value = distribution(generator);
+      const MedianInterval interval = median_confidence_interval(values, 0.95);
+      stated = interval.coverage;
+      covered += interval.low <= true_median && true_median <= interval.high;
+    }
+    const double rate = static_cast<double>(covered) / trials;
+    // 4000 trials: the rate's standard error is about 0.0035.
+    EXPECT_NEAR(rate, stated, 0.015) << "n = " << n;
+    EXPECT_GE(rate, 0.935) << "n = " << n;
+  }
+}
+
+TEST(Statistics, SummaryCollectsEverything) {
+  std::vector<double> values;
+  for (int i = 100; i >= 1; --i) values.push_back(i);
+  const Summary summary = summarize(values);
+  EXPECT_EQ(summary.count, 100u);
+  EXPECT_DOUBLE_EQ(summary.median, 50.5);
+  EXPECT_DOUBLE_EQ(summary.p10, 10.9);
+  EXPECT_DOUBLE_EQ(summary.p90, 90.1);
+  EXPECT_DOUBLE_EQ(summary.min, 1);
+  EXPECT_DOUBLE_EQ(summary.max, 100);
+  EXPECT_DOUBLE_EQ(summary.mean, 50.5);
+  EXPECT_NEAR(summary.stddev, std::sqrt(100.0 * 101.0 / 12.0), 1e-9);
+  EXPECT_LE(summary.median_interval.low, summary.median);
+  EXPECT_GE(summary.median_interval.high, summary.median);
+  // n = 100 at 95%: ranks 40 and 61.
+  EXPECT_EQ(summary.median_interval.lower_rank, 40u);
+  EXPECT_DOUBLE_EQ(summary.relative_half_width(), std::max(50.5 - 40, 61 - 50.5) / 50.5);
+}
+
+TEST(Statistics, ConvergenceNeedsEnoughSamplesAndANarrowInterval) {
+  std::mt19937 generator(5);
+  std::uniform_real_distribution<double> tight(99.9, 100.1);
+  std::uniform_real_distribution<double> wide(90, 110);
+  std::vector<double> tight_values(20);
+  std::vector<double> wide_values(20);
+  for (double& value : tight_values) value = tight(generator);
+  for (double& value : wide_values) value = wide(generator);
+  const ConvergenceRule rule{20, 0.01, 0.95};
+  EXPECT_TRUE(is_converged(summarize(tight_values), rule));
+  EXPECT_FALSE(is_converged(summarize(wide_values), rule));
+  tight_values.pop_back();
+  EXPECT_FALSE(is_converged(summarize(tight_values), rule)) << "19 samples are fewer than the minimum";
+  // Below six samples no interval reaches 95%, whatever the minimum says.
+  EXPECT_FALSE(is_converged(summarize({100, 100, 100, 100, 100}), ConvergenceRule{1, 0.01, 0.95}));
+  EXPECT_TRUE(is_converged(summarize({100, 100, 100, 100, 100, 100}), ConvergenceRule{1, 0.01, 0.95}));
+}
+
+TEST(Statistics, StabilityComparesTheLastTwoWindows) {
+  const StabilityRule rule{10, 0.01};
+  std::vector<double> settling(10, 110.0);
+  settling.insert(settling.end(), 10, 100.0);
+  EXPECT_FALSE(is_stable(settling, rule));
+  settling.insert(settling.end(), 10, 100.5);
+  EXPECT_TRUE(is_stable(settling, rule));
+  EXPECT_FALSE(is_stable(std::vector<double>(19, 100.0), rule)) << "needs two full windows";
+  EXPECT_TRUE(is_stable(std::vector<double>(20, 100.0), rule));
+}
+
+}  // namespace
+}  // namespace qtune::measure

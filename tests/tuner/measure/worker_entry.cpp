@@ -1,0 +1,5 @@
+// Lets test_tuner serve as the measuring worker: the worker tests start this executable as
+// `test_tuner __worker --fd N` (tests/common/test_main.cpp calls this when argv[1] is "__worker").
+#include "tuner/measure/worker.hpp"
+
+extern "C" int qtune_test_worker_main(int argc, char** argv) { return qtune::measure::worker_main(argc, argv); }

@@ -1,0 +1,232 @@
+// The measuring worker on the CPU: protocol, errors, crashes and the watchdog. The worker is this test executable
+// itself (see worker_entry.cpp).
+#include "tuner/measure/worker.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "kernels/error.hpp"
+#include "tests/tuner/runtime/gpu_test_support.hpp"
+
+namespace qtune::measure {
+namespace {
+
+constexpr double kTimeout = 60;
+
+bool process_exists(int pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+TEST(WorkerProtocol, RequestsCarryIdJobAndParams) {
+  const nlohmann::json request = make_request(7, "selftest-echo", {{"x", 1}});
+  EXPECT_EQ(request, (nlohmann::json{{"id", 7}, {"job", "selftest-echo"}, {"params", {{"x", 1}}}}));
+  EXPECT_EQ(make_request(8, "selftest-echo", nlohmann::json())["params"], nlohmann::json::object());
+}
+
+TEST(WorkerProtocol, ResponsesAreParsedByStatus) {
+  JobOutcome ok = parse_response(R"({"id": 3, "status": "ok", "result": {"a": [1, 2]}})", 3);
+  EXPECT_EQ(ok.status, JobStatus::Ok);
+  EXPECT_EQ(ok.result, (nlohmann::json{{"a", {1, 2}}}));
+  JobOutcome error = parse_response(
+      R"({"id": 3, "status": "error", "error": "CUDA driver: cuMemAlloc failed: x", "error_type": "DriverError", "library": "CUDA driver"})",
+      3);
+  EXPECT_EQ(error.status, JobStatus::Error);
+  EXPECT_EQ(error.error, "CUDA driver: cuMemAlloc failed: x");
+  EXPECT_EQ(error.error_type, "DriverError");
+  EXPECT_EQ(error.library, "CUDA driver");
+  EXPECT_EQ(parse_response(R"({"id": 3, "status": "fault", "error": "e"})", 3).status, JobStatus::Fault);
+}
+
+TEST(WorkerProtocol, MalformedResponsesAreCrashesThatSaySo) {
+  const JobOutcome not_json = parse_response("Segmentation fault", 1);
+  EXPECT_EQ(not_json.status, JobStatus::Crashed);
+  EXPECT_NE(not_json.error.find("not JSON"), std::string::npos) << not_json.error;
+  EXPECT_NE(not_json.error.find("Segmentation fault"), std::string::npos);
+  const JobOutcome wrong_id = parse_response(R"({"id": 2, "status": "ok"})", 1);
+  EXPECT_EQ(wrong_id.status, JobStatus::Crashed);
+  EXPECT_NE(wrong_id.error.find("expected id 1"), std::string::npos) << wrong_id.error;
+  EXPECT_EQ(parse_response(R"({"id": 1, "status": "maybe"})", 1).status, JobStatus::Crashed);
+  EXPECT_EQ(parse_response(R"([1, 2])", 1).status, JobStatus::Crashed);
+}
+
+TEST(WorkerProtocol, FailedOutcomesRethrowTheirType) {
+  JobOutcome outcome;
+  outcome.status = JobStatus::Error;
+  outcome.error = "no CUDA device found";
+  outcome.error_type = "NoGpuError";
+  EXPECT_THROW(throw_if_failed(outcome, "job"), NoGpuError);
+  outcome.error_type = "InputError";
+  EXPECT_THROW(throw_if_failed(outcome, "job"), InputError);
+  outcome.error_type = "LibraryError";
+  outcome.library = "NVRTC";
+  outcome.error = "NVRTC: compile failed";
+  try {
+    throw_if_failed(outcome, "job");
+    FAIL();
+  } catch (const LibraryError& error) {
+    EXPECT_EQ(error.library(), "NVRTC");
+    EXPECT_STREQ(error.what(), "NVRTC: compile failed");
+  }
+  outcome.status = JobStatus::Timeout;
+  outcome.error = "did not finish";
+  try {
+    throw_if_failed(outcome, "measure-kernel");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_STREQ(error.what(), "worker job 'measure-kernel' timeout: did not finish");
+  }
+  outcome.status = JobStatus::Ok;
+  EXPECT_NO_THROW(throw_if_failed(outcome, "job"));
+}
+
+TEST(Worker, RunsJobsInAnotherProcessAndReusesIt) {
+  Worker worker;
+  EXPECT_EQ(worker.pid(), 0) << "started lazily";
+  const nlohmann::json params{{"numbers", {1, 2, 3}}, {"text", "h\u00e9llo\nworld"}};
+  const JobOutcome first = worker.run("selftest-echo", params, kTimeout);
+  ASSERT_EQ(first.status, JobStatus::Ok) << first.error;
+  EXPECT_EQ(first.result, params);
+  EXPECT_GT(first.worker_pid, 0);
+  EXPECT_NE(first.worker_pid, getpid());
+  const JobOutcome second = worker.run("selftest-echo", {{"n", 2}}, kTimeout);
+  ASSERT_EQ(second.status, JobStatus::Ok);
+  EXPECT_EQ(second.worker_pid, first.worker_pid);
+  EXPECT_EQ(worker.workers_started(), 1);
+}
+
+TEST(Worker, LargeAnswersArriveWhole) {
+  Worker worker;
+  const std::string big(3 << 20, 'x');  // larger than any socket buffer
+  const JobOutcome outcome = worker.run("selftest-echo", {{"big", big}}, kTimeout);
+  ASSERT_EQ(outcome.status, JobStatus::Ok) << outcome.error;
+  EXPECT_EQ(outcome.result["big"].get<std::string>().size(), big.size());
+}
+
+TEST(Worker, AThrowingJobIsAnErrorAndTheWorkerSurvives) {
+  Worker worker;
+  const JobOutcome thrown = worker.run("selftest-throw", {{"message", "shape: N must be positive"}}, kTimeout);
+  EXPECT_EQ(thrown.status, JobStatus::Error);
+  EXPECT_EQ(thrown.error, "shape: N must be positive");
+  EXPECT_EQ(thrown.error_type, "InputError");
+  const JobOutcome after = worker.run("selftest-echo", {}, kTimeout);
+  EXPECT_EQ(after.status, JobStatus::Ok);
+  EXPECT_EQ(after.worker_pid, thrown.worker_pid);
+  EXPECT_THROW(throw_if_failed(thrown, "selftest-throw"), InputError);
+}
+
+TEST(Worker, UnknownJobsListTheKnownOnes) {
+  Worker worker;
+  const JobOutcome outcome = worker.run("no-such-job", {}, kTimeout);
+  EXPECT_EQ(outcome.status, JobStatus::Error);
+  EXPECT_EQ(outcome.error_type, "InputError");
+  EXPECT_NE(outcome.error.find("unknown job 'no-such-job'"), std::string::npos) << outcome.error;
+  EXPECT_NE(outcome.error.find("selftest-echo"), std::string::npos) << outcome.error;
+}
+
+TEST(Worker, ACrashIsRecordedAndTheNextJobGetsAFreshWorker) {
+  Worker worker;
+  const JobOutcome crashed = worker.run("selftest-segfault", {}, kTimeout);
+  std::cout << "crash: " << crashed.error << "\n";
+  EXPECT_EQ(crashed.status, JobStatus::Crashed);
+  EXPECT_NE(crashed.error.find("signal 11"), std::string::npos) << crashed.error;
+  EXPECT_NE(crashed.error.find("selftest-segfault"), std::string::npos) << crashed.error;
+  EXPECT_EQ(worker.pid(), 0);
+  EXPECT_FALSE(process_exists(crashed.worker_pid)) << "the crashed worker was not reaped";
+  const JobOutcome next = worker.run("selftest-echo", {{"still", "alive"}}, kTimeout);
+  ASSERT_EQ(next.status, JobStatus::Ok) << next.error;
+  EXPECT_NE(next.worker_pid, crashed.worker_pid);
+  EXPECT_EQ(worker.workers_started(), 2);
+}
+
+TEST(Worker, AWorkerThatDiedBetweenJobsIsReplacedWithoutBlamingTheNextJob) {
+  Worker worker;
+  ASSERT_EQ(worker.run("selftest-echo", {}, kTimeout).status, JobStatus::Ok);
+  const int first_pid = worker.pid();
+  ASSERT_EQ(kill(first_pid, SIGKILL), 0);
+  // Wait until only the zombie is left (every thread gone), which the Worker has not reaped yet.
+  const std::string proc = "/proc/" + std::to_string(first_pid);
+  for (int i = 0; i < 500; ++i) {
+    std::string stat;
+    std::getline(std::ifstream(proc + "/stat"), stat);
+    std::error_code error;
+    const auto tasks = std::distance(std::filesystem::directory_iterator(proc + "/task", error),
+                                     std::filesystem::directory_iterator());
+    if (stat.find(") Z") != std::string::npos && tasks <= 1) break;
+    usleep(10000);
+  }
+  const JobOutcome next = worker.run("selftest-echo", {{"after", "kill"}}, kTimeout);
+  ASSERT_EQ(next.status, JobStatus::Ok) << next.error;
+  EXPECT_NE(next.worker_pid, first_pid);
+  EXPECT_EQ(worker.workers_started(), 2);
+}
+
+TEST(Worker, TheWatchdogKillsAJobThatRunsTooLong) {
+  Worker worker;
+  const JobOutcome hung = worker.run("selftest-sleep", {{"seconds", 60}}, 0.5);
+  std::cout << "timeout after " << hung.seconds << " s: " << hung.error << "\n";
+  EXPECT_EQ(hung.status, JobStatus::Timeout);
+  EXPECT_GE(hung.seconds, 0.5);
+  EXPECT_LT(hung.seconds, 5.0);
+  EXPECT_NE(hung.error.find("signal 9"), std::string::npos) << hung.error;
+  EXPECT_FALSE(process_exists(hung.worker_pid));
+  const JobOutcome next = worker.run("selftest-sleep", {{"seconds", 0.05}}, 10);
+  ASSERT_EQ(next.status, JobStatus::Ok) << next.error;
+  EXPECT_DOUBLE_EQ(next.result["slept_s"].get<double>(), 0.05);
+  EXPECT_NE(next.worker_pid, hung.worker_pid);
+}
+
+TEST(Worker, AMissingExecutableIsACrashThatSaysWhy) {
+  Worker worker(WorkerOptions{"/nonexistent/qtune", {"__worker"}, 10});
+  const JobOutcome outcome = worker.run("selftest-echo", {}, kTimeout);
+  EXPECT_EQ(outcome.status, JobStatus::Crashed);
+  EXPECT_NE(outcome.error.find("could not be started"), std::string::npos) << outcome.error;
+  EXPECT_NE(outcome.error.find("status 127"), std::string::npos) << outcome.error;
+}
+
+TEST(Worker, AProgramThatIsNotAWorkerIsRejected) {
+  Worker worker(WorkerOptions{"/bin/sh", {"-c", "echo not-a-worker >&\"$2\"; exec sleep 30", "sh"}, 10});
+  const JobOutcome outcome = worker.run("selftest-echo", {}, kTimeout);
+  EXPECT_EQ(outcome.status, JobStatus::Crashed);
+  EXPECT_NE(outcome.error.find("is not a qtune worker"), std::string::npos) << outcome.error;
+  EXPECT_NE(outcome.error.find("not-a-worker"), std::string::npos) << outcome.error;
+  EXPECT_EQ(worker.pid(), 0);
+}
+
+TEST(Worker, AWorkerThatNeverGetsReadyTimesOut) {
+  Worker worker(WorkerOptions{"/bin/sh", {"-c", "exec sleep 30", "sh"}, 0.3});
+  const JobOutcome outcome = worker.run("selftest-echo", {}, kTimeout);
+  EXPECT_EQ(outcome.status, JobStatus::Crashed);
+  EXPECT_NE(outcome.error.find("did not report ready"), std::string::npos) << outcome.error;
+}
+
+TEST(Worker, StoppingEndsTheProcess) {
+  int pid = 0;
+  {
+    Worker worker;
+    ASSERT_EQ(worker.run("selftest-echo", {}, kTimeout).status, JobStatus::Ok);
+    pid = worker.pid();
+    ASSERT_TRUE(process_exists(pid));
+  }
+  EXPECT_FALSE(process_exists(pid)) << "the worker outlived its Worker";
+}
+
+TEST(Worker, GpuSelftestsWithoutAGpuAreNoGpuErrors) {
+  QTUNE_REQUIRE_NO_GPU();
+  Worker worker;
+  for (const char* job : {"selftest-fault", "selftest-hang", "selftest-copy", "selftest-device"}) {
+    const JobOutcome outcome = worker.run(job, {}, kTimeout);
+    std::cout << job << ": " << outcome.error << "\n";
+    EXPECT_EQ(outcome.status, JobStatus::Error) << job;
+    EXPECT_EQ(outcome.error_type, "NoGpuError") << job;
+    EXPECT_THROW(throw_if_failed(outcome, job), NoGpuError);
+  }
+  EXPECT_EQ(worker.workers_started(), 1) << "a NoGpuError does not end the worker";
+}
+
+}  // namespace
+}  // namespace qtune::measure

@@ -1,0 +1,314 @@
+#include "tuner/baselines/baseline_bench.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/error.hpp"
+#include "tuner/measure/selftest_jobs.hpp"
+#include "tuner/measure/worker.hpp"
+#include "tuner/runtime/device.hpp"
+#include "tuner/runtime/memory.hpp"
+
+namespace qtune::baselines {
+
+// ---------------------------------------------------------------- JSON
+
+void to_json(nlohmann::json& json, const VerifyResult& result) {
+  json = nlohmann::json{
+      {"passed", result.passed},
+      // JSON has no infinity: a non-finite error (NaN or inf in the output) is written as null.
+      {"rel_error", std::isfinite(result.rel_error) ? nlohmann::json(result.rel_error) : nlohmann::json()},
+      {"tolerance", result.tolerance},
+      {"rows_checked", result.rows_checked},
+      {"unwritten", result.unwritten},
+      {"exact_mismatches", result.exact_mismatches},
+      {"message", result.message}};
+}
+
+void from_json(const nlohmann::json& json, VerifyResult& result) {
+  result.passed = json.at("passed").get<bool>();
+  const auto& error = json.at("rel_error");
+  result.rel_error = error.is_null() ? std::numeric_limits<double>::infinity() : error.get<double>();
+  result.tolerance = json.at("tolerance").get<double>();
+  result.rows_checked = json.value("rows_checked", int64_t{0});
+  result.unwritten = json.value("unwritten", int64_t{0});
+  result.exact_mismatches = json.value("exact_mismatches", int64_t{0});
+  result.message = json.value("message", std::string());
+}
+
+void to_json(nlohmann::json& json, const VariantResult& result) {
+  json = nlohmann::json{
+      {"label", result.label}, {"params", result.params}, {"verify", result.verify}, {"error", result.error}};
+  json["measurement"] = result.measurement ? nlohmann::json(*result.measurement) : nlohmann::json();
+}
+
+void from_json(const nlohmann::json& json, VariantResult& result) {
+  result.label = json.at("label").get<std::string>();
+  result.params = json.value("params", nlohmann::json::object());
+  result.verify = json.at("verify").get<VerifyResult>();
+  result.error = json.value("error", std::string());
+  const auto& measurement = json.at("measurement");
+  if (measurement.is_null()) {
+    result.measurement.reset();
+  } else {
+    result.measurement = measurement.get<measure::Measurement>();
+  }
+}
+
+void to_json(nlohmann::json& json, const TargetResult& result) {
+  json = nlohmann::json{{"target", result.target},
+                        {"m", result.problem.m},
+                        {"n", result.problem.n},
+                        {"k", result.problem.k},
+                        {"executed_m", result.executed_m},
+                        {"supported", result.supported},
+                        {"unsupported_reason", result.unsupported_reason},
+                        {"notes", result.notes},
+                        {"variants", result.variants},
+                        {"best", result.best},
+                        {"device", result.device}};
+}
+
+void from_json(const nlohmann::json& json, TargetResult& result) {
+  result.target = json.at("target").get<std::string>();
+  result.problem = {json.at("m").get<int64_t>(), json.at("n").get<int64_t>(), json.at("k").get<int64_t>()};
+  result.executed_m = json.value("executed_m", result.problem.m);
+  result.supported = json.at("supported").get<bool>();
+  result.unsupported_reason = json.value("unsupported_reason", std::string());
+  result.notes = json.value("notes", std::string());
+  result.variants = json.value("variants", std::vector<VariantResult>{});
+  result.best = json.value("best", -1);
+  result.device = json.value("device", nlohmann::json());
+}
+
+// ---------------------------------------------------------------- tuning
+
+int best_variant_index(const std::vector<VariantResult>& variants) {
+  int best = -1;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const VariantResult& variant = variants[i];
+    if (!variant.verify.passed || !variant.measurement) continue;
+    if (best < 0 || variant.measurement->median_us < variants[static_cast<size_t>(best)].measurement->median_us) {
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// A sticky CUDA error leaves the context unusable: nothing after it can be trusted, so it ends the whole job.
+void rethrow_if_context_lost() {
+  if (const auto sticky = runtime::sticky_context_error()) {
+    QTUNE_LIBRARY_ERROR("CUDA driver", "the CUDA context is lost (" + *sticky + ")");
+  }
+}
+
+}  // namespace
+
+TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options) {
+  TargetResult result;
+  result.target = baseline.id();
+  result.problem = baseline.problem();
+  result.executed_m = baseline.executed_m();
+  result.supported = baseline.supported();
+  result.unsupported_reason = baseline.unsupported_reason();
+  result.notes = baseline.notes();
+  if (!baseline.supported()) return result;
+
+  for (const AlgoInfo& algo : baseline.algorithms()) {
+    VariantResult variant;
+    variant.label = algo.describe();
+    variant.params = nlohmann::json::parse(algo.to_json());
+    baseline.select_algorithm(algo.heuristic_index);
+    try {
+      variant.verify = baseline.verify();
+    } catch (const Error& error) {
+      rethrow_if_context_lost();
+      variant.verify.passed = false;
+      variant.verify.rel_error = std::numeric_limits<double>::infinity();
+      variant.verify.message = std::string("verification run failed: ") + error.what();
+      variant.error = variant.verify.message;
+      result.variants.push_back(std::move(variant));
+      continue;
+    }
+    if (!variant.verify.passed) {
+      variant.error = "not timed: verification failed";
+      result.variants.push_back(std::move(variant));
+      continue;
+    }
+    try {
+      variant.measurement = measure::measure([&](CUstream stream) { baseline.launch(stream); }, options);
+    } catch (const NoGpuError&) {
+      throw;
+    } catch (const Error& error) {
+      rethrow_if_context_lost();
+      variant.error = std::string("measurement failed: ") + error.what();
+    }
+    result.variants.push_back(std::move(variant));
+  }
+  result.best = best_variant_index(result.variants);
+  if (result.best >= 0) baseline.select_algorithm(result.best);
+  return result;
+}
+
+TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
+                            const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options) {
+  CublasLtBaseline baseline(kind, baseline_options);
+  baseline.prepare(problem, seed);
+  TargetResult result = tune_baseline(baseline, measure_options);
+  result.problem = problem;
+  result.device = runtime::Device::get(baseline_options.device).info();
+  return result;
+}
+
+// ---------------------------------------------------------------- worker job
+
+nlohmann::json measure_options_to_json(const measure::MeasureOptions& options) {
+  return nlohmann::json{{"device", options.device},
+                        {"warm_l2", options.warm_l2},
+                        {"flush_bytes", options.flush_bytes},
+                        {"target_relative_ci", options.target_relative_ci},
+                        {"confidence", options.confidence},
+                        {"min_repetitions", options.min_repetitions},
+                        {"max_repetitions", options.max_repetitions},
+                        {"time_budget_s", options.time_budget_s},
+                        {"batch_repetitions", options.batch_repetitions},
+                        {"min_warmup_s", options.min_warmup_s},
+                        {"max_warmup_s", options.max_warmup_s},
+                        {"warmup_window", options.warmup_window},
+                        {"warmup_tolerance", options.warmup_tolerance}};
+}
+
+namespace {
+
+template <typename T>
+T field(const nlohmann::json& json, const char* name, const T& fallback, const std::string& prefix = "") {
+  if (!json.contains(name)) return fallback;
+  try {
+    return json.at(name).get<T>();
+  } catch (const nlohmann::json::exception& error) {
+    QTUNE_INPUT_ERROR(prefix + name + ": " + error.what());
+  }
+}
+
+}  // namespace
+
+measure::MeasureOptions measure_options_from_json(const nlohmann::json& json) {
+  measure::MeasureOptions options;
+  const std::string prefix = "measure.";
+  options.device = field(json, "device", options.device, prefix);
+  options.warm_l2 = field(json, "warm_l2", options.warm_l2, prefix);
+  options.flush_bytes = field(json, "flush_bytes", options.flush_bytes, prefix);
+  options.target_relative_ci = field(json, "target_relative_ci", options.target_relative_ci, prefix);
+  options.confidence = field(json, "confidence", options.confidence, prefix);
+  options.min_repetitions = field(json, "min_repetitions", options.min_repetitions, prefix);
+  options.max_repetitions = field(json, "max_repetitions", options.max_repetitions, prefix);
+  options.time_budget_s = field(json, "time_budget_s", options.time_budget_s, prefix);
+  options.batch_repetitions = field(json, "batch_repetitions", options.batch_repetitions, prefix);
+  options.min_warmup_s = field(json, "min_warmup_s", options.min_warmup_s, prefix);
+  options.max_warmup_s = field(json, "max_warmup_s", options.max_warmup_s, prefix);
+  options.warmup_window = field(json, "warmup_window", options.warmup_window, prefix);
+  options.warmup_tolerance = field(json, "warmup_tolerance", options.warmup_tolerance, prefix);
+  measure::validate(options);
+  return options;
+}
+
+nlohmann::json to_job_params(const BenchBaselineRequest& request) {
+  return nlohmann::json{{"baseline", baseline_id(request.kind)},
+                        {"m", request.problem.m},
+                        {"n", request.problem.n},
+                        {"k", request.problem.k},
+                        {"seed", request.seed},
+                        {"top_k", request.baseline.top_k},
+                        {"workspace_bytes", request.baseline.workspace_bytes},
+                        {"max_verify_rows", request.baseline.max_verify_rows},
+                        {"fp8_output", to_string(request.baseline.fp8_output)},
+                        {"measure", measure_options_to_json(request.measure)}};
+}
+
+BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
+  BenchBaselineRequest request;
+  if (!params.contains("baseline")) QTUNE_INPUT_ERROR("baseline: missing");
+  request.kind = parse_baseline_id(field(params, "baseline", std::string()), "baseline");
+  request.problem = {field(params, "m", int64_t{0}), field(params, "n", int64_t{0}), field(params, "k", int64_t{0})};
+  validate_problem(request.problem, "m, n, k");
+  request.seed = field(params, "seed", request.seed);
+  request.baseline.top_k = field(params, "top_k", request.baseline.top_k);
+  request.baseline.workspace_bytes = field(params, "workspace_bytes", request.baseline.workspace_bytes);
+  request.baseline.max_verify_rows = field(params, "max_verify_rows", request.baseline.max_verify_rows);
+  request.baseline.fp8_output =
+      parse_output_type(field(params, "fp8_output", to_string(request.baseline.fp8_output)), "fp8_output");
+  if (request.baseline.top_k < 1) QTUNE_INPUT_ERROR("top_k: must be at least 1");
+  request.measure = measure_options_from_json(params.value("measure", nlohmann::json::object()));
+  request.baseline.device = request.measure.device;
+  return request;
+}
+
+void register_baseline_jobs() {
+  measure::register_job(kBenchBaselineJob, [](const nlohmann::json& params) {
+    const BenchBaselineRequest request = request_from_job_params(params);
+    return nlohmann::json(
+        bench_baseline(request.kind, request.problem, request.seed, request.baseline, request.measure));
+  });
+}
+
+nlohmann::json measure_copy_bandwidth(uint64_t bytes, const measure::MeasureOptions& options) {
+  if (bytes < 16 || bytes % 16 != 0)
+    QTUNE_INPUT_ERROR("bytes: " + std::to_string(bytes) + " is not a positive multiple of 16");
+  runtime::Device& device = runtime::Device::get(options.device);
+  const runtime::Kernel kernel =
+      measure::compile_kernel_for_device(measure::selftest_copy_source(), measure::kSelftestCopyKernel, options.device);
+  runtime::DeviceBuffer source(bytes);
+  runtime::DeviceBuffer destination(bytes);
+  source.fill_bytes(0x5a);  // the values do not matter to the timing; they only must not be left undefined
+  destination.fill_bytes(0xff);
+  const runtime::LaunchConfig launch = measure::selftest_copy_launch(options.device);
+  const CUdeviceptr source_pointer = source.get();
+  const CUdeviceptr destination_pointer = destination.get();
+  const unsigned long long count = bytes / 16;
+  const measure::Measurement measurement = measure::measure(
+      [&](CUstream stream) { kernel.launch_with(launch, stream, source_pointer, destination_pointer, count); },
+      options);
+  const std::vector<uint8_t> last = destination.download<uint8_t>(16);
+  for (const uint8_t byte : last) {
+    if (byte != 0x5a) QTUNE_THROW(Error, "copy bandwidth: the destination does not hold the source's bytes");
+  }
+  const double bandwidth_gbps = 2.0 * static_cast<double>(bytes) / (measurement.median_us * 1e-6) / 1e9;
+  return nlohmann::json{
+      {"measurement", measurement}, {"bytes", bytes}, {"bandwidth_gbps", bandwidth_gbps}, {"device", device.info()}};
+}
+
+// ---------------------------------------------------------------- row figures
+
+RowMetrics row_metrics(const TrafficModel& traffic, double flops, double median_us,
+                       std::optional<double> copy_bandwidth_gbps, std::optional<double> peak_tflops) {
+  RowMetrics metrics;
+  if (!(median_us > 0)) return metrics;
+  const double seconds = median_us * 1e-6;
+  metrics.gigabytes_per_second = traffic.total() / seconds / 1e9;
+  metrics.tflops = flops / seconds / 1e12;
+  if (copy_bandwidth_gbps && *copy_bandwidth_gbps > 0) {
+    metrics.bandwidth_percent = 100.0 * metrics.gigabytes_per_second / *copy_bandwidth_gbps;
+  }
+  if (peak_tflops && *peak_tflops > 0) metrics.peak_percent = 100.0 * metrics.tflops / *peak_tflops;
+  return metrics;
+}
+
+search::TensorType tensor_type(BaselineKind kind) {
+  switch (kind) {
+    case BaselineKind::F16:
+      return search::TensorType::F16;
+    case BaselineKind::BF16:
+      return search::TensorType::BF16;
+    case BaselineKind::Fp8Tensor:
+    case BaselineKind::Fp8Outer:
+    case BaselineKind::Fp8Block128:
+      return search::TensorType::FP8;
+    case BaselineKind::Int8:
+      return search::TensorType::INT8;
+  }
+  return search::TensorType::F16;
+}
+
+}  // namespace qtune::baselines

@@ -1,0 +1,98 @@
+#pragma once
+// Measuring baselines: verify and time every algorithm of cuBLASLt's top-k list through qtune's CUPTI harness,
+// keep the fastest verified one, and carry the results across the worker boundary as JSON. Also the arithmetic of
+// a benchmark row (GB/s, TFLOP/s, % of copy bandwidth and of tensor peak).
+//
+// The result types are generic on purpose: a "target" is anything measured for a GEMM problem (a cuBLASLt baseline
+// now, a kernel configuration of a qtune family later), and its "variants" are what is tried for it (cuBLASLt's
+// algorithms; one configuration).
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "search/gpu_profile.hpp"
+#include "tuner/baselines/baseline.hpp"
+#include "tuner/baselines/cublaslt_baseline.hpp"
+#include "tuner/baselines/verify.hpp"
+#include "tuner/measure/measure.hpp"
+
+namespace qtune::baselines {
+
+struct VariantResult {
+  std::string label;      // "h0 algo=66 tile=128x256 stages=64xAUTO ..."
+  nlohmann::json params;  // what identifies the variant (the database's config params)
+  VerifyResult verify;
+  std::optional<measure::Measurement> measurement;  // none when verification failed or the launch threw
+  std::string error;                                // why there is no measurement
+};
+
+struct TargetResult {
+  std::string target;  // "cublaslt-f16"
+  GemmProblem problem;
+  int64_t executed_m = 0;
+  bool supported = false;
+  std::string unsupported_reason;
+  std::string notes;
+  std::vector<VariantResult> variants;
+  int best = -1;          // index into variants of the fastest verified one; -1 when none
+  nlohmann::json device;  // runtime::DeviceInfo of the GPU it ran on (null when unknown)
+
+  const VariantResult* best_variant() const {
+    return best >= 0 && best < static_cast<int>(variants.size()) ? &variants[static_cast<size_t>(best)] : nullptr;
+  }
+};
+
+void to_json(nlohmann::json& json, const VerifyResult& result);
+void from_json(const nlohmann::json& json, VerifyResult& result);
+void to_json(nlohmann::json& json, const VariantResult& result);
+void from_json(const nlohmann::json& json, VariantResult& result);
+void to_json(nlohmann::json& json, const TargetResult& result);
+void from_json(const nlohmann::json& json, TargetResult& result);
+
+// The verified variant with the lowest median, -1 when none has a measurement.
+int best_variant_index(const std::vector<VariantResult>& variants);
+
+// On a prepared baseline: verifies each listed algorithm on a poisoned output, times the verified ones (a launch
+// error is recorded, not thrown), records the fastest as `best` and leaves it selected.
+TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options);
+// prepare + tune_baseline; an unsupported baseline comes back with supported == false and the reason.
+TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
+                            const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options);
+
+// ---- The worker job (containment: a faulting cuBLASLt kernel kills the worker, not the run) ----
+inline constexpr const char* kBenchBaselineJob = "bench-baseline";
+struct BenchBaselineRequest {
+  BaselineKind kind = BaselineKind::F16;
+  GemmProblem problem;
+  uint64_t seed = 1;
+  BaselineOptions baseline;
+  measure::MeasureOptions measure;
+};
+nlohmann::json to_job_params(const BenchBaselineRequest& request);
+BenchBaselineRequest request_from_job_params(const nlohmann::json& params);  // InputError naming a bad field
+nlohmann::json measure_options_to_json(const measure::MeasureOptions& options);
+measure::MeasureOptions measure_options_from_json(const nlohmann::json& json);
+// Registers kBenchBaselineJob (runs bench_baseline, returns the TargetResult as JSON). Idempotent.
+void register_baseline_jobs();
+
+// The device's copy bandwidth measured in this process like the worker's "selftest-copy" job: a device-to-device
+// copy kernel of `bytes` timed through the harness; returns {"bandwidth_gbps" ((read + write) / median),
+// "bytes", "measurement", "device"}, the same answer as the job. Throws NoGpuError without a GPU.
+nlohmann::json measure_copy_bandwidth(uint64_t bytes, const measure::MeasureOptions& options);
+
+// ---- One benchmark row's figures ----
+struct RowMetrics {
+  double gigabytes_per_second = 0;          // TrafficModel bytes / median, 1e9 bytes per GB
+  double tflops = 0;                        // 2 M N K / median
+  std::optional<double> bandwidth_percent;  // of the copy bandwidth, when known
+  std::optional<double> peak_percent;       // of the tensor peak for the target's type, when known
+};
+RowMetrics row_metrics(const TrafficModel& traffic, double flops, double median_us,
+                       std::optional<double> copy_bandwidth_gbps, std::optional<double> peak_tflops);
+
+// The tensor-core type a baseline runs at (for the GPU profile's peak).
+search::TensorType tensor_type(BaselineKind kind);
+
+}  // namespace qtune::baselines

@@ -1,0 +1,151 @@
+// `qtune export`: a GPU's tuned winners as a selection table for production code (JSON and/or a C++ header), with a
+// nearest-shape fallback whose leave-one-shape-out regret is printed.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "db/store.hpp"
+#include "kernels/error.hpp"
+#include "reports/selection_table.hpp"
+#include "reports/table.hpp"
+#include "reports/tuning_data.hpp"
+#include "tuner/cli/commands.hpp"
+
+namespace qtune::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ExportOptions {
+  std::string db_path = "qtune.db";
+  std::string gpu;
+  std::string formats;
+  std::vector<std::string> outputs;
+  std::string namespace_name = "qtune_table";
+  std::string output = "table";
+};
+
+enum class ArtefactKind { Json, Header };
+
+ArtefactKind artefact_kind(const fs::path& path) {
+  const std::string extension = path.extension().string();
+  if (extension == ".json") return ArtefactKind::Json;
+  if (extension == ".hpp" || extension == ".h") return ArtefactKind::Header;
+  QTUNE_INPUT_ERROR("-o: '" + path.string() + "': expected a .json, .hpp or .h file");
+}
+
+std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + reports::format_fixed(100 * fraction, 2) + "%"; }
+
+// The GPU to export: --gpu, else the only GPU with winners.
+std::string chosen_gpu(const ExportOptions& options, const reports::TuningData& data) {
+  if (!options.gpu.empty()) return reports::gpu_key_for(options.gpu);
+  std::vector<std::string> with_winners;
+  for (const auto& [gpu, gpu_data] : data.gpus) {
+    for (const auto& cell : gpu_data.cells) {
+      if (cell.winner) {
+        with_winners.push_back(gpu);
+        break;
+      }
+    }
+  }
+  if (with_winners.size() == 1) return with_winners.front();
+  std::string known;
+  for (const auto& gpu : with_winners) known += (known.empty() ? "" : ", ") + gpu;
+  QTUNE_INPUT_ERROR("--gpu: required" + (known.empty() ? std::string(" (the database has no winners)") : " (GPUs with winners: " + known + ")"));
+}
+
+void print_regret(const reports::FallbackRegret& regret) {
+  if (!regret.geomean_regret) {
+    std::cout << "fallback regret: not measurable (no format has two tuned shapes with measurements)\n";
+    return;
+  }
+  std::cout << "fallback regret on held-out shapes (leave-one-shape-out, " << regret.shapes << " shapes, " << regret.cells
+            << " cells): geomean " << percent(*regret.geomean_regret) << ", max " << percent(*regret.max_regret) << " at "
+            << regret.worst_cell << "\n";
+  if (regret.heuristic_cells > 0 || regret.skipped_cells > 0) {
+    std::cout << "  " << regret.heuristic_cells << " cell(s) timed with the heuristic (the neighbour's config was not measured there), "
+              << regret.skipped_cells << " skipped (neither measured)\n";
+  }
+}
+
+void run_export(const ExportOptions& options) {
+  if (options.outputs.empty()) QTUNE_INPUT_ERROR("-o: give at least one output file (table.json or table.hpp)");
+  std::vector<ArtefactKind> kinds;
+  for (const auto& output : options.outputs) kinds.push_back(artefact_kind(output));
+  const reports::OutputStyle style = reports::parse_output_style(options.output);
+
+  db::Store store = db::Store::open_read_only(options.db_path);
+  reports::DataFilter filter;
+  if (!options.gpu.empty()) filter.gpu = options.gpu;
+  if (!options.formats.empty()) filter.formats = reports::parse_format_list(options.formats);
+  const reports::TuningData data = reports::load_tuning_data(store, filter);
+  const std::string gpu = chosen_gpu(options, data);
+  if (data.gpus.count(gpu) == 0) {
+    std::set<std::string> known;
+    for (const auto& winner : store.list_winners()) known.insert(winner.gpu);
+    std::string list;
+    for (const auto& name : known) list += (list.empty() ? "" : ", ") + name;
+    QTUNE_INPUT_ERROR("--gpu: no winners for GPU '" + gpu + "' in " + options.db_path + " (GPUs with winners: " + (list.empty() ? "none" : list) + ")");
+  }
+  reports::SelectionTable table = reports::build_selection_table(data, gpu);
+  table.fallback_regret = reports::evaluate_fallback(table, data, data.gpus.at(gpu));
+
+  for (std::size_t i = 0; i < options.outputs.size(); ++i) {
+    const std::string text = kinds[i] == ArtefactKind::Json ? table.to_json().dump(2) + "\n" : table.to_cpp_header(options.namespace_name);
+    reports::write_file_atomically(options.outputs[i], text);
+  }
+
+  reports::Table summary({"format", "n", "k", "tuned buckets", "ranges", "configs"});
+  for (const auto& [format, shapes] : table.formats) {
+    for (const auto& shape : shapes) {
+      std::size_t buckets = 0;
+      std::vector<std::string> configs;
+      for (const auto& range : shape.ranges) {
+        buckets += range.buckets.size();
+        const std::string text = range.config.to_string();
+        if (std::find(configs.begin(), configs.end(), text) == configs.end()) configs.push_back(text);
+      }
+      summary.add_row({format, std::to_string(shape.n), std::to_string(shape.k), std::to_string(buckets), std::to_string(shape.ranges.size()),
+                       std::to_string(configs.size())});
+    }
+  }
+  if (style == reports::OutputStyle::Json) {
+    nlohmann::json out = {{"gpu", gpu}, {"outputs", options.outputs}, {"fallback_regret", table.fallback_regret->to_json()}};
+    std::ostringstream shapes;
+    summary.print_json(shapes);
+    out["shapes"] = nlohmann::json::parse(shapes.str());
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  if (style == reports::OutputStyle::Csv) {
+    summary.print_csv(std::cout);
+    return;
+  }
+  summary.print_text(std::cout);
+  std::cout << "\n";
+  print_regret(*table.fallback_regret);
+  for (const auto& output : options.outputs) std::cout << "wrote " << output << "\n";
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto options = std::make_shared<ExportOptions>();
+  CLI::App* command = app.add_subcommand(
+      "export", "Export a GPU's tuned winners as a selection table: JSON and/or a self-contained C++ header with select()");
+  command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
+  command->add_option("--gpu", options->gpu, "GPU profile or name whose winners to export (default: the only GPU with winners)");
+  command->add_option("--format", options->formats, "comma-separated format specs to export (default: every tuned format)");
+  command->add_option("-o", options->outputs, "output file: table.json or table.hpp (give -o twice for both)")->required();
+  command->add_option("--namespace", options->namespace_name, "C++ namespace of the generated header")->capture_default_str();
+  command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();
+  command->callback([options] { run_export(*options); });
+}
+
+}  // namespace qtune::cli

@@ -1,0 +1,298 @@
+// `qtune tune`: tunes a kernel family for every (format, N, K, M bucket) of a model or of given shapes on a GPU, and
+// stores everything (compiles, verifications, measurements, pruning counts, winners) in the database. Resumable
+// (Ctrl-C or a crash loses nothing measured; a rerun continues), shardable (--shard, Slurm arrays, Kubernetes
+// indexed jobs; combine the files with `qtune db merge`), one measuring worker per GPU of the host.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "reports/table.hpp"
+#include "search/m_buckets.hpp"
+#include "search/model_shapes.hpp"
+#include "tuner/cli/commands.hpp"
+#include "tuner/jit/kernel_cache.hpp"
+#include "tuner/tune/devices.hpp"
+#include "tuner/tune/problem_set.hpp"
+#include "tuner/tune/progress.hpp"
+#include "tuner/tune/restricted_family.hpp"
+#include "tuner/tune/tuner.hpp"
+#include "tuner/tune/worker_backend.hpp"
+
+namespace qtune::cli {
+
+namespace {
+
+struct TuneCommandOptions {
+  std::string gpu = "auto";
+  std::string devices = "all";
+  std::string formats;
+  std::string model;
+  int tp = 1;
+  std::string gemms = "all";
+  std::string shape;
+  std::string m_list;
+  std::string db_path = "qtune.db";
+  std::string strategy = "exhaustive";
+  std::optional<std::size_t> budget_evals;
+  std::optional<double> budget_seconds;
+  std::optional<std::string> shard;
+  std::optional<int> shard_count;
+  std::string family = "mma";
+  std::string space = "curated";
+  std::vector<std::string> params;
+  double timeout_ms = 30000;
+  double time_budget_s = 1.0;
+  bool warm_l2 = false;
+  bool dry_run = false;
+  bool retune = false;
+  std::uint64_t seed = 1;
+  std::size_t jobs = 0;
+  std::string output = "table";
+};
+
+std::atomic<bool> stop_requested{false};
+
+void request_stop(int signal_number) {
+  stop_requested.store(true);
+  // A second Ctrl-C ends the process at once (what is measured is committed already).
+  std::signal(signal_number, SIG_DFL);
+}
+
+// Ctrl-C and SIGTERM (Slurm preemption) ask the tuner to stop after the candidate in flight.
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_requested.store(false);
+    struct sigaction action {};
+    action.sa_handler = request_stop;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_int_);
+    sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &previous_int_, nullptr);
+    sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction previous_int_ {};
+  struct sigaction previous_term_ {};
+};
+
+std::string command_line() {
+  std::ifstream file("/proc/self/cmdline", std::ios::binary);
+  std::string text;
+  std::string argument;
+  while (std::getline(file, argument, '\0')) text += (text.empty() ? "" : " ") + argument;
+  return text;
+}
+
+search::GemmFilter parse_gemm_filter(const std::string& text) {
+  if (text == "all") return search::GemmFilter::All;
+  if (text == "dense") return search::GemmFilter::Dense;
+  if (text == "moe") return search::GemmFilter::MoeExpert;
+  QTUNE_INPUT_ERROR("--gemms: expected all, dense or moe, got '" + text + "'");
+}
+
+std::string fixed(double value, int decimals) { return reports::format_fixed(value, decimals); }
+
+std::string rules_text(const std::map<std::string, std::size_t>& rules) {
+  std::string text;
+  for (const auto& [rule, count] : rules) text += (text.empty() ? "" : " ") + rule + "=" + std::to_string(count);
+  return text;
+}
+
+void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputStyle style) {
+  if (dry_run) {
+    reports::Table table({"format", "m", "n", "k", "space", "after_rules", "after_compile", "pruned_pre_compile",
+                          "pruned_post_compile"});
+    for (const tune::ProblemReport& problem : report.reports) {
+      table.add_row({problem.problem.format.to_string(), std::to_string(problem.problem.m), std::to_string(problem.problem.n),
+                     std::to_string(problem.problem.k), std::to_string(problem.space_total),
+                     std::to_string(problem.after_static_rules), std::to_string(problem.after_compile),
+                     rules_text(problem.pruned_pre_compile), rules_text(problem.pruned_post_compile)});
+    }
+    table.print(std::cout, style);
+  } else {
+    reports::Table table({"format", "m", "n", "k", "candidates", "evaluated", "measured", "stored", "invalid", "winner_us",
+                          "heuristic_us", "speedup", "winner", "reason"});
+    for (const tune::ProblemReport& problem : report.reports) {
+      const bool has_winner = problem.winner.has_value();
+      table.add_row({problem.problem.format.to_string(), std::to_string(problem.problem.m), std::to_string(problem.problem.n),
+                     std::to_string(problem.problem.k), std::to_string(problem.after_compile),
+                     std::to_string(problem.evaluations), std::to_string(problem.measured), std::to_string(problem.reused),
+                     std::to_string(problem.invalid), has_winner ? fixed(problem.winner_us, 3) : "",
+                     problem.heuristic_us ? fixed(*problem.heuristic_us, 3) : "",
+                     has_winner && problem.heuristic_us ? fixed(*problem.heuristic_us / problem.winner_us, 3) : "",
+                     has_winner ? problem.winner->to_string() : "",
+                     problem.skipped_final ? "final (skipped)" : problem.interrupted ? "interrupted" : problem.winner_reason});
+    }
+    table.print(std::cout, style);
+  }
+  if (style != reports::OutputStyle::Text) return;
+  // What each pruning rule removed, summed over the problems worked on.
+  std::map<std::pair<std::string, std::string>, std::size_t> totals;
+  for (const tune::ProblemReport& problem : report.reports) {
+    for (const auto& [rule, count] : problem.pruned_pre_compile) totals[{"pre-compile", rule}] += count;
+    for (const auto& [rule, count] : problem.pruned_post_compile) totals[{"post-compile", rule}] += count;
+  }
+  if (!totals.empty()) {
+    std::cout << "\npruned candidates (all problems):\n";
+    reports::Table pruning({"stage", "rule", "removed"});
+    for (const auto& [key, count] : totals) pruning.add_row({key.first, key.second, std::to_string(count)});
+    pruning.print_text(std::cout);
+  }
+  std::cout << "\nrun #" << db::id_value(report.run) << " on " << report.gpu << ": " << report.problems << " problems ("
+            << report.skipped_final << " final, skipped), " << report.instantiations << " instantiations ("
+            << report.cache_hits << " from cache, " << report.compile_failures << " failed)";
+  if (!dry_run) {
+    std::cout << ", " << report.measured << " measured, " << report.reused << " reused, " << report.invalid << " invalid, "
+              << report.winners << " winners stored";
+  }
+  std::cout << (report.interrupted ? " -- interrupted; rerun the same command to resume\n" : "\n");
+}
+
+void run(const TuneCommandOptions& options) {
+  const reports::OutputStyle style = reports::parse_output_style(options.output);
+  // The problem set: formats x shapes x M buckets, then this process's shard of it.
+  const std::vector<FormatSpec> formats = tune::parse_format_list(options.formats, "--formats");
+  std::vector<search::GemmShape> shapes;
+  if (!options.model.empty() && !options.shape.empty()) QTUNE_INPUT_ERROR("--model: give either --model or --shape, not both");
+  if (!options.model.empty()) {
+    const search::ModelShapes model = search::model_shapes_by_name(options.model, "--model");
+    shapes = search::distinct_shapes(model, options.tp, parse_gemm_filter(options.gemms), "--tp");
+  } else if (!options.shape.empty()) {
+    shapes = tune::parse_shape_list(options.shape, "--shape");
+  } else {
+    QTUNE_INPUT_ERROR("--model: give a model (configs/models name or file) or --shape N,K[;N,K]");
+  }
+  const std::vector<std::int64_t> m_values =
+      options.m_list.empty() ? search::load_m_buckets() : search::parse_m_list(options.m_list, "--m");
+  const tune::Shard shard = tune::resolve_shard(options.shard, options.shard_count, tune::process_environment());
+  const std::vector<Problem> all_problems = tune::build_problem_set(formats, shapes, m_values);
+
+  tune::TuneOptions tune_options;
+  tune_options.problems = tune::select_shard(all_problems, shard);
+  tune_options.shard = shard;
+  tune_options.family = options.family;
+  tune_options.space = options.space;
+  for (const std::string& text : options.params) {
+    auto [name, values] = tune::parse_parameter_values(text);
+    tune_options.parameter_values[name] = values;
+  }
+  tune_options.strategy = options.strategy;
+  if (options.budget_evals) {
+    if (*options.budget_evals == 0) QTUNE_INPUT_ERROR("--budget-evals: must be at least 1");
+    tune_options.budget.max_evaluations = *options.budget_evals;
+  }
+  if (options.budget_seconds) {
+    if (!(*options.budget_seconds > 0)) QTUNE_INPUT_ERROR("--budget-seconds: must be positive");
+    tune_options.budget.max_seconds = *options.budget_seconds;
+  }
+  if (!(options.timeout_ms > 0)) QTUNE_INPUT_ERROR("--timeout-ms: must be positive");
+  if (!(options.time_budget_s > 0)) QTUNE_INPUT_ERROR("--time-budget: must be positive");
+  if (options.timeout_ms / 1000.0 <= options.time_budget_s) {
+    QTUNE_INPUT_ERROR("--timeout-ms: the candidate timeout must exceed the measurement's --time-budget");
+  }
+  tune_options.timeout_s = options.timeout_ms / 1000.0;
+  tune_options.dry_run = options.dry_run;
+  tune_options.retune = options.retune;
+  tune_options.strategy_options.seed = options.seed;
+  tune_options.command_line = command_line();
+
+  const tune::TuneTarget target = tune::resolve_target(options.gpu, options.devices, options.dry_run);
+  std::cerr << "qtune tune: " << tune_options.problems.size() << " problems";
+  if (shard.sharded()) std::cerr << " (shard " << shard.to_string() << " of " << all_problems.size() << ")";
+  std::cerr << " on " << target.gpu_key() << " (" << target.arch << ")";
+  if (!options.dry_run) std::cerr << ", " << target.visible_devices.size() << " GPU(s)";
+  std::cerr << ", strategy " << options.strategy << ", db " << options.db_path << (options.dry_run ? ", dry run" : "") << "\n";
+
+  jit::CompilerSettings compiler_settings;
+  compiler_settings.threads = options.jobs;
+  tune::NvrtcInstantiationCompiler compiler(compiler_settings);
+  tune::MeasureSettings measure = tune::default_measure_settings();
+  measure.full_fidelity.time_budget_s = options.time_budget_s;
+  measure.full_fidelity.max_warmup_s = std::min(measure.full_fidelity.max_warmup_s, options.time_budget_s / 2);
+  measure.full_fidelity.warm_l2 = options.warm_l2;
+  measure.short_fidelity.time_budget_s = std::min(measure.short_fidelity.time_budget_s, options.time_budget_s);
+  measure.short_fidelity.warm_l2 = options.warm_l2;
+  measure.seed = options.seed;
+  tune::TuneServices services;
+  services.compiler = &compiler;
+  services.slots = static_cast<int>(target.visible_devices.size());
+  const std::filesystem::path cache = compiler_settings.cache_directory.value_or(jit::KernelCache::default_directory());
+  services.backends = [&](int slot) -> std::unique_ptr<tune::MeasuringBackend> {
+    tune::WorkerBackendOptions backend_options;
+    // Each worker sees only its own GPU.
+    backend_options.visible_device = target.visible_devices.at(static_cast<size_t>(slot));
+    backend_options.measure = measure;
+    backend_options.cache_directory = cache;
+    return std::make_unique<tune::WorkerBackend>(backend_options);
+  };
+
+  tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
+  tune::TuneReport report;
+  {
+    StopSignals signals;
+    report = tune::run_tune(tune_options, target, options.db_path, services, &progress, &stop_requested);
+  }
+  print_report(report, options.dry_run, style);
+  // 130: stopped by a signal, as shells report a Ctrl-C.
+  if (report.interrupted) std::exit(130);
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
+  auto options = std::make_shared<TuneCommandOptions>();
+  CLI::App* command = app.add_subcommand(
+      "tune", "tune kernels for every (format, N, K, M bucket) of a model or shapes on a GPU, into the database");
+  command->add_option("--gpu", options->gpu, "auto (the local device, matched to a configs/gpus profile) or a profile name")
+      ->capture_default_str();
+  command->add_option("--devices", options->devices, "GPUs to measure on: all, or ordinals such as 0,1 (one worker each)")
+      ->capture_default_str();
+  command->add_option("--formats", options->formats, "format specs or presets, comma- or ';'-separated")->required();
+  command->add_option("--model", options->model, "model shape set: a configs/models name or a JSON file");
+  command->add_option("--tp", options->tp, "tensor-parallel degree of the model's GEMMs")->capture_default_str();
+  command->add_option("--gemms", options->gemms, "which of the model's GEMMs: all, dense or moe")->capture_default_str();
+  command->add_option("--shape", options->shape, "GEMM weight shapes N,K[;N,K...] instead of --model");
+  command->add_option("--m", options->m_list, "M buckets, e.g. 1,2,4,...,8192 (default: configs/m_buckets.json)");
+  command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
+  command->add_option("--strategy", options->strategy, "exhaustive, random, halving or model")->capture_default_str();
+  command->add_option("--budget-evals", options->budget_evals, "at most this many evaluations per problem");
+  command->add_option("--budget-seconds", options->budget_seconds, "at most this many seconds of search per problem");
+  command->add_option("--shard", options->shard,
+                      "tune shard i/n of the problems (default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX)");
+  command->add_option("--shard-count", options->shard_count, "number of shards with JOB_COMPLETION_INDEX (else QTUNE_SHARD_COUNT)");
+  command->add_option("--family", options->family, "kernel family")->capture_default_str();
+  command->add_option("--space", options->space,
+                      "curated: per-M parameter ranges (a few hundred candidates per problem); full: the family's whole "
+                      "space (tens of thousands of instantiations to compile)")
+      ->capture_default_str();
+  command->add_option("--param", options->params, "narrow a parameter's values, e.g. --param bm=16,32 (repeatable)");
+  command->add_option("--timeout-ms", options->timeout_ms, "per candidate: load, verify and measure, else it is a timeout")
+      ->capture_default_str();
+  command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per candidate")->capture_default_str();
+  command->add_flag("--warm-l2", options->warm_l2, "do not flush L2 between repetitions (default: cold L2)");
+  command->add_flag("--dry-run", options->dry_run, "enumerate, prune and compile, store the counts, but measure nothing");
+  command->add_flag("--retune", options->retune, "search problems again even when their stored winner is final");
+  command->add_option("--seed", options->seed, "seed of the problem data and of randomised strategies")->capture_default_str();
+  command->add_option("--jobs", options->jobs, "compiler threads (0: every core)")->capture_default_str();
+  command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();
+  command->callback([options] { run(*options); });
+}
+
+}  // namespace qtune::cli

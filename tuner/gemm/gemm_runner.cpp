@@ -1,0 +1,205 @@
+#include "tuner/gemm/gemm_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "kernels/codec.hpp"
+#include "kernels/error.hpp"
+#include "kernels/quantize.hpp"
+#include "tuner/runtime/device.hpp"
+
+namespace qtune::gemm {
+
+namespace {
+
+std::vector<float> activations_for(const Problem& problem, uint64_t seed) {
+  return random_normal(static_cast<size_t>(problem.m * problem.k), seed, 0.0f, 1.0f);
+}
+
+}  // namespace
+
+GemmData make_gemm_data(const Problem& problem, uint64_t seed) {
+  GemmData data;
+  data.problem = problem;
+  data.weights = quantize_weights(problem.format, random_normal(static_cast<size_t>(problem.n * problem.k), seed, 0.0f, 0.02f),
+                                  problem.n, problem.k);
+  data.activations = quantize_activations(problem.format, activations_for(problem, seed + 1), problem.m, problem.k);
+  if (problem.has_bias) data.bias = random_normal(static_cast<size_t>(problem.n), seed + 2, 0.0f, 0.5f);
+  return data;
+}
+
+GemmData with_new_activations(const GemmData& data, int64_t m, uint64_t seed) {
+  GemmData result;
+  result.problem = data.problem;
+  result.problem.m = m;
+  result.weights = data.weights;
+  result.bias = data.bias;
+  result.activations = quantize_activations(result.problem.format, activations_for(result.problem, seed + 1), m, result.problem.k);
+  return result;
+}
+
+ReferenceResult reference_for(const GemmData& data) {
+  ReferenceOptions options;
+  options.bias = data.bias;
+  return reference_gemm(data.activations, data.weights, options);
+}
+
+std::string nvrtc_arch(int sm) {
+  if (sm == 90 || sm == 100 || sm == 120) return "sm_" + std::to_string(sm) + "a";
+  return "sm_" + std::to_string(sm);
+}
+
+ArchLimits device_limits(int device_ordinal) {
+  const runtime::DeviceInfo& info = runtime::Device::get(device_ordinal).info();
+  ArchLimits limits;
+  try {
+    limits = ArchLimits::for_sm(info.compute_capability());
+  } catch (const InputError&) {
+    limits.sm = info.compute_capability();
+  }
+  limits.sm_count = info.sm_count;
+  limits.max_shared_per_block = info.shared_memory_per_block_optin_bytes;
+  limits.shared_per_sm = info.shared_memory_per_sm_bytes;
+  if (info.registers_per_sm > 0) limits.registers_per_sm = info.registers_per_sm;
+  if (info.max_threads_per_sm > 0) limits.max_threads_per_sm = info.max_threads_per_sm;
+  return limits;
+}
+
+LoadedKernel::LoadedKernel(const KernelFamily& family, KernelConfig config, const FormatSpec& format,
+                           const jit::CompiledKernel& compiled)
+    : family_(&family),
+      config_(std::move(config)),
+      compiled_(compiled),
+      module_(compiled.cubin),
+      kernel_(module_.kernel(compiled.lowered_name.empty() ? family.kernel_name(config_, format) : compiled.lowered_name)) {}
+
+GemmDeviceData::GemmDeviceData(const KernelFamily& family, const KernelConfig& any_config, const GemmData& data)
+    : family_(&family), problem_(data.problem) {
+  PackedBuffers host = family.prepack_weights(data.weights, any_config);
+  for (auto& [name, bytes] : family.prepack_activations(data.activations, any_config)) host[name] = std::move(bytes);
+  if (problem_.has_bias) host["bias"] = family.pack_bias(data.bias, problem_.format);
+  for (const BufferSpec& spec : family.buffers(any_config, problem_)) {
+    if (spec.role == BufferRole::Workspace) continue;
+    runtime::DeviceBuffer buffer(std::max<uint64_t>(spec.bytes, 256));
+    if (spec.role != BufferRole::Output) {
+      auto found = host.find(spec.name);
+      if (found == host.end()) QTUNE_THROW(Error, "family " + family.name() + " prepacked no '" + spec.name + "' buffer");
+      if (found->second.size() != spec.bytes) {
+        QTUNE_THROW(Error, "buffer '" + spec.name + "': prepacked " + std::to_string(found->second.size()) +
+                               " bytes, the family declares " + std::to_string(spec.bytes));
+      }
+      buffer.upload(found->second.data(), found->second.size());
+    }
+    compulsory_bytes_ += spec.bytes;
+    buffers_.emplace(spec.name, std::move(buffer));
+  }
+  runtime::Device::get().synchronize();  // pageable uploads may still be in flight when cuMemcpyHtoD returns
+}
+
+void GemmDeviceData::prepare(const KernelConfig& config) {
+  const LaunchGeometry geometry = family_->launch_geometry(config, problem_);
+  auto found = buffers_.find("workspace");
+  if (geometry.workspace_bytes > 0) {
+    if (found == buffers_.end() || found->second.bytes() < geometry.workspace_bytes) {
+      buffers_.erase("workspace");
+      found = buffers_.emplace("workspace", runtime::DeviceBuffer(geometry.workspace_bytes)).first;
+    }
+    found->second.fill_bytes(0);
+  }
+  prepared_config_ = config.to_string();
+  runtime::Device::get().synchronize();
+}
+
+void GemmDeviceData::poison_output() {
+  buffers_.at("c").fill_bytes(0xFF);
+  runtime::Device::get().synchronize();
+}
+
+void GemmDeviceData::launch(const LoadedKernel& kernel, CUstream stream) {
+  if (kernel.config().to_string() != prepared_config_) {
+    QTUNE_THROW(Error, "launch of " + kernel.config().to_string() + " without prepare() (prepared: " + prepared_config_ + ")");
+  }
+  const LaunchGeometry geometry = family_->launch_geometry(kernel.config(), problem_);
+  std::map<std::string, uint64_t> addresses;
+  for (const auto& [name, buffer] : buffers_) addresses[name] = buffer.get();
+  KernelArguments arguments = family_->pack_arguments(kernel.config(), problem_, addresses);
+  std::vector<void*> pointers = arguments.pointers();
+  if (geometry.dynamic_shared_bytes > 48 * 1024) {
+    kernel.kernel().set_max_dynamic_shared_memory(static_cast<int>(geometry.dynamic_shared_bytes));
+  }
+  runtime::LaunchConfig launch;
+  launch.grid = {geometry.grid[0], geometry.grid[1], geometry.grid[2]};
+  launch.block = {geometry.block[0], geometry.block[1], geometry.block[2]};
+  launch.dynamic_shared_bytes = geometry.dynamic_shared_bytes;
+  kernel.kernel().launch(launch, stream, pointers.data());
+}
+
+std::vector<uint16_t> GemmDeviceData::output_bits() const {
+  runtime::Device::get().synchronize();
+  return buffers_.at("c").download<uint16_t>(static_cast<size_t>(problem_.m * problem_.n));
+}
+
+std::string Verification::summary() const {
+  std::ostringstream text;
+  text.precision(4);
+  auto where = [&](int64_t index) {
+    return "(" + std::to_string(index / std::max<int64_t>(n, 1)) + "," + std::to_string(index % std::max<int64_t>(n, 1)) + ")";
+  };
+  text << (passed ? "PASS" : "FAIL") << " rel " << relative_error << (relative_error <= tolerance ? " <= " : " > ")
+       << tolerance << " (" << m << "x" << n << ")";
+  if (nan_count > 0) text << "; " << nan_count << " NaN/inf";
+  if (worst >= 0) text << "; worst " << where(worst) << " got " << worst_got << " expected " << worst_expected;
+  if (first_bad >= 0) {
+    text << "; " << bad_count << " elements off; first " << where(first_bad) << " got " << first_bad_got << " expected "
+         << first_bad_expected;
+  }
+  return text.str();
+}
+
+Verification verify_output(const std::vector<uint16_t>& output_bits, OutputType output, const ReferenceResult& reference,
+                           double tolerance) {
+  Verification result;
+  result.tolerance = tolerance;
+  result.m = reference.m;
+  result.n = reference.n;
+  if (output_bits.size() != reference.unrounded.size()) {
+    QTUNE_THROW(Error, "output has " + std::to_string(output_bits.size()) + " elements, the reference " +
+                           std::to_string(reference.unrounded.size()));
+  }
+  std::vector<float> got(output_bits.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    got[i] = output == OutputType::F16 ? f16_bits_to_float(output_bits[i]) : bf16_bits_to_float(output_bits[i]);
+  }
+  result.relative_error = relative_error(got, reference.unrounded);
+  double sum_squares = 0;
+  for (float value : reference.unrounded) sum_squares += double(value) * double(value);
+  const double rms = std::sqrt(sum_squares / std::max<size_t>(reference.unrounded.size(), 1));
+  const double bound = 8.0 * tolerance * std::max(rms, 1e-30);
+  double worst_error = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double expected = reference.unrounded[i];
+    if (!std::isfinite(got[i])) {
+      ++result.nan_count;
+    }
+    const double error = std::isfinite(got[i]) ? std::fabs(double(got[i]) - expected) : INFINITY;
+    if (error > worst_error) {
+      worst_error = error;
+      result.worst = static_cast<int64_t>(i);
+      result.worst_got = got[i];
+      result.worst_expected = static_cast<float>(expected);
+    }
+    if (error > bound) {
+      if (result.first_bad < 0) {
+        result.first_bad = static_cast<int64_t>(i);
+        result.first_bad_got = got[i];
+        result.first_bad_expected = static_cast<float>(expected);
+      }
+      ++result.bad_count;
+    }
+  }
+  result.passed = result.nan_count == 0 && result.bad_count == 0 && result.relative_error <= tolerance;
+  return result;
+}
+
+}  // namespace qtune::gemm

@@ -1,0 +1,100 @@
+#pragma once
+// Running a kernel family's GEMM on the GPU: random problem data (never zeros) with its CPU reference, device
+// buffers filled from the family's prepacked layouts, the output poisoned (NaN) before every checked launch, and a
+// verification that says where and how a result is wrong. Used by the GPU tests and `qtune kernel-sweep`.
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/family.hpp"
+#include "kernels/reference.hpp"
+#include "tuner/jit/compiler.hpp"
+#include "tuner/runtime/memory.hpp"
+#include "tuner/runtime/module.hpp"
+
+namespace qtune::gemm {
+
+// Random data for a problem: activations N(0, 1), weights N(0, 0.02), bias N(0, 0.5), quantized by the RTN quantizer.
+struct GemmData {
+  Problem problem;
+  QuantizedWeights weights;
+  QuantizedActivations activations;
+  std::vector<float> bias;  // empty without bias
+};
+GemmData make_gemm_data(const Problem& problem, uint64_t seed);
+// The same weights with new activations for another M (weights dominate the set-up time of large shapes).
+GemmData with_new_activations(const GemmData& data, int64_t m, uint64_t seed);
+ReferenceResult reference_for(const GemmData& data);
+
+// The NVRTC target for a compute capability: sm_90a, sm_100a and sm_120a use their architecture-specific features.
+std::string nvrtc_arch(int sm);
+// The architecture limits of the current device (runtime::Device::get()).
+ArchLimits device_limits(int device_ordinal = 0);
+
+// A family kernel compiled and loaded on the current device.
+class LoadedKernel {
+ public:
+  LoadedKernel(const KernelFamily& family, KernelConfig config, const FormatSpec& format, const jit::CompiledKernel& compiled);
+  const KernelFamily& family() const { return *family_; }
+  const KernelConfig& config() const { return config_; }
+  const jit::CompiledKernel& compiled() const { return compiled_; }
+  const runtime::Kernel& kernel() const { return kernel_; }
+
+ private:
+  const KernelFamily* family_;
+  KernelConfig config_;
+  jit::CompiledKernel compiled_;
+  runtime::Module module_;
+  runtime::Kernel kernel_;
+};
+
+// Device buffers of one problem. Prepacked weights are uploaded once (the mma layout does not depend on the config);
+// the workspace is re-zeroed whenever a different configuration is prepared.
+class GemmDeviceData {
+ public:
+  GemmDeviceData(const KernelFamily& family, const KernelConfig& any_config, const GemmData& data);
+  // Sizes the workspace for `config` and zeroes it (split-K counters must start at zero).
+  void prepare(const KernelConfig& config);
+  // Fills the output with 0xFF bytes: NaN in f16 and bf16, so an element the kernel never writes is caught.
+  void poison_output();
+  // Enqueues one launch (the config must have been prepared). Never synchronises.
+  void launch(const LoadedKernel& kernel, CUstream stream);
+  // Downloads "c" (synchronous) as 16-bit patterns.
+  std::vector<uint16_t> output_bits() const;
+  const Problem& problem() const { return problem_; }
+  // Bytes a launch must move at least once: packed weights, scales, activations, bias and output.
+  uint64_t compulsory_bytes() const { return compulsory_bytes_; }
+
+ private:
+  const KernelFamily* family_;
+  Problem problem_;
+  std::map<std::string, runtime::DeviceBuffer> buffers_;
+  std::string prepared_config_;
+  uint64_t compulsory_bytes_ = 0;
+};
+
+struct Verification {
+  bool passed = false;
+  double relative_error = 0;  // Frobenius, against the unrounded f32 reference
+  double tolerance = 0;
+  int64_t nan_count = 0;      // NaN or inf in the output (a poisoned element never written shows here)
+  int64_t bad_count = 0;      // elements beyond the per-element bound
+  int64_t first_bad = -1;     // first such element (row-major index), -1 if none
+  float first_bad_got = 0, first_bad_expected = 0;
+  int64_t worst = -1;         // element with the largest absolute error
+  float worst_got = 0, worst_expected = 0;
+  int64_t m = 0, n = 0;
+  // "rel 1.2e-3 <= 5e-3; worst (r,c) got x expected y; ..." for test and sweep logs.
+  std::string summary() const;
+};
+
+// Compares an output against the reference: passes when the relative error is within `tolerance`, there is no
+// NaN/inf, and no element is off by more than 8 * tolerance * rms(reference) (a wrong column cannot hide in a norm).
+Verification verify_output(const std::vector<uint16_t>& output_bits, OutputType output, const ReferenceResult& reference,
+                           double tolerance);
+
+}  // namespace qtune::gemm

@@ -1,0 +1,307 @@
+#include "tuner/measure/measure.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <optional>
+
+#include "kernels/error.hpp"
+#include "tuner/measure/cupti_timer.hpp"
+#include "tuner/measure/statistics.hpp"
+#include "tuner/runtime/device.hpp"
+#include "tuner/runtime/memory.hpp"
+#include "tuner/runtime/stream.hpp"
+
+namespace qtune::measure {
+
+namespace {
+
+// A batch is sized to take about this long, so slow operations still stop near the time budget.
+constexpr double kBatchSeconds = 0.05;
+
+}  // namespace
+
+void validate(const MeasureOptions& options) {
+  if (options.device < 0) QTUNE_INPUT_ERROR("device: must be >= 0, got " + std::to_string(options.device));
+  if (options.min_repetitions < 1) {
+    QTUNE_INPUT_ERROR("min_repetitions: must be >= 1, got " + std::to_string(options.min_repetitions));
+  }
+  if (options.max_repetitions < options.min_repetitions) {
+    QTUNE_INPUT_ERROR("max_repetitions: " + std::to_string(options.max_repetitions) + " is below min_repetitions " +
+                      std::to_string(options.min_repetitions));
+  }
+  if (options.batch_repetitions < 1) {
+    QTUNE_INPUT_ERROR("batch_repetitions: must be >= 1, got " + std::to_string(options.batch_repetitions));
+  }
+  if (!(options.target_relative_ci > 0)) {
+    QTUNE_INPUT_ERROR("target_relative_ci: must be > 0, got " + std::to_string(options.target_relative_ci));
+  }
+  if (!(options.confidence > 0 && options.confidence < 1)) {
+    QTUNE_INPUT_ERROR("confidence: must be in (0, 1), got " + std::to_string(options.confidence));
+  }
+  if (!(options.time_budget_s >= 0)) {
+    QTUNE_INPUT_ERROR("time_budget_s: must be >= 0, got " + std::to_string(options.time_budget_s));
+  }
+  if (!(options.min_warmup_s >= 0) || !(options.max_warmup_s >= options.min_warmup_s)) {
+    QTUNE_INPUT_ERROR("max_warmup_s: must be >= min_warmup_s >= 0, got min " + std::to_string(options.min_warmup_s) +
+                      " and max " + std::to_string(options.max_warmup_s));
+  }
+  if (options.warmup_window < 1) {
+    QTUNE_INPUT_ERROR("warmup_window: must be >= 1, got " + std::to_string(options.warmup_window));
+  }
+  if (!(options.warmup_tolerance > 0)) {
+    QTUNE_INPUT_ERROR("warmup_tolerance: must be > 0, got " + std::to_string(options.warmup_tolerance));
+  }
+}
+
+double Measurement::relative_ci_half_width() const {
+  if (median_us <= 0) return INFINITY;
+  return std::max(median_us - ci_low_us, ci_high_us - median_us) / median_us;
+}
+
+LoopResult run_measurement_loop(const std::function<std::vector<double>(int)>& run_batch, const MeasureOptions& options,
+                                const std::function<double()>& now_s, const std::function<int()>& sm_clock_mhz) {
+  validate(options);
+  const double start = now_s();
+  double seconds_per_repetition = 0;
+  const auto batch_size = [&](int limit) {
+    int size = options.batch_repetitions;
+    if (seconds_per_repetition > 0) {
+      const double fitting = kBatchSeconds / seconds_per_repetition;
+      size = fitting < 1 ? 1 : static_cast<int>(std::min<double>(fitting, options.batch_repetitions));
+    }
+    return std::max(1, std::min(size, limit));
+  };
+  const auto timed_batch = [&](int count) {
+    const double before = now_s();
+    std::vector<double> durations = run_batch(count);
+    const double after = now_s();
+    if (durations.size() != static_cast<std::size_t>(count)) {
+      QTUNE_THROW(Error, "measurement: a batch of " + std::to_string(count) + " repetitions returned " +
+                             std::to_string(durations.size()) + " durations");
+    }
+    seconds_per_repetition = std::max(0.0, after - before) / count;
+    return durations;
+  };
+
+  LoopResult result;
+  if (options.max_warmup_s > 0) {
+    // Warm-up may not eat the measurement: it takes at most half the time budget.
+    const double warmup_cap = std::min(options.max_warmup_s, options.time_budget_s / 2);
+    std::vector<double> warmup;
+    const StabilityRule stability{static_cast<std::size_t>(options.warmup_window), options.warmup_tolerance};
+    int previous_clock = -1;
+    int clock = -1;
+    while (true) {
+      // One repetition first: it sizes the batches and makes a failing operation fail fast.
+      const std::vector<double> durations = timed_batch(warmup.empty() ? 1 : batch_size(INT_MAX));
+      warmup.insert(warmup.end(), durations.begin(), durations.end());
+      previous_clock = clock;
+      clock = sm_clock_mhz ? sm_clock_mhz() : -1;
+      const bool clocks_settled = clock <= 0 || (previous_clock > 0 && std::abs(clock - previous_clock) <=
+                                                                          options.warmup_tolerance * previous_clock);
+      const double elapsed = now_s() - start;
+      if (elapsed >= options.min_warmup_s && clocks_settled && is_stable(warmup, stability)) {
+        result.warmup_settled = true;
+        break;
+      }
+      if (elapsed >= warmup_cap) break;
+    }
+    result.warmup_repetitions = static_cast<int>(warmup.size());
+  }
+  result.warmup_seconds = now_s() - start;
+
+  const ConvergenceRule rule{static_cast<std::size_t>(options.min_repetitions), options.target_relative_ci,
+                             options.confidence};
+  const auto max_samples = static_cast<std::size_t>(options.max_repetitions);
+  std::size_t next_check = rule.min_samples;
+  std::vector<double>& samples = result.samples_us;
+  while (true) {
+    const std::vector<double> durations = timed_batch(batch_size(static_cast<int>(max_samples - samples.size())));
+    samples.insert(samples.end(), durations.begin(), durations.end());
+    if (samples.size() < rule.min_samples) continue;
+    // Checks grow geometrically so that long runs do not spend their time sorting.
+    if (samples.size() >= next_check) {
+      if (is_converged(summarize(samples, options.confidence), rule)) {
+        result.converged = true;
+        result.stop_reason = "converged";
+        break;
+      }
+      next_check = std::max(samples.size() + static_cast<std::size_t>(options.batch_repetitions),
+                            samples.size() + samples.size() / 20);
+    }
+    if (samples.size() >= max_samples) {
+      result.stop_reason = "max repetitions";
+      break;
+    }
+    if (now_s() - start >= options.time_budget_s) {
+      result.stop_reason = "time budget";
+      break;
+    }
+  }
+  if (!result.converged) result.converged = is_converged(summarize(samples, options.confidence), rule);
+  return result;
+}
+
+Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options) {
+  validate(options);
+  const auto wall_start = std::chrono::steady_clock::now();
+  const auto now_s = [wall_start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  };
+  runtime::Device& device = runtime::Device::get(options.device);
+  const runtime::DeviceInfo& info = device.info();
+  runtime::Stream stream;
+
+  Measurement measurement;
+  measurement.device_name = info.name;
+  measurement.device_uuid = info.uuid;
+  measurement.warm_l2 = options.warm_l2;
+  runtime::DeviceBuffer flush_buffer;
+  if (!options.warm_l2) {
+    constexpr std::size_t fallback_bytes = 256u << 20;  // for a device that reports no L2 size
+    measurement.flush_bytes = options.flush_bytes > 0  ? options.flush_bytes
+                              : info.l2_cache_bytes > 0 ? 2 * static_cast<std::size_t>(info.l2_cache_bytes)
+                                                        : fallback_bytes;
+    flush_buffer = runtime::DeviceBuffer(measurement.flush_bytes);
+  }
+
+  Nvml& nvml = Nvml::instance();
+  const std::optional<Nvml::DeviceHandle> nvml_device = nvml.find_device(info.uuid, info.pci_bus_id);
+  const auto nvml_sample = [&] { return nvml_device ? nvml.sample(*nvml_device) : NvmlSample{}; };
+  std::function<int()> sm_clock;
+  if (nvml_device) sm_clock = [&] { return nvml.sm_clock_mhz(*nvml_device); };
+  measurement.nvml_start = nvml_sample();
+
+  CuptiTimer timer;
+  unsigned char fill_value = 0;
+  int kernels_per_repetition = -1;
+  const auto run_batch = [&](int count) {
+    std::vector<std::uint64_t> ids;
+    ids.reserve(static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) {
+      if (!options.warm_l2) flush_buffer.fill_bytes_async(++fill_value, stream.get());
+      ids.push_back(timer.begin_repetition());
+      try {
+        launch_operation(stream.get());
+      } catch (...) {
+        timer.end_repetition();
+        throw;
+      }
+      timer.end_repetition();
+    }
+    device.synchronize();  // a faulting kernel surfaces here
+    const std::vector<RepetitionTiming> timings = timer.collect(ids);
+    std::vector<double> durations;
+    durations.reserve(timings.size());
+    for (const RepetitionTiming& timing : timings) {
+      if (timing.kernel_count == 0) {
+        QTUNE_THROW(Error, "measurement: CUPTI recorded no kernel for a repetition (" +
+                               std::to_string(timer.unattributed_kernels()) +
+                               " kernel records could not be attributed); the operation must launch its kernels "
+                               "from the measuring thread");
+      }
+      if (kernels_per_repetition < 0) {
+        kernels_per_repetition = timing.kernel_count;
+        measurement.kernel_names = timing.kernel_names;
+      } else if (timing.kernel_count != kernels_per_repetition) {
+        QTUNE_THROW(Error, "measurement: one repetition launched " + std::to_string(kernels_per_repetition) +
+                               " kernels and another " + std::to_string(timing.kernel_count));
+      }
+      durations.push_back(timing.total_us);
+    }
+    return durations;
+  };
+
+  LoopResult loop = run_measurement_loop(run_batch, options, now_s, sm_clock);
+  measurement.nvml_end = nvml_sample();
+  measurement.throttled = measurement.nvml_start.throttled || measurement.nvml_end.throttled;
+  measurement.kernels_per_repetition = kernels_per_repetition;
+  measurement.unattributed_kernels = timer.unattributed_kernels();
+
+  const Summary summary = summarize(loop.samples_us, options.confidence);
+  measurement.median_us = summary.median;
+  measurement.p10_us = summary.p10;
+  measurement.p90_us = summary.p90;
+  measurement.min_us = summary.min;
+  measurement.max_us = summary.max;
+  measurement.mean_us = summary.mean;
+  measurement.stddev_us = summary.stddev;
+  measurement.ci_low_us = summary.median_interval.low;
+  measurement.ci_high_us = summary.median_interval.high;
+  measurement.ci_coverage = summary.median_interval.coverage;
+  measurement.samples_us = std::move(loop.samples_us);
+  measurement.repetitions = static_cast<int>(measurement.samples_us.size());
+  measurement.warmup_repetitions = loop.warmup_repetitions;
+  measurement.warmup_settled = loop.warmup_settled;
+  measurement.warmup_seconds = loop.warmup_seconds;
+  measurement.converged = loop.converged;
+  measurement.stop_reason = loop.stop_reason;
+  measurement.total_seconds = now_s();
+  return measurement;
+}
+
+void to_json(nlohmann::json& json, const Measurement& m) {
+  json = nlohmann::json{{"median_us", m.median_us},
+                        {"p10_us", m.p10_us},
+                        {"p90_us", m.p90_us},
+                        {"min_us", m.min_us},
+                        {"max_us", m.max_us},
+                        {"mean_us", m.mean_us},
+                        {"stddev_us", m.stddev_us},
+                        {"ci_low_us", m.ci_low_us},
+                        {"ci_high_us", m.ci_high_us},
+                        {"ci_coverage", m.ci_coverage},
+                        {"samples_us", m.samples_us},
+                        {"repetitions", m.repetitions},
+                        {"warmup_repetitions", m.warmup_repetitions},
+                        {"converged", m.converged},
+                        {"stop_reason", m.stop_reason},
+                        {"warmup_settled", m.warmup_settled},
+                        {"warmup_seconds", m.warmup_seconds},
+                        {"total_seconds", m.total_seconds},
+                        {"warm_l2", m.warm_l2},
+                        {"flush_bytes", m.flush_bytes},
+                        {"nvml_start", m.nvml_start},
+                        {"nvml_end", m.nvml_end},
+                        {"throttled", m.throttled},
+                        {"kernels_per_repetition", m.kernels_per_repetition},
+                        {"kernel_names", m.kernel_names},
+                        {"unattributed_kernels", m.unattributed_kernels},
+                        {"device_name", m.device_name},
+                        {"device_uuid", m.device_uuid}};
+}
+
+void from_json(const nlohmann::json& json, Measurement& m) {
+  json.at("median_us").get_to(m.median_us);
+  json.at("p10_us").get_to(m.p10_us);
+  json.at("p90_us").get_to(m.p90_us);
+  json.at("min_us").get_to(m.min_us);
+  json.at("max_us").get_to(m.max_us);
+  json.at("mean_us").get_to(m.mean_us);
+  json.at("stddev_us").get_to(m.stddev_us);
+  json.at("ci_low_us").get_to(m.ci_low_us);
+  json.at("ci_high_us").get_to(m.ci_high_us);
+  json.at("ci_coverage").get_to(m.ci_coverage);
+  json.at("samples_us").get_to(m.samples_us);
+  json.at("repetitions").get_to(m.repetitions);
+  json.at("warmup_repetitions").get_to(m.warmup_repetitions);
+  json.at("converged").get_to(m.converged);
+  json.at("stop_reason").get_to(m.stop_reason);
+  json.at("warmup_settled").get_to(m.warmup_settled);
+  json.at("warmup_seconds").get_to(m.warmup_seconds);
+  json.at("total_seconds").get_to(m.total_seconds);
+  json.at("warm_l2").get_to(m.warm_l2);
+  json.at("flush_bytes").get_to(m.flush_bytes);
+  json.at("nvml_start").get_to(m.nvml_start);
+  json.at("nvml_end").get_to(m.nvml_end);
+  json.at("throttled").get_to(m.throttled);
+  json.at("kernels_per_repetition").get_to(m.kernels_per_repetition);
+  json.at("kernel_names").get_to(m.kernel_names);
+  json.at("unattributed_kernels").get_to(m.unattributed_kernels);
+  json.at("device_name").get_to(m.device_name);
+  json.at("device_uuid").get_to(m.device_uuid);
+}
+
+}  // namespace qtune::measure

@@ -1,0 +1,107 @@
+#pragma once
+// The measurement harness: times an operation (one or more kernel launches on a given stream) on the GPU with
+// CUPTI, cold L2 by default, after a warm-up that lets the clocks settle, repeating until the median is known to
+// +-1% (95% confidence) or the time budget is spent. An operation's time is the SUM of the GPU durations of the
+// kernels it launches (see cupti_timer.hpp); the L2 flush between repetitions is not counted.
+#include <cuda.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tuner/measure/nvml.hpp"
+
+namespace qtune::measure {
+
+struct MeasureOptions {
+  int device = 0;
+  // Cold L2 (default): before every repetition a buffer of flush_bytes (0: twice the L2 size) is written with
+  // cuMemsetD8Async, evicting whatever the previous repetition left in L2. warm_l2 skips the flush.
+  bool warm_l2 = false;
+  std::size_t flush_bytes = 0;
+  // Stop when the `confidence` interval of the median lies within median * (1 +- target_relative_ci) ...
+  double target_relative_ci = 0.01;
+  double confidence = 0.95;
+  // ... with at least min_repetitions and at most max_repetitions measured repetitions ...
+  int min_repetitions = 20;
+  int max_repetitions = 100000;
+  // ... or when the whole measurement (warm-up included) has taken time_budget_s; min_repetitions still completes.
+  double time_budget_s = 2.0;
+  // Repetitions are launched this many at a time between synchronisations (fewer when one takes long).
+  int batch_repetitions = 10;
+  // Warm-up runs the operation (discarding the times) for at least min_warmup_s and until the median of the last
+  // warmup_window repetitions differs from that of the window before by less than warmup_tolerance and the NVML
+  // SM clock (when available) changed by less than warmup_tolerance between the last two batches; at most
+  // max_warmup_s and at most half of time_budget_s. max_warmup_s = 0 disables warm-up.
+  double min_warmup_s = 0.05;
+  double max_warmup_s = 0.5;
+  int warmup_window = 10;
+  double warmup_tolerance = 0.01;
+};
+
+// Throws InputError naming the field (e.g. "min_repetitions") when options are inconsistent.
+void validate(const MeasureOptions& options);
+
+struct Measurement {
+  // Statistics of samples_us (microseconds); percentiles interpolate linearly (statistics.hpp).
+  double median_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
+  double min_us = 0;
+  double max_us = 0;
+  double mean_us = 0;
+  double stddev_us = 0;
+  double ci_low_us = 0;  // the confidence interval of the median
+  double ci_high_us = 0;
+  double ci_coverage = 0;  // exact coverage of [ci_low_us, ci_high_us]
+  std::vector<double> samples_us;  // one per measured repetition, in order
+  int repetitions = 0;
+  int warmup_repetitions = 0;
+  bool converged = false;       // the interval reached +-target
+  std::string stop_reason;      // "converged", "time budget", "max repetitions"
+  bool warmup_settled = false;  // false: warm-up stopped at max_warmup_s
+  double warmup_seconds = 0;
+  double total_seconds = 0;     // host wall time of the whole measurement
+  bool warm_l2 = false;
+  std::size_t flush_bytes = 0;  // 0 with warm_l2
+  NvmlSample nvml_start;        // before warm-up
+  NvmlSample nvml_end;          // after the last repetition
+  bool throttled = false;       // either sample flags throttling
+  int kernels_per_repetition = 0;
+  std::vector<std::string> kernel_names;  // of one repetition, in launch order
+  std::size_t unattributed_kernels = 0;   // kernels CUPTI saw outside any repetition (0 normally)
+  std::string device_name;
+  std::string device_uuid;
+
+  // max(median - ci_low, ci_high - median) / median.
+  double relative_ci_half_width() const;
+};
+
+void to_json(nlohmann::json& json, const Measurement& measurement);
+void from_json(const nlohmann::json& json, Measurement& measurement);
+
+// Measures `launch_operation`, which must enqueue the operation's kernels on the stream it is given, from the
+// calling thread, and must not synchronise. Runs in the calling process on device options.device (tuners call it
+// inside a worker process: worker.hpp). Throws NoGpuError without a GPU, DriverError when a launch or a kernel
+// fails, qtune::Error when a repetition launched no kernel CUPTI could attribute or when repetitions launch
+// different numbers of kernels.
+Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options = {});
+
+// The warm-up and repetition logic of measure(), separated from the GPU so it can be tested on the CPU.
+// run_batch(n) runs n repetitions and returns their durations (us); now_s() is a monotonic clock in seconds;
+// sm_clock_mhz() (may be empty, or return -1) reads the SM clock.
+struct LoopResult {
+  std::vector<double> samples_us;
+  int warmup_repetitions = 0;
+  bool warmup_settled = false;
+  double warmup_seconds = 0;
+  bool converged = false;
+  std::string stop_reason;
+};
+LoopResult run_measurement_loop(const std::function<std::vector<double>(int)>& run_batch, const MeasureOptions& options,
+                                const std::function<double()>& now_s, const std::function<int()>& sm_clock_mhz = {});
+
+}  // namespace qtune::measure

@@ -1,0 +1,861 @@
+#include "tuner/tune/tuner.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/embedded_sources.hpp"
+#include "kernels/error.hpp"
+#include "search/space.hpp"
+#include "search/winner.hpp"
+#include "tuner/gemm/sweep.hpp"
+#include "tuner/jit/sha256.hpp"
+#include "tuner/tune/restricted_family.hpp"
+
+#ifndef QTUNE_VERSION
+#define QTUNE_VERSION "unknown"
+#endif
+#ifndef QTUNE_GIT_SHA
+#define QTUNE_GIT_SHA "unknown"
+#endif
+
+namespace qtune::tune {
+
+namespace fs = std::filesystem;
+
+ArchLimits limits_of_profile(const search::GpuProfile& profile) {
+  ArchLimits limits;
+  try {
+    limits = ArchLimits::for_sm(profile.sm);
+  } catch (const InputError&) {
+    limits.sm = profile.sm;
+  }
+  limits.sm = profile.sm;
+  if (profile.sm_count > 0) limits.sm_count = profile.sm_count;
+  if (profile.shared_memory_per_block_optin_bytes > 0) limits.max_shared_per_block = profile.shared_memory_per_block_optin_bytes;
+  if (profile.shared_memory_per_sm_bytes > 0) limits.shared_per_sm = profile.shared_memory_per_sm_bytes;
+  if (profile.registers_per_sm > 0) limits.registers_per_sm = profile.registers_per_sm;
+  if (profile.registers_per_thread_max > 0) limits.max_registers_per_thread = profile.registers_per_thread_max;
+  if (profile.max_threads_per_sm > 0) limits.max_threads_per_sm = profile.max_threads_per_sm;
+  if (profile.max_threads_per_block > 0) limits.max_threads_per_block = profile.max_threads_per_block;
+  if (profile.max_blocks_per_sm > 0) limits.max_blocks_per_sm = profile.max_blocks_per_sm;
+  return limits;
+}
+
+TuneTarget target_from_profile(const search::GpuProfile& profile) {
+  TuneTarget target;
+  target.gpu_profile = profile.name;
+  target.gpu_name = profile.display_name.empty() ? profile.name : profile.display_name;
+  target.limits = limits_of_profile(profile);
+  target.arch = profile.arch;
+  return target;
+}
+
+std::string kernel_source_hash(const KernelFamily& family) {
+  std::vector<EmbeddedSource> sources(embedded_device_sources().begin(), embedded_device_sources().end());
+  std::sort(sources.begin(), sources.end(), [](const EmbeddedSource& a, const EmbeddedSource& b) { return a.name < b.name; });
+  jit::Sha256 hash;
+  hash.update_field("qtune-kernel-sources-1");
+  hash.update_field(family.name());
+  for (const EmbeddedSource& source : sources) {
+    hash.update_field(source.name);
+    hash.update_field(source.text);
+  }
+  return hash.finish_hex().substr(0, 16);
+}
+
+namespace {
+
+// Thrown inside a search when the tune must stop; caught per problem.
+struct Interrupted {};
+
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t hash = 1469598103934665603ULL;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  return hash;
+}
+
+db::Problem db_problem(const Problem& problem) {
+  return db::Problem{problem.format.to_string(), problem.m, problem.n, problem.k};
+}
+
+db::KernelConfig db_config(const KernelConfig& config, const std::string& source_hash) {
+  db::KernelConfig record;
+  record.kind = db::ConfigKind::Kernel;
+  record.family = config.family;
+  record.params_json = config.to_json().at("params").dump();
+  record.source_hash = source_hash;
+  return record;
+}
+
+bool is_short_phase(const std::string& phase) {
+  return phase.size() >= 6 && phase.compare(phase.size() - 6, 6, "-short") == 0;
+}
+
+std::string host_name() {
+  char buffer[256] = {};
+  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "";
+  return buffer;
+}
+
+// What identifies a search, so that a rerun can tell whether a stored winner is final.
+struct SearchIdentity {
+  std::string space_key;
+  std::string search_key;
+  bool exhaustive_complete = false;
+};
+
+// The values each parameter may take for one problem: the space preset's, replaced by the user's where given.
+std::map<std::string, std::vector<int>> parameter_ranges(const TuneOptions& options, const KernelFamily& family, std::int64_t m) {
+  std::map<std::string, std::vector<int>> ranges;
+  if (options.space == "curated") ranges = gemm::default_sweep_ranges(family, m);
+  for (const auto& [name, values] : options.parameter_values) ranges[name] = values;
+  return ranges;
+}
+
+SearchIdentity search_identity(const TuneOptions& options, const KernelFamily& family, const TuneTarget& target) {
+  nlohmann::json space = {{"family", family.name()}, {"arch", target.arch}, {"preset", options.space}};
+  // M values that reach every branch of the curated ranges, so the key changes when those ranges do.
+  for (std::int64_t m : {1, 16, 32, 64, 128, 256, 512, 8192}) {
+    const RestrictedFamily restricted(family, parameter_ranges(options, family, m));
+    for (const ParameterDomain& domain : restricted.parameter_space()) space["m" + std::to_string(m)][domain.name] = domain.values;
+  }
+  SearchIdentity identity;
+  identity.space_key = jit::sha256_hex(space.dump()).substr(0, 16);
+  const bool unlimited_evaluations = options.budget.max_evaluations == std::numeric_limits<std::size_t>::max();
+  const bool unlimited_seconds = !std::isfinite(options.budget.max_seconds);
+  const search::StrategyOptions& strategy = options.strategy_options;
+  nlohmann::json search = {{"space", identity.space_key},
+                           {"strategy", options.strategy},
+                           {"budget_evaluations", unlimited_evaluations ? nlohmann::json(nullptr) : nlohmann::json(options.budget.max_evaluations)},
+                           {"budget_seconds", unlimited_seconds ? nlohmann::json(nullptr) : nlohmann::json(options.budget.max_seconds)},
+                           {"seed", strategy.seed},
+                           {"batch_size", strategy.batch_size},
+                           {"initial_random_fraction", strategy.initial_random_fraction},
+                           {"halving_eta", strategy.halving_eta},
+                           {"prior_limit", options.prior_limit}};
+  identity.search_key = jit::sha256_hex(search.dump()).substr(0, 16);
+  identity.exhaustive_complete = options.strategy == "exhaustive" && unlimited_evaluations && unlimited_seconds;
+  return identity;
+}
+
+// Results already in the store for one problem on this GPU, per config (only configs of the current source hash
+// matter: another hash is another config id).
+struct StoredResult {
+  bool passed = false;  // some verification passed
+  bool failed = false;  // some verification did not pass, or a measurement crashed, timed out or failed
+  std::optional<search::Evaluation> full;
+  std::optional<search::Evaluation> short_fidelity;
+  double ci_high_us = 0;
+  bool usable_full() const { return passed && !failed && full.has_value(); }
+};
+
+std::map<db::ConfigId, StoredResult> load_stored(db::Store& store, db::ProblemId problem, const std::string& gpu) {
+  std::map<db::ConfigId, StoredResult> stored;
+  for (const db::VerificationRecord& verification : store.list_verifications(db::RowFilter{.problem = problem, .gpu = gpu})) {
+    StoredResult& result = stored[verification.config];
+    if (verification.status == db::VerificationStatus::Passed) {
+      result.passed = true;
+    } else {
+      result.failed = true;
+    }
+  }
+  for (const db::MeasurementRecord& measurement : store.list_measurements(db::RowFilter{.problem = problem, .gpu = gpu})) {
+    StoredResult& result = stored[measurement.config];
+    if (measurement.status != db::MeasurementStatus::Ok || !measurement.stats) {
+      result.failed = true;
+      continue;
+    }
+    const search::Evaluation evaluation{true, measurement.stats->median_us};
+    if (is_short_phase(measurement.phase)) {
+      result.short_fidelity = evaluation;
+    } else {
+      result.full = evaluation;
+      result.ci_high_us = measurement.stats->ci_high_us;
+    }
+  }
+  return stored;
+}
+
+struct CandidateEntry {
+  KernelConfig config;
+  db::ConfigId config_id{};
+  std::size_t instantiation = 0;
+  bool compiled = false;
+  std::string cache_key;
+};
+
+struct PreparedProblem {
+  std::size_t position = 0;  // in TuneOptions::problems
+  ProblemReport report;
+  std::vector<CandidateEntry> entries;  // every candidate that passed the static rules, then the heuristic if apart
+  std::vector<std::size_t> searchable;  // entries the strategy searches (compiled, not pruned after compiling)
+  std::optional<std::size_t> heuristic;
+};
+
+struct InstantiationRecord {
+  Instantiation instantiation;
+  InstantiationResult result;
+  db::ConfigId config_id{};
+};
+
+db::TimingStats timing_stats(const measure::Measurement& measurement) {
+  db::TimingStats stats;
+  stats.median_us = measurement.median_us;
+  stats.p10_us = measurement.p10_us;
+  stats.p90_us = measurement.p90_us;
+  stats.min_us = measurement.min_us;
+  stats.max_us = measurement.max_us;
+  stats.mean_us = measurement.mean_us;
+  stats.stddev_us = measurement.stddev_us;
+  stats.ci_low_us = measurement.ci_low_us;
+  stats.ci_high_us = measurement.ci_high_us;
+  return stats;
+}
+
+// State the measuring slots share; every member but the atomics is guarded by `mutex`.
+struct Shared {
+  std::mutex mutex;
+  TuneObserver* observer = nullptr;
+  std::size_t next_problem = 0;
+  std::vector<std::pair<db::ProblemId, search::PriorObservation>> prior_pool;
+  std::exception_ptr error;
+  std::atomic<bool> abort{false};
+  const std::atomic<bool>* stop = nullptr;
+
+  bool stopping() const { return abort.load() || (stop != nullptr && stop->load()); }
+  template <typename Call>
+  void notify(Call call) {
+    if (observer == nullptr) return;
+    std::lock_guard lock(mutex);
+    call(*observer);
+  }
+};
+
+struct RunContext {
+  const TuneOptions& options;
+  const TuneTarget& target;
+  const KernelFamily& family;
+  const fs::path& database;
+  db::RunId run{};
+  std::string gpu;
+  std::string source_hash;
+};
+
+// The objective of one problem's search: answers from the store where it can, else verifies and measures the
+// candidate through the backend and stores the result in one transaction before returning it.
+class TuneObjective final : public search::Objective {
+ public:
+  TuneObjective(const RunContext& context, Shared& shared, PreparedProblem& prepared, db::Store& store,
+                MeasuringBackend& backend, std::map<db::ConfigId, StoredResult>& stored)
+      : context_(context), shared_(shared), prepared_(prepared), store_(store), backend_(backend), stored_(stored) {}
+
+  void set_phase(std::string phase) { phase_ = std::move(phase); }
+
+  search::Evaluation evaluate(const search::Candidate& candidate, search::Fidelity fidelity) override {
+    return evaluate_entry(prepared_.searchable.at(candidate.id), fidelity);
+  }
+
+  search::Evaluation evaluate_entry(std::size_t entry_index, search::Fidelity fidelity) {
+    if (shared_.stopping()) throw Interrupted{};
+    const CandidateEntry& entry = prepared_.entries.at(entry_index);
+    ProblemReport& report = prepared_.report;
+    const std::string phase = fidelity == search::Fidelity::Full ? phase_ : phase_ + "-short";
+    EvaluationEvent event{&report.problem, entry.config, phase, true, false, 0, "stored"};
+    if (!entry.compiled) {
+      ++report.invalid;
+      event.outcome = "compile-failed";
+      shared_.notify([&](TuneObserver& observer) { observer.evaluated(event); });
+      return {};
+    }
+    StoredResult& stored = stored_[entry.config_id];
+    std::optional<search::Evaluation> reuse;
+    if (stored.failed) {
+      reuse = search::Evaluation{};
+    } else if (stored.passed && stored.full) {
+      reuse = stored.full;
+    } else if (fidelity == search::Fidelity::Short && stored.passed && stored.short_fidelity) {
+      reuse = stored.short_fidelity;
+    }
+    if (reuse) {
+      ++report.reused;
+      if (!reuse->valid) ++report.invalid;
+      event.valid = reuse->valid;
+      event.time_us = reuse->valid ? reuse->time_us : 0;
+      shared_.notify([&](TuneObserver& observer) { observer.evaluated(event); });
+      return *reuse;
+    }
+
+    CandidateRequest request;
+    request.family = &context_.family;
+    request.problem = report.problem;
+    request.config = entry.config;
+    request.arch = context_.target.arch;
+    request.cache_key = entry.cache_key;
+    request.fidelity = fidelity;
+    request.timeout_s = context_.options.timeout_s;
+    CandidateResult result;
+    try {
+      result = backend_.evaluate(request);
+    } catch (const Error&) {
+      // Ctrl-C also kills the worker while it prepares a problem: that is the stop, not a failure.
+      if (shared_.stopping()) throw Interrupted{};
+      throw;
+    }
+    // Ctrl-C reaches the worker too: a crash seen while stopping is not the candidate's fault and is not stored.
+    if (shared_.stopping() && (result.outcome == CandidateOutcome::Crashed || result.outcome == CandidateOutcome::Timeout)) {
+      throw Interrupted{};
+    }
+    store_result(entry, phase, result, stored);
+    ++report.measured;
+    search::Evaluation evaluation;
+    if (result.outcome == CandidateOutcome::Measured) {
+      evaluation = {true, result.measurement.median_us};
+      if (fidelity == search::Fidelity::Full) add_prior(entry, result.measurement.median_us);
+    } else {
+      ++report.invalid;
+    }
+    event.reused = false;
+    event.valid = evaluation.valid;
+    event.time_us = evaluation.valid ? evaluation.time_us : 0;
+    event.outcome = to_string(result.outcome);
+    shared_.notify([&](TuneObserver& observer) { observer.evaluated(event); });
+    return evaluation;
+  }
+
+ private:
+  void store_result(const CandidateEntry& entry, const std::string& phase, const CandidateResult& result, StoredResult& stored) {
+    db::Verification verification;
+    verification.run = context_.run;
+    verification.problem = prepared_.report.problem_id;
+    verification.config = entry.config_id;
+    db::Measurement measurement;
+    measurement.run = context_.run;
+    measurement.problem = prepared_.report.problem_id;
+    measurement.config = entry.config_id;
+    measurement.phase = phase;
+    bool store_measurement = true;
+    switch (result.outcome) {
+      case CandidateOutcome::Measured: {
+        verification.status = db::VerificationStatus::Passed;
+        verification.max_rel_error = result.max_rel_error;
+        verification.tolerance = result.tolerance;
+        verification.message = result.verification_summary;
+        const measure::Measurement& m = result.measurement;
+        measurement.status = db::MeasurementStatus::Ok;
+        measurement.stats = timing_stats(m);
+        measurement.samples_us = m.samples_us;
+        measurement.sample_count = static_cast<std::int64_t>(m.samples_us.size());
+        measurement.l2_mode = m.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
+        if (m.nvml_end.valid && m.nvml_end.sm_mhz > 0) measurement.sm_clock_mhz = m.nvml_end.sm_mhz;
+        if (m.nvml_end.valid && m.nvml_end.mem_mhz > 0) measurement.mem_clock_mhz = m.nvml_end.mem_mhz;
+        if (m.nvml_end.valid && m.nvml_end.temp_c >= 0) measurement.temperature_c = m.nvml_end.temp_c;
+        if (m.nvml_end.valid && m.nvml_end.power_w >= 0) measurement.power_w = m.nvml_end.power_w;
+        measurement.throttled = m.throttled;
+        measurement.message = m.stop_reason;
+        break;
+      }
+      case CandidateOutcome::VerificationFailed:
+        verification.status = db::VerificationStatus::Failed;
+        if (std::isfinite(result.max_rel_error)) verification.max_rel_error = result.max_rel_error;
+        verification.tolerance = result.tolerance;
+        verification.message = result.message;
+        store_measurement = false;  // nothing to time: the candidate is invalid
+        break;
+      case CandidateOutcome::Error:
+        verification.status = db::VerificationStatus::Invalid;
+        verification.message = result.message;
+        measurement.status = db::MeasurementStatus::Failed;
+        measurement.message = result.message;
+        break;
+      case CandidateOutcome::Crashed:
+        verification.status = db::VerificationStatus::Crashed;
+        verification.message = result.message;
+        measurement.status = db::MeasurementStatus::Crashed;
+        measurement.message = result.message;
+        break;
+      case CandidateOutcome::Timeout:
+        verification.status = db::VerificationStatus::Crashed;
+        verification.message = "timeout: " + result.message;
+        measurement.status = db::MeasurementStatus::Timeout;
+        measurement.message = result.message;
+        break;
+    }
+    auto transaction = store_.transaction();
+    store_.insert_verification(verification);
+    if (store_measurement) store_.insert_measurement(measurement);
+    transaction.commit();
+    if (result.outcome == CandidateOutcome::Measured) {
+      stored.passed = true;
+      const search::Evaluation evaluation{true, result.measurement.median_us};
+      if (is_short_phase(phase)) {
+        stored.short_fidelity = evaluation;
+      } else {
+        stored.full = evaluation;
+        stored.ci_high_us = result.measurement.ci_high_us;
+      }
+    } else {
+      stored.failed = true;
+    }
+  }
+
+  void add_prior(const CandidateEntry& entry, double time_us) {
+    if (context_.options.strategy != "model") return;
+    search::PriorObservation observation{
+        search::cost_features(context_.family, entry.config, prepared_.report.problem, context_.target.limits), time_us};
+    std::lock_guard lock(shared_.mutex);
+    shared_.prior_pool.emplace_back(prepared_.report.problem_id, std::move(observation));
+  }
+
+  const RunContext& context_;
+  Shared& shared_;
+  PreparedProblem& prepared_;
+  db::Store& store_;
+  MeasuringBackend& backend_;
+  std::map<db::ConfigId, StoredResult>& stored_;
+  std::string phase_ = "heuristic";
+};
+
+// Observations of other problems for the model strategy: the measurements of this family already in the store.
+void load_prior_pool(db::Store& store, const KernelFamily& family, const TuneTarget& target, Shared& shared) {
+  std::map<db::ProblemId, Problem> problems;
+  for (const db::ProblemRecord& record : store.list_problems()) {
+    try {
+      problems[record.id] = Problem{FormatSpec::parse(record.format), record.m, record.n, record.k, false};
+    } catch (const InputError&) {
+      // A format this build cannot parse: not usable as a prior.
+    }
+  }
+  std::map<db::ConfigId, KernelConfig> configs;
+  for (const db::KernelConfigRecord& record : store.list_configs()) {
+    if (record.kind != db::ConfigKind::Kernel || record.family != family.name()) continue;
+    try {
+      configs[record.id] = KernelConfig::from_json(
+          nlohmann::json{{"family", record.family}, {"params", nlohmann::json::parse(record.params_json)}});
+    } catch (const std::exception&) {
+    }
+  }
+  std::map<db::RunId, ArchLimits> limits_of_run;
+  for (const db::RunRecord& run : store.list_runs()) {
+    ArchLimits limits = target.limits;
+    if (run.sm > 0 && run.sm != target.limits.sm) {
+      try {
+        limits = ArchLimits::for_sm(run.sm);
+      } catch (const InputError&) {
+      }
+    }
+    if (run.sm_count > 0) limits.sm_count = run.sm_count;
+    limits_of_run[run.id] = limits;
+  }
+  for (const db::MeasurementRecord& measurement : store.list_measurements()) {
+    if (measurement.status != db::MeasurementStatus::Ok || !measurement.stats || is_short_phase(measurement.phase)) continue;
+    auto problem = problems.find(measurement.problem);
+    auto config = configs.find(measurement.config);
+    if (problem == problems.end() || config == configs.end()) continue;
+    auto limits = limits_of_run.find(measurement.run);
+    try {
+      shared.prior_pool.emplace_back(
+          measurement.problem,
+          search::PriorObservation{search::cost_features(family, config->second, problem->second,
+                                                         limits == limits_of_run.end() ? target.limits : limits->second),
+                                   measurement.stats->median_us});
+    } catch (const Error&) {
+      // A config the family no longer describes (a parameter renamed): skip it.
+    }
+  }
+}
+
+std::vector<search::PriorObservation> prior_for(Shared& shared, db::ProblemId problem, std::size_t limit, std::uint64_t seed) {
+  std::vector<search::PriorObservation> prior;
+  {
+    std::lock_guard lock(shared.mutex);
+    for (const auto& [owner, observation] : shared.prior_pool) {
+      if (owner != problem) prior.push_back(observation);
+    }
+  }
+  if (prior.size() > limit) {
+    std::mt19937_64 random(seed);
+    std::shuffle(prior.begin(), prior.end(), random);
+    prior.resize(limit);
+  }
+  return prior;
+}
+
+bool winner_is_final(db::Store& store, db::ProblemId problem, const std::string& gpu, const std::string& source_hash,
+                     const SearchIdentity& identity) {
+  const auto winner = store.get_winner(problem, gpu);
+  if (!winner) return false;
+  const auto config = store.get_config(winner->config);
+  if (!config || config->source_hash != source_hash) return false;
+  const auto run = store.get_run(winner->run);
+  if (!run) return false;
+  try {
+    const nlohmann::json notes = nlohmann::json::parse(run->notes);
+    const nlohmann::json& tune = notes.at("tune");
+    if (tune.value("search_key", std::string{}) == identity.search_key) return true;
+    return tune.value("exhaustive_complete", false) && tune.value("space_key", std::string{}) == identity.space_key;
+  } catch (const std::exception&) {
+    return false;  // a run of another kind, or notes written by hand
+  }
+}
+
+// Measures one prepared problem: the heuristic, the strategy's search, then the winner.
+void measure_problem(const RunContext& context, Shared& shared, PreparedProblem& prepared, db::Store& store,
+                     MeasuringBackend& backend) {
+  ProblemReport& report = prepared.report;
+  shared.notify([&](TuneObserver& observer) { observer.problem_started(report); });
+  std::map<db::ConfigId, StoredResult> stored = load_stored(store, report.problem_id, context.gpu);
+  TuneObjective objective(context, shared, prepared, store, backend, stored);
+  try {
+    if (prepared.heuristic) {
+      objective.set_phase("heuristic");
+      const search::Evaluation heuristic = objective.evaluate_entry(*prepared.heuristic, search::Fidelity::Full);
+      if (heuristic.valid) report.heuristic_us = heuristic.time_us;
+    }
+    if (!prepared.searchable.empty()) {
+      const std::uint64_t seed = context.options.strategy_options.seed ^ fnv1a(problem_key(report.problem));
+      search::StrategyOptions strategy_options = context.options.strategy_options;
+      strategy_options.seed = seed;
+      if (context.options.strategy == "model") {
+        strategy_options.prior = prior_for(shared, report.problem_id, context.options.prior_limit, seed);
+      }
+      std::vector<search::Candidate> candidates;
+      candidates.reserve(prepared.searchable.size());
+      for (std::size_t i = 0; i < prepared.searchable.size(); ++i) {
+        const CandidateEntry& entry = prepared.entries[prepared.searchable[i]];
+        candidates.push_back({i, search::cost_features(context.family, entry.config, report.problem, context.target.limits)});
+      }
+      const std::unique_ptr<search::Strategy> strategy = search::make_strategy(context.options.strategy, strategy_options);
+      objective.set_phase(context.options.strategy);
+      const search::SearchOutcome outcome = strategy->run(candidates, objective, context.options.budget);
+      report.evaluations = outcome.history.size();
+    }
+  } catch (const Interrupted&) {
+    report.interrupted = true;
+    shared.notify([&](TuneObserver& observer) { observer.problem_finished(report); });
+    return;
+  }
+
+  // The winner among every verified full measurement of this problem's candidates on this GPU (now and before).
+  std::vector<search::ScoredCandidate> scored;
+  std::vector<std::size_t> scored_entry;
+  std::vector<std::size_t> eligible = prepared.searchable;
+  if (prepared.heuristic && std::find(eligible.begin(), eligible.end(), *prepared.heuristic) == eligible.end()) {
+    eligible.push_back(*prepared.heuristic);
+  }
+  for (std::size_t index : eligible) {
+    const CandidateEntry& entry = prepared.entries[index];
+    auto found = stored.find(entry.config_id);
+    if (found == stored.end() || !found->second.usable_full() || !found->second.full->valid) continue;
+    scored.push_back({entry.config.to_string(), found->second.full->time_us, found->second.ci_high_us,
+                      search::config_complexity(entry.config), true});
+    scored_entry.push_back(index);
+  }
+  // The incumbent is the previous winner's configuration, even when it was measured with older kernel sources.
+  std::optional<std::string> incumbent;
+  if (const auto previous = store.get_winner(report.problem_id, context.gpu)) {
+    if (const auto config = store.get_config(previous->config); config && config->family == context.family.name()) {
+      try {
+        incumbent = KernelConfig::from_json(nlohmann::json{{"family", config->family},
+                                                           {"params", nlohmann::json::parse(config->params_json)}})
+                        .to_string();
+      } catch (const std::exception&) {
+        incumbent.reset();  // parameters this build no longer knows: no incumbent
+      }
+    }
+  }
+  if (const auto choice = search::choose_winner(scored, incumbent, context.options.tie_tolerance)) {
+    const CandidateEntry& entry = prepared.entries[scored_entry[choice->index]];
+    store.set_winner(db::Winner{context.run, report.problem_id, entry.config_id, scored[choice->index].median_us, choice->reason});
+    report.winner = entry.config;
+    report.winner_us = scored[choice->index].median_us;
+    report.winner_reason = choice->reason;
+  }
+  shared.notify([&](TuneObserver& observer) { observer.problem_finished(report); });
+}
+
+// One measuring slot: takes problems from the shared queue until none is left or the tune stops.
+void run_slot(const RunContext& context, Shared& shared, std::vector<PreparedProblem>& prepared,
+              const std::vector<std::size_t>& order, MeasuringBackend& backend) {
+  db::Store store = db::Store::open(context.database);
+  while (!shared.stopping()) {
+    std::size_t position = 0;
+    {
+      std::lock_guard lock(shared.mutex);
+      if (shared.next_problem >= order.size()) return;
+      position = shared.next_problem++;
+    }
+    measure_problem(context, shared, prepared[order[position]], store, backend);
+  }
+}
+
+}  // namespace
+
+TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const fs::path& database, TuneServices& services,
+                    TuneObserver* observer, const std::atomic<bool>* stop) {
+  if (services.compiler == nullptr) QTUNE_THROW(Error, "run_tune: no compiler");
+  if (!options.dry_run && !services.backends) QTUNE_THROW(Error, "run_tune: no measuring backend");
+  if (!options.dry_run && services.slots < 1) QTUNE_INPUT_ERROR("devices: no GPU to measure on");
+  if (target.arch.empty()) QTUNE_INPUT_ERROR("gpu: the target has no NVRTC architecture");
+  if (!(options.timeout_s > 0)) QTUNE_INPUT_ERROR("--timeout-ms: must be positive");
+  search::make_strategy(options.strategy, options.strategy_options);  // InputError for an unknown name, before any work
+  if (options.space != "curated" && options.space != "full") {
+    QTUNE_INPUT_ERROR("--space: expected curated or full, got '" + options.space + "'");
+  }
+  const KernelFamily& base_family = find_family(options.family);
+  const RestrictedFamily family(base_family, options.parameter_values);  // validates --param before any work
+  const std::string source_hash = options.source_hash.empty() ? kernel_source_hash(family) : options.source_hash;
+  const SearchIdentity identity = search_identity(options, base_family, target);
+
+  db::Store store = db::Store::open(database);
+  db::RunInfo info;
+  info.kind = "tune";
+  info.tool_version = QTUNE_VERSION;
+  info.git_sha = QTUNE_GIT_SHA;
+  info.cuda_version = target.cuda_version;
+  info.driver_version = target.driver_version;
+  info.host = host_name();
+  info.gpu_name = target.gpu_name;
+  info.gpu_uuid = target.gpu_uuid;
+  info.gpu_profile = target.gpu_profile;
+  info.sm = target.limits.sm;
+  info.sm_count = target.limits.sm_count;
+  info.sm_clock_mhz = target.sm_clock_mhz;
+  info.mem_clock_mhz = target.mem_clock_mhz;
+  info.command_line = options.command_line;
+  info.shard = options.shard.to_string();
+  nlohmann::json notes;
+  notes["tune"] = {{"search_key", identity.search_key},
+                   {"space_key", identity.space_key},
+                   {"exhaustive_complete", identity.exhaustive_complete && !options.dry_run},
+                   {"strategy", options.strategy},
+                   {"family", family.name()},
+                   {"source_hash", source_hash},
+                   {"dry_run", options.dry_run},
+                   {"problems", options.problems.size()}};
+  info.notes = notes.dump();
+  if (info.gpu_key().empty()) QTUNE_INPUT_ERROR("gpu: neither a profile nor a device name");
+
+  TuneReport report;
+  report.run = store.insert_run(info);
+  report.gpu = info.gpu_key();
+  report.problems = options.problems.size();
+
+  try {
+    // 1. Problems to work on, and their static pruning.
+    std::vector<PreparedProblem> prepared;
+    std::vector<InstantiationRecord> instantiations;
+    std::map<std::string, std::size_t> instantiation_index;
+    auto instantiation_of = [&](const KernelConfig& config, const FormatSpec& format) {
+      Instantiation instantiation{config, format, target.arch};
+      const std::string key = instantiation.key();
+      auto found = instantiation_index.find(key);
+      if (found != instantiation_index.end()) return found->second;
+      instantiations.push_back({std::move(instantiation), {}, {}});
+      instantiation_index[key] = instantiations.size() - 1;
+      return instantiations.size() - 1;
+    };
+    report.reports.resize(options.problems.size());
+    std::set<std::string> noted_reasons;
+    for (std::size_t position = 0; position < options.problems.size(); ++position) {
+      const Problem& problem = options.problems[position];
+      ProblemReport problem_report;
+      problem_report.problem = problem;
+      problem_report.problem_id = store.upsert_problem(db_problem(problem));
+      if (!options.dry_run && !options.retune &&
+          winner_is_final(store, problem_report.problem_id, report.gpu, source_hash, identity)) {
+        problem_report.skipped_final = true;
+        if (const auto winner = store.get_winner(problem_report.problem_id, report.gpu)) {
+          problem_report.winner_us = winner->median_us;
+          problem_report.winner_reason = winner->reason;
+          if (const auto config = store.get_config(winner->config)) {
+            problem_report.winner = KernelConfig::from_json(
+                nlohmann::json{{"family", config->family}, {"params", nlohmann::json::parse(config->params_json)}});
+          }
+        }
+        ++report.skipped_final;
+        report.reports[position] = problem_report;
+        continue;
+      }
+      PreparedProblem item;
+      item.position = position;
+      const RestrictedFamily problem_family(base_family, parameter_ranges(options, base_family, problem.m));
+      const search::SpaceEnumeration space = search::enumerate_space(problem_family, problem, target.limits);
+      problem_report.space_total = space.total;
+      problem_report.after_static_rules = space.candidates.size();
+      problem_report.pruned_pre_compile = space.removed_by_rule;
+      for (const KernelConfig& config : space.candidates) {
+        CandidateEntry entry;
+        entry.config = config;
+        entry.instantiation = instantiation_of(config, problem.format);
+        item.entries.push_back(std::move(entry));
+      }
+      const ArchSupport support = family.supports(problem.format, target.limits.sm);
+      if (support.supported) {
+        const KernelConfig heuristic = family.default_config(problem, target.limits);
+        problem_report.heuristic = heuristic;
+        auto found = std::find_if(item.entries.begin(), item.entries.end(),
+                                  [&](const CandidateEntry& entry) { return entry.config == heuristic; });
+        if (found != item.entries.end()) {
+          item.heuristic = static_cast<std::size_t>(found - item.entries.begin());
+        } else if (family.base().check(heuristic, problem, target.limits).valid) {
+          CandidateEntry entry;
+          entry.config = heuristic;
+          entry.instantiation = instantiation_of(heuristic, problem.format);
+          item.entries.push_back(std::move(entry));
+          item.heuristic = item.entries.size() - 1;
+        }
+      } else if (observer != nullptr && noted_reasons.insert(support.reason).second) {
+        observer->note(support.reason);
+      }
+      item.report = std::move(problem_report);
+      prepared.push_back(std::move(item));
+    }
+
+    // 2. Compile every distinct instantiation once, ahead of measuring, and store each compile.
+    std::vector<Instantiation> requests;
+    for (const InstantiationRecord& record : instantiations) requests.push_back(record.instantiation);
+    const std::vector<InstantiationResult> compiled =
+        services.compiler->compile(family, requests, [&](std::size_t done, std::size_t total) {
+          if (observer != nullptr) observer->compile_progress(done, total);
+        });
+    if (compiled.size() != instantiations.size()) QTUNE_THROW(Error, "compiler returned a wrong number of results");
+    {
+      auto transaction = store.transaction();
+      for (std::size_t i = 0; i < instantiations.size(); ++i) {
+        InstantiationRecord& record = instantiations[i];
+        record.result = compiled[i];
+        record.config_id = store.upsert_config(db_config(record.instantiation.config, source_hash));
+        db::CompileResult row;
+        row.run = report.run;
+        row.config = record.config_id;
+        row.format = record.instantiation.format.to_string();
+        row.arch = record.instantiation.arch;
+        row.cache_key = record.result.cache_key;
+        row.cache_hit = record.result.cache_hit;
+        if (record.result.ok && !record.result.cache_hit) row.compile_seconds = record.result.compile_seconds;
+        if (record.result.ok) {
+          row.registers = record.result.resources.registers;
+          row.spill_store_bytes = record.result.spill_store_bytes;
+          row.spill_load_bytes = record.result.spill_load_bytes;
+          row.shared_bytes = record.result.resources.static_shared_bytes;
+          row.stack_bytes = record.result.resources.stack_frame_bytes;
+          row.status = db::CompileStatus::Ok;
+          if (record.result.cache_hit) ++report.cache_hits;
+        } else {
+          row.status = db::CompileStatus::Failed;
+          row.message = record.result.message;
+          ++report.compile_failures;
+        }
+        store.insert_compile(row);
+      }
+      transaction.commit();
+    }
+    report.instantiations = instantiations.size();
+
+    // 3. Prune again from the compiler's resource report, and store both stages' counts per problem.
+    std::size_t expected_evaluations = 0;
+    for (PreparedProblem& item : prepared) {
+      for (std::size_t i = 0; i < item.entries.size(); ++i) {
+        CandidateEntry& entry = item.entries[i];
+        const InstantiationRecord& record = instantiations[entry.instantiation];
+        entry.config_id = record.config_id;
+        entry.compiled = record.result.ok;
+        entry.cache_key = record.result.cache_key;
+        // A heuristic outside the enumerated space is measured for comparison but not searched or counted.
+        if (i >= item.report.after_static_rules) continue;
+        if (!entry.compiled) {
+          ++item.report.pruned_post_compile["compile-failed"];
+          continue;
+        }
+        const RuleVerdict verdict =
+            search::check_compiled(entry.config, item.report.problem, target.limits,
+                                   family.launch_geometry(entry.config, item.report.problem), record.result.resources);
+        if (!verdict.valid) {
+          ++item.report.pruned_post_compile[verdict.rule];
+          continue;
+        }
+        item.searchable.push_back(i);
+      }
+      item.report.after_compile = item.searchable.size();
+      auto transaction = store.transaction();
+      for (const auto& [rule, count] : item.report.pruned_pre_compile) {
+        store.set_pruning_count({report.run, item.report.problem_id, db::PruningStage::PreCompile, rule, static_cast<std::int64_t>(count)});
+      }
+      for (const auto& [rule, count] : item.report.pruned_post_compile) {
+        store.set_pruning_count({report.run, item.report.problem_id, db::PruningStage::PostCompile, rule, static_cast<std::int64_t>(count)});
+      }
+      transaction.commit();
+      expected_evaluations += std::min(options.budget.max_evaluations, item.searchable.size()) + (item.heuristic ? 1 : 0);
+    }
+
+    if (options.dry_run) {
+      for (PreparedProblem& item : prepared) report.reports[item.position] = item.report;
+      store.finish_run(report.run, db::RunStatus::Completed);
+      return report;
+    }
+
+    // 4. Measure: one slot per GPU, each taking problems from one queue.
+    Shared shared;
+    shared.observer = observer;
+    shared.stop = stop;
+    if (options.strategy == "model") load_prior_pool(store, family, target, shared);
+    const RunContext context{options, target, family, database, report.run, report.gpu, source_hash};
+    std::vector<std::size_t> order(prepared.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (observer != nullptr) observer->measuring_started(prepared.size(), expected_evaluations);
+    const int slots = std::max(1, std::min<int>(services.slots, static_cast<int>(std::max<std::size_t>(prepared.size(), 1))));
+    auto slot_body = [&](int slot) {
+      try {
+        const std::unique_ptr<MeasuringBackend> backend = services.backends(slot);
+        if (!backend) QTUNE_THROW(Error, "no measuring backend for slot " + std::to_string(slot));
+        run_slot(context, shared, prepared, order, *backend);
+      } catch (...) {
+        std::lock_guard lock(shared.mutex);
+        if (!shared.error) shared.error = std::current_exception();
+        shared.abort = true;
+      }
+    };
+    if (slots == 1) {
+      slot_body(0);
+    } else {
+      std::vector<std::thread> threads;
+      for (int slot = 0; slot < slots; ++slot) threads.emplace_back(slot_body, slot);
+      for (std::thread& thread : threads) thread.join();
+    }
+    if (shared.error) std::rethrow_exception(shared.error);
+
+    for (PreparedProblem& item : prepared) {
+      const ProblemReport& problem_report = item.report;
+      report.measured += problem_report.measured;
+      report.reused += problem_report.reused;
+      report.invalid += problem_report.invalid;
+      if (problem_report.winner) ++report.winners;
+      if (problem_report.interrupted) report.interrupted = true;
+      report.reports[item.position] = problem_report;
+    }
+    report.interrupted = report.interrupted || (stop != nullptr && stop->load());
+    store.finish_run(report.run, report.interrupted ? db::RunStatus::Interrupted : db::RunStatus::Completed);
+  } catch (...) {
+    try {
+      store.finish_run(report.run, stop != nullptr && stop->load() ? db::RunStatus::Interrupted : db::RunStatus::Failed);
+    } catch (...) {
+      // The original error matters more than the bookkeeping.
+    }
+    throw;
+  }
+  return report;
+}
+
+}  // namespace qtune::tune

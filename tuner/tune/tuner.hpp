@@ -1,0 +1,150 @@
+#pragma once
+// The tuner: for every problem (format, N, K, M bucket) of a shard it
+//   1. enumerates the family's space and prunes it with the static rules (counts stored per rule);
+//   2. compiles every distinct instantiation (config, format, arch) once, in parallel, before measuring anything,
+//      and prunes again from the ptxas report (counts stored per rule);
+//   3. measures the hand-written heuristic (phase "heuristic"), then runs the search strategy whose objective
+//      verifies each candidate against the CPU reference and measures it through a MeasuringBackend;
+//   4. stores every compile, verification and measurement (each candidate in its own transaction, so a kill loses
+//      nothing already measured) and the winner (search/winner.hpp tie rule, incumbent = the previous winner).
+// A rerun with the same arguments skips (problem, config) pairs already measured on this GPU with the same kernel
+// source hash, and problems whose winner is final (decided by the same search, or by a complete exhaustive one).
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "db/store.hpp"
+#include "kernels/family.hpp"
+#include "search/gpu_profile.hpp"
+#include "search/strategy.hpp"
+#include "tuner/tune/backend.hpp"
+#include "tuner/tune/problem_set.hpp"
+
+namespace qtune::tune {
+
+// The GPU a tune is for.
+struct TuneTarget {
+  std::string gpu_profile;  // configs/gpus profile name; "" when the device matched none
+  std::string gpu_name;     // as the driver reports it (a dry run: the profile's display name)
+  std::string gpu_uuid;
+  ArchLimits limits;
+  std::string arch;  // NVRTC target, "sm_90a"
+  // One measuring slot (worker) per entry, each given as CUDA_VISIBLE_DEVICES ("GPU-<uuid>"; "": inherit this
+  // process's devices and use device 0); empty for a dry run.
+  std::vector<std::string> visible_devices;
+  std::string driver_version;
+  std::string cuda_version;
+  std::optional<int> sm_clock_mhz;
+  std::optional<int> mem_clock_mhz;
+
+  std::string gpu_key() const { return gpu_profile.empty() ? gpu_name : gpu_profile; }
+};
+
+// The limits static rules check against, from a profile's datasheet values.
+ArchLimits limits_of_profile(const search::GpuProfile& profile);
+// A target from a profile alone (no device): what `--gpu NAME --dry-run` uses.
+TuneTarget target_from_profile(const search::GpuProfile& profile);
+
+struct TuneOptions {
+  std::vector<Problem> problems;  // this shard's problems (build_problem_set + select_shard)
+  std::string family = "mma";
+  // "curated": per-M ranges (gemm::default_sweep_ranges: a few hundred candidates per problem); "full": the family's
+  // whole parameter space (for mma, tens of thousands of instantiations to compile per format).
+  std::string space = "curated";
+  std::map<std::string, std::vector<int>> parameter_values;  // replaces a parameter's values (RestrictedFamily)
+  std::string strategy = "exhaustive";
+  search::Budget budget;  // per problem
+  search::StrategyOptions strategy_options;  // seed, batch size, ...; the model's prior is filled in by the tuner
+  std::size_t prior_limit = 4000;  // at most this many prior observations for the model strategy
+  double timeout_s = 30;           // per candidate (load, verify, measure)
+  bool dry_run = false;            // stop before measuring
+  bool retune = false;             // search problems again even when their winner is final
+  double tie_tolerance = 0.01;     // relative; winners within it (or the CI) of the fastest tie
+  Shard shard;
+  std::string command_line;
+  std::string source_hash;  // of the kernel sources; "" = kernel_source_hash(family)
+};
+
+// Hash of the family name and every embedded kernel device source: a change means earlier measurements are of
+// other kernels, so pairs are measured again.
+std::string kernel_source_hash(const KernelFamily& family);
+
+struct ProblemReport {
+  Problem problem;
+  db::ProblemId problem_id{};
+  bool skipped_final = false;  // the stored winner is final; nothing done
+  std::size_t space_total = 0;
+  std::size_t after_static_rules = 0;
+  std::size_t after_compile = 0;  // the candidates the strategy searches
+  std::map<std::string, std::size_t> pruned_pre_compile;
+  std::map<std::string, std::size_t> pruned_post_compile;
+  std::size_t evaluations = 0;  // by the strategy, reused ones included
+  std::size_t measured = 0;     // jobs run now (heuristic included)
+  std::size_t reused = 0;       // answered from earlier measurements
+  std::size_t invalid = 0;      // failed verification, errors, crashes, timeouts (now or before)
+  std::optional<KernelConfig> heuristic;
+  std::optional<double> heuristic_us;
+  std::optional<KernelConfig> winner;
+  double winner_us = 0;
+  std::string winner_reason;
+  bool interrupted = false;
+};
+
+struct TuneReport {
+  db::RunId run{};
+  std::string gpu;
+  std::size_t problems = 0;
+  std::size_t skipped_final = 0;
+  std::size_t instantiations = 0;
+  std::size_t compile_failures = 0;
+  std::size_t cache_hits = 0;
+  std::size_t measured = 0;
+  std::size_t reused = 0;
+  std::size_t invalid = 0;
+  std::size_t winners = 0;
+  bool interrupted = false;
+  std::vector<ProblemReport> reports;  // in problem order
+};
+
+// One candidate evaluated (for progress displays).
+struct EvaluationEvent {
+  const Problem* problem = nullptr;
+  KernelConfig config;
+  std::string phase;  // "heuristic", the strategy's name, or "<strategy>-short"
+  bool reused = false;
+  bool valid = false;
+  double time_us = 0;
+  std::string outcome;  // to_string(CandidateOutcome) or "stored"
+};
+
+// Progress callbacks. The tuner serialises calls (one at a time), from whichever thread made progress.
+class TuneObserver {
+ public:
+  virtual ~TuneObserver() = default;
+  virtual void compile_progress(std::size_t /*done*/, std::size_t /*total*/) {}
+  // Evaluations the measuring phase expects in all (budget-capped candidates plus heuristics), once, before it starts.
+  virtual void measuring_started(std::size_t /*problems*/, std::size_t /*expected_evaluations*/) {}
+  virtual void problem_started(const ProblemReport& /*report*/) {}
+  virtual void evaluated(const EvaluationEvent& /*event*/) {}
+  virtual void problem_finished(const ProblemReport& /*report*/) {}
+  virtual void note(const std::string& /*message*/) {}
+};
+
+struct TuneServices {
+  InstantiationCompiler* compiler = nullptr;  // required
+  BackendFactory backends;                     // required unless dry_run
+  int slots = 1;                               // measuring slots run in parallel, each with its own backend
+};
+
+// Runs the tune into the store at `database`. `stop` (may be null) ends it early: the candidate in flight is
+// finished or dropped, nothing measured is lost, and the run is marked interrupted. Throws InputError for bad
+// options; backend failures that are not the candidate's (no GPU, a worker that cannot start) propagate.
+TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const std::filesystem::path& database,
+                    TuneServices& services, TuneObserver* observer = nullptr, const std::atomic<bool>* stop = nullptr);
+
+}  // namespace qtune::tune
