@@ -125,7 +125,8 @@ void GemmDeviceData::launch(const LoadedKernel& kernel, CUstream stream) {
   for (const auto& [name, buffer] : buffers_) addresses[name] = buffer.get();
   KernelArguments arguments = family_->pack_arguments(kernel.config(), problem_, addresses);
   std::vector<void*> pointers = arguments.pointers();
-  if (geometry.dynamic_shared_bytes > 48 * 1024) {
+  // Always opt in: the 48 KiB default counts static shared memory too, so 48 KiB of dynamic memory already exceeds it.
+  if (geometry.dynamic_shared_bytes > 0) {
     kernel.kernel().set_max_dynamic_shared_memory(static_cast<int>(geometry.dynamic_shared_bytes));
   }
   runtime::LaunchConfig launch;

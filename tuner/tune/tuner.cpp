@@ -702,8 +702,16 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
         item.entries.push_back(std::move(entry));
       }
       const ArchSupport support = family.supports(problem.format, target.limits.sm);
+      std::optional<KernelConfig> default_config;
       if (support.supported) {
-        const KernelConfig heuristic = family.default_config(problem, target.limits);
+        try {
+          default_config = family.default_config(problem, target.limits);
+        } catch (const Error& error) {
+          if (observer != nullptr) observer->note(problem_key(problem) + ": no heuristic configuration: " + error.what());
+        }
+      }
+      if (default_config) {
+        const KernelConfig& heuristic = *default_config;
         problem_report.heuristic = heuristic;
         auto found = std::find_if(item.entries.begin(), item.entries.end(),
                                   [&](const CandidateEntry& entry) { return entry.config == heuristic; });
@@ -716,7 +724,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
           item.entries.push_back(std::move(entry));
           item.heuristic = item.entries.size() - 1;
         }
-      } else if (observer != nullptr && noted_reasons.insert(support.reason).second) {
+      } else if (!support.supported && observer != nullptr && noted_reasons.insert(support.reason).second) {
         observer->note(support.reason);
       }
       item.report = std::move(problem_report);
