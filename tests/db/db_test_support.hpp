@@ -2,6 +2,8 @@
 // Shared pieces of the db tests: a temporary directory, file bytes, and filled-in rows.
 #include <gtest/gtest.h>
 
+#include "tests/common/temp_dir.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -15,33 +17,7 @@ namespace qtune::db::testing {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    path_ = fs::temp_directory_path() / ("qtune-db-test-" + std::to_string(random()) + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
-  // Every file name in the directory (to see that nothing, not even a journal, was created).
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
+using TempDir = ::qtune::test_support::TempDir;
 
 inline std::vector<char> file_bytes(const fs::path& file) {
   std::ifstream stream(file, std::ios::binary);

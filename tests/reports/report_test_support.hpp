@@ -4,6 +4,8 @@
 // phase "heuristic", a cuBLASLt baseline) on H200-like numbers.
 #include <gtest/gtest.h>
 
+#include "tests/common/temp_dir.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -25,25 +27,7 @@ namespace qtune::reports::testing {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    path_ = fs::temp_directory_path() / ("qtune-reports-test-" + std::to_string(random()) + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ::qtune::test_support::TempDir;
 
 inline std::string file_text(const fs::path& file) {
   std::ifstream stream(file, std::ios::binary);

@@ -1,6 +1,8 @@
 // Loading of configs/: GPU profiles, model shape sets and M buckets, and the one-line errors for bad files.
 #include <gtest/gtest.h>
 
+#include "tests/common/temp_dir.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -25,27 +27,7 @@ using nlohmann::json;
 
 const fs::path kConfigs = fs::path(QTUNE_SOURCE_DIR) / "configs";
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    path_ = fs::temp_directory_path() / ("qtune-search-test-" + std::to_string(random()) + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path write(const std::string& name, const std::string& text) const {
-    const fs::path file = path_ / name;
-    std::ofstream(file) << text;
-    return file;
-  }
-
- private:
-  fs::path path_;
-};
+using TempDir = ::qtune::test_support::TempDir;
 
 // Sets an environment variable for one scope and restores the previous value.
 class ScopedEnv {

@@ -4,6 +4,8 @@
 // are a known function of the configuration.
 #include <gtest/gtest.h>
 
+#include "tests/common/temp_dir.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -28,25 +30,7 @@ namespace qtune::tune::testing {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    path_ = fs::temp_directory_path() / ("qtune-tune-test-" + std::to_string(random()) + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ::qtune::test_support::TempDir;
 
 // A small slice of the mma space: a few dozen valid candidates per problem, fast to search exhaustively.
 inline std::map<std::string, std::vector<int>> small_space() {
