@@ -4,10 +4,12 @@
 
 #include "kernels/error.hpp"
 #include "tuner/cli/commands.hpp"
+#include "tuner/runtime/crash_report.hpp"
 
 namespace qtune::cli {
 
 int run_cli(int argc, char** argv) {
+  runtime::install_crash_report("qtune");
   CLI::App app{"qtune: autotuning and benchmarking of quantized GEMM kernels on NVIDIA GPUs", "qtune"};
   app.set_version_flag("--version", std::string(QTUNE_VERSION) + " (" + QTUNE_GIT_SHA + ")");
   app.require_subcommand(1);

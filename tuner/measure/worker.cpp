@@ -25,6 +25,7 @@
 #include "kernels/error.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/driver.hpp"
+#include "tuner/runtime/crash_report.hpp"
 
 namespace qtune::measure {
 
@@ -219,6 +220,7 @@ std::vector<std::string> registered_jobs() {
 }
 
 int run_worker(int socket_fd) {
+  runtime::install_crash_report("qtune worker");
   register_selftest_jobs();
   watch_parent();
   const nlohmann::json ready{{"ready", true}, {"pid", getpid()}, {"jobs", registered_jobs()}};
