@@ -6,8 +6,6 @@
 #include <random>
 #include <set>
 
-#include <Eigen/Dense>
-
 #include "kernels/error.hpp"
 
 namespace qtune::search {
@@ -180,14 +178,14 @@ class ModelGuidedStrategy : public Strategy {
         if (!record(order[i])) return run.finish();
       }
     }
-    RidgeCostModel model(options_.ridge_lambda);
+    std::unique_ptr<CostModel> model = make_cost_model(options_.cost_model, options_.ridge_lambda);
     while (true) {
       size_t unevaluated = static_cast<size_t>(std::count(evaluated.begin(), evaluated.end(), false));
       if (unevaluated == 0 || run.exhausted()) break;
-      fit_weighted(model, train_x, train_y, prior_count);
+      fit_weighted(*model, train_x, train_y, prior_count);
       std::vector<std::pair<double, size_t>> ranked;
       for (size_t i = 0; i < candidates.size(); ++i) {
-        if (!evaluated[i]) ranked.emplace_back(model.trained() ? model.predict_us(candidates[i].features) : 0.0, i);
+        if (!evaluated[i]) ranked.emplace_back(model->trained() ? model->predict_us(candidates[i].features) : 0.0, i);
       }
       std::sort(ranked.begin(), ranked.end());
       size_t batch = std::min(options_.batch_size, ranked.size());
@@ -200,20 +198,12 @@ class ModelGuidedStrategy : public Strategy {
 
  private:
   // Measured points of this problem count more than the prior from other problems.
-  void fit_weighted(RidgeCostModel& model, const std::vector<std::vector<double>>& x, const std::vector<double>& y,
+  void fit_weighted(CostModel& model, const std::vector<std::vector<double>>& x, const std::vector<double>& y,
                     size_t prior_count) const {
     if (x.size() < 2) return;
-    std::vector<std::vector<double>> weighted_x;
-    std::vector<double> weighted_y;
-    const size_t repeat_measured = prior_count > 0 ? 3 : 1;
-    for (size_t i = 0; i < x.size(); ++i) {
-      size_t copies = i < prior_count ? 1 : repeat_measured;
-      for (size_t c = 0; c < copies; ++c) {
-        weighted_x.push_back(x[i]);
-        weighted_y.push_back(y[i]);
-      }
-    }
-    model.fit(weighted_x, weighted_y);
+    std::vector<double> weights(x.size(), 1.0);
+    if (prior_count > 0) std::fill(weights.begin() + static_cast<std::ptrdiff_t>(prior_count), weights.end(), 3.0);
+    model.fit(x, y, weights);
   }
 
   StrategyOptions options_;
@@ -221,58 +211,6 @@ class ModelGuidedStrategy : public Strategy {
 };
 
 }  // namespace
-
-std::vector<double> RidgeCostModel::expand(const std::vector<double>& features) const {
-  // Linear plus pairwise products: tile effects multiply (waves x tile efficiency), so interactions matter.
-  std::vector<double> expanded(features.begin(), features.end());
-  for (size_t i = 0; i < features.size(); ++i)
-    for (size_t j = i; j < features.size(); ++j) expanded.push_back(features[i] * features[j]);
-  return expanded;
-}
-
-void RidgeCostModel::fit(const std::vector<std::vector<double>>& features, const std::vector<double>& times_us) {
-  if (features.empty() || features.size() != times_us.size()) {
-    QTUNE_THROW(Error, "cost model: need as many feature rows as times");
-  }
-  std::vector<std::vector<double>> rows;
-  rows.reserve(features.size());
-  for (const auto& row : features) rows.push_back(expand(row));
-  const size_t dims = rows.front().size();
-  mean_.assign(dims, 0.0);
-  scale_.assign(dims, 0.0);
-  for (const auto& row : rows) {
-    if (row.size() != dims) QTUNE_THROW(Error, "cost model: feature rows differ in length");
-    for (size_t d = 0; d < dims; ++d) mean_[d] += row[d];
-  }
-  for (auto& m : mean_) m /= static_cast<double>(rows.size());
-  for (const auto& row : rows)
-    for (size_t d = 0; d < dims; ++d) scale_[d] += (row[d] - mean_[d]) * (row[d] - mean_[d]);
-  for (auto& s : scale_) s = std::sqrt(s / static_cast<double>(rows.size())) + 1e-12;
-
-  Eigen::MatrixXd x(rows.size(), dims + 1);
-  Eigen::VectorXd y(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) {
-    x(static_cast<Eigen::Index>(r), 0) = 1.0;
-    for (size_t d = 0; d < dims; ++d)
-      x(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(d + 1)) = (rows[r][d] - mean_[d]) / scale_[d];
-    y(static_cast<Eigen::Index>(r)) = std::log(std::max(times_us[r], 1e-9));
-  }
-  Eigen::MatrixXd gram = x.transpose() * x;
-  gram.diagonal().array() += lambda_ * static_cast<double>(rows.size());
-  gram(0, 0) -= lambda_ * static_cast<double>(rows.size());  // the intercept is not shrunk
-  gram(0, 0) += 1e-12;
-  Eigen::VectorXd solution = gram.ldlt().solve(x.transpose() * y);
-  weights_.assign(solution.data(), solution.data() + solution.size());
-}
-
-double RidgeCostModel::predict_us(const std::vector<double>& features) const {
-  if (!trained()) QTUNE_THROW(Error, "cost model: predict before fit");
-  std::vector<double> row = expand(features);
-  if (row.size() + 1 != weights_.size()) QTUNE_THROW(Error, "cost model: feature length differs from training");
-  double log_time = weights_[0];
-  for (size_t d = 0; d < row.size(); ++d) log_time += weights_[d + 1] * (row[d] - mean_[d]) / scale_[d];
-  return std::exp(log_time);
-}
 
 const std::vector<std::string>& strategy_names() {
   static const std::vector<std::string> names = {"exhaustive", "random", "halving", "model"};

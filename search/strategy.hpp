@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "search/cost_model.hpp"
+
 namespace qtune::search {
 
 struct Candidate {
@@ -65,6 +67,7 @@ struct StrategyOptions {
   size_t batch_size = 4;
   double initial_random_fraction = 0.25;
   double ridge_lambda = 1e-3;
+  std::string cost_model = "trees";  // make_cost_model: "trees" or "ridge"
   std::vector<PriorObservation> prior;
   // Successive halving: keep 1/eta of the candidates each round.
   size_t halving_eta = 3;
@@ -81,18 +84,5 @@ class Strategy {
 std::unique_ptr<Strategy> make_strategy(std::string_view name, const StrategyOptions& options = {});
 const std::vector<std::string>& strategy_names();
 
-// Ridge regression on log(time) with Eigen; the model-guided strategy's cost model, exposed for tests and reports.
-class RidgeCostModel {
- public:
-  explicit RidgeCostModel(double lambda = 1e-3) : lambda_(lambda) {}
-  void fit(const std::vector<std::vector<double>>& features, const std::vector<double>& times_us);
-  double predict_us(const std::vector<double>& features) const;
-  bool trained() const { return !weights_.empty(); }
-
- private:
-  std::vector<double> expand(const std::vector<double>& features) const;
-  double lambda_;
-  std::vector<double> mean_, scale_, weights_;
-};
 
 }  // namespace qtune::search

@@ -312,6 +312,27 @@ void BM_CompileCached(benchmark::State& state) {
 }
 BENCHMARK(BM_CompileCached)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// A cached load of the family's W4A16 kernel: hash the sources, read the cubin and its resource report.
+void BM_CompileCachedFamilyW4A16(benchmark::State& state) {
+  CompileRequest request;
+  try {
+    request = family_w4a16_request();
+  } catch (const std::exception& error) {
+    state.SkipWithError((std::string("no W4A16 instantiation from kernels/: ") + error.what()).c_str());
+    return;
+  }
+  TemporaryDirectory directory;
+  const Compiler compiler = compiler_with_cache(directory.path());
+  const std::size_t cubin_bytes = compiler.compile(request).cubin.size();
+  for (auto _ : state) {
+    const CompiledKernel kernel = compiler.compile(request);
+    if (!kernel.from_cache) state.SkipWithError("the second compile missed the cache");
+    benchmark::DoNotOptimize(kernel.cubin.data());
+  }
+  state.counters["cubin_bytes"] = static_cast<double>(cubin_bytes);
+}
+BENCHMARK(BM_CompileCachedFamilyW4A16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // compile_all of 16 instantiations on state.range(0) threads, from an empty cache each iteration.
 void BM_CompileAllThroughput(benchmark::State& state) {
   const std::vector<CompileRequest> requests = representative_batch();

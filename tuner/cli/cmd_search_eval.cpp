@@ -8,6 +8,7 @@
 
 #include "kernels/error.hpp"
 #include "reports/table.hpp"
+#include "search/cost_model.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/tune/problem_set.hpp"
 #include "tuner/tune/search_eval.hpp"
@@ -28,6 +29,7 @@ struct SearchEvalCommandOptions {
   int repeats = 1;
   std::uint64_t seed = 1;
   bool per_problem = false;
+  std::string cost_model = "trees";
   std::string output = "table";
 };
 
@@ -51,6 +53,8 @@ void run(const SearchEvalCommandOptions& options) {
   eval.prior_limit = options.prior_limit;
   eval.repeats = options.repeats;
   eval.seed = options.seed;
+  eval.strategy_options.cost_model = options.cost_model;
+  search::make_cost_model(options.cost_model);  // an unknown name fails here, naming the field
 
   db::Store store = db::Store::open_read_only(options.db_path);
   const tune::SearchEvalReport report = tune::run_search_eval(store, eval);
@@ -95,6 +99,7 @@ void add_search_eval_command(CLI::App& app) {
   command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
   command->add_option("--strategy", options->strategies, "comma-separated strategies: model, halving, random, exhaustive")
       ->capture_default_str();
+  command->add_option("--cost-model", options->cost_model, "the model strategy's cost model: trees or ridge")->capture_default_str();
   command->add_option("--budget-fraction", options->budget_fraction, "evaluations per problem as a fraction of its candidates")
       ->capture_default_str();
   command->add_option("--tolerance", options->tolerance, "relative distance to the optimum that counts as found")

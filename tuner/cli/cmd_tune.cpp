@@ -18,6 +18,7 @@
 
 #include "kernels/error.hpp"
 #include "reports/table.hpp"
+#include "search/cost_model.hpp"
 #include "search/m_buckets.hpp"
 #include "search/model_shapes.hpp"
 #include "tuner/cli/commands.hpp"
@@ -44,8 +45,10 @@ struct TuneCommandOptions {
   std::string m_list;
   std::string db_path = "qtune.db";
   std::string strategy = "exhaustive";
+  std::string cost_model = "trees";
   std::optional<std::size_t> budget_evals;
   std::optional<double> budget_seconds;
+  std::optional<double> budget_fraction;
   std::optional<std::string> shard;
   std::optional<int> shard_count;
   std::string family = "mma";
@@ -128,7 +131,7 @@ void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputS
     table.print(std::cout, style);
   } else {
     reports::Table table({"format", "m", "n", "k", "candidates", "evaluated", "measured", "stored", "invalid", "winner_us",
-                          "heuristic_us", "speedup", "winner", "reason"});
+                          "heuristic_us", "speedup", "seconds", "winner", "reason"});
     for (const tune::ProblemReport& problem : report.reports) {
       const bool has_winner = problem.winner.has_value();
       table.add_row({problem.problem.format.to_string(), std::to_string(problem.problem.m), std::to_string(problem.problem.n),
@@ -137,7 +140,7 @@ void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputS
                      std::to_string(problem.invalid), has_winner ? fixed(problem.winner_us, 3) : "",
                      problem.heuristic_us ? fixed(*problem.heuristic_us, 3) : "",
                      has_winner && problem.heuristic_us ? fixed(*problem.heuristic_us / problem.winner_us, 3) : "",
-                     has_winner ? problem.winner->to_string() : "",
+                     fixed(problem.seconds, 1), has_winner ? problem.winner->to_string() : "",
                      problem.skipped_final ? "final (skipped)" : problem.interrupted ? "interrupted" : problem.winner_reason});
     }
     table.print(std::cout, style);
@@ -162,6 +165,8 @@ void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputS
     std::cout << ", " << report.measured << " measured, " << report.reused << " reused, " << report.invalid << " invalid, "
               << report.winners << " winners stored";
   }
+  std::cout << "; compile " << fixed(report.compile_seconds, 1) << " s";
+  if (!dry_run) std::cout << ", measure " << fixed(report.measure_seconds, 1) << " s";
   std::cout << (report.interrupted ? " -- interrupted; rerun the same command to resume\n" : "\n");
 }
 
@@ -198,6 +203,7 @@ void run(const TuneCommandOptions& options) {
     if (*options.budget_evals == 0) QTUNE_INPUT_ERROR("--budget-evals: must be at least 1");
     tune_options.budget.max_evaluations = *options.budget_evals;
   }
+  tune_options.budget_fraction = options.budget_fraction;
   if (options.budget_seconds) {
     if (!(*options.budget_seconds > 0)) QTUNE_INPUT_ERROR("--budget-seconds: must be positive");
     tune_options.budget.max_seconds = *options.budget_seconds;
@@ -211,6 +217,8 @@ void run(const TuneCommandOptions& options) {
   tune_options.dry_run = options.dry_run;
   tune_options.retune = options.retune;
   tune_options.strategy_options.seed = options.seed;
+  tune_options.strategy_options.cost_model = options.cost_model;
+  search::make_cost_model(options.cost_model);  // an unknown name fails here, naming the field
   tune_options.command_line = command_line();
 
   const tune::TuneTarget target = tune::resolve_target(options.gpu, options.devices, options.dry_run);
@@ -272,7 +280,10 @@ void add_tune_command(CLI::App& app) {
   command->add_option("--m", options->m_list, "M buckets, e.g. 1,2,4,...,8192 (default: configs/m_buckets.json)");
   command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
   command->add_option("--strategy", options->strategy, "exhaustive, random, halving or model")->capture_default_str();
+  command->add_option("--cost-model", options->cost_model, "the model strategy's cost model: trees or ridge")->capture_default_str();
   command->add_option("--budget-evals", options->budget_evals, "at most this many evaluations per problem");
+  command->add_option("--budget-fraction", options->budget_fraction,
+                      "at most this share of each problem's candidates, e.g. 0.15 (with --budget-evals: the smaller)");
   command->add_option("--budget-seconds", options->budget_seconds, "at most this many seconds of search per problem");
   command->add_option("--shard", options->shard,
                       "tune shard i/n of the problems (default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX)");

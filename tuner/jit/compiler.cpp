@@ -189,6 +189,10 @@ std::vector<std::string> Compiler::supported_archs() {
 std::vector<std::string> Compiler::nvrtc_options(const CompileRequest& request) const {
   std::vector<std::string> options = {"-std=" + state_->settings.language_standard, "-arch=" + request.arch,
                                       "--ptxas-options=-v"};
+  // NVRTC 12.9+ keeps its own cache; a hit there skips ptxas and with it the resource report we parse (and makes
+  // "cold" compiles warm). qtune has its own cache, so NVRTC's is turned off.
+  const auto [major, minor] = nvrtc_version();
+  if (major > 12 || (major == 12 && minor >= 9)) options.emplace_back("--no-cache");
   if (state_->toolkit_include) options.push_back("-I" + state_->toolkit_include->string());
   options.insert(options.end(), request.options.begin(), request.options.end());
   return options;

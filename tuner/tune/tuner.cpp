@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <mutex>
@@ -144,9 +145,12 @@ SearchIdentity search_identity(const TuneOptions& options, const KernelFamily& f
                            {"batch_size", strategy.batch_size},
                            {"initial_random_fraction", strategy.initial_random_fraction},
                            {"halving_eta", strategy.halving_eta},
-                           {"prior_limit", options.prior_limit}};
+                           {"prior_limit", options.prior_limit},
+                           {"cost_model", strategy.cost_model}};
+  if (options.budget_fraction) search["budget_fraction"] = *options.budget_fraction;
   identity.search_key = jit::sha256_hex(search.dump()).substr(0, 16);
-  identity.exhaustive_complete = options.strategy == "exhaustive" && unlimited_evaluations && unlimited_seconds;
+  identity.exhaustive_complete =
+      options.strategy == "exhaustive" && unlimited_evaluations && unlimited_seconds && !options.budget_fraction;
   return identity;
 }
 
@@ -514,6 +518,8 @@ bool winner_is_final(db::Store& store, db::ProblemId problem, const std::string&
 void measure_problem(const RunContext& context, Shared& shared, PreparedProblem& prepared, db::Store& store,
                      MeasuringBackend& backend) {
   ProblemReport& report = prepared.report;
+  const auto started = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
   shared.notify([&](TuneObserver& observer) { observer.problem_started(report); });
   std::map<db::ConfigId, StoredResult> stored = load_stored(store, report.problem_id, context.gpu);
   TuneObjective objective(context, shared, prepared, store, backend, stored);
@@ -538,11 +544,13 @@ void measure_problem(const RunContext& context, Shared& shared, PreparedProblem&
       }
       const std::unique_ptr<search::Strategy> strategy = search::make_strategy(context.options.strategy, strategy_options);
       objective.set_phase(context.options.strategy);
-      const search::SearchOutcome outcome = strategy->run(candidates, objective, context.options.budget);
+      const search::SearchOutcome outcome =
+          strategy->run(candidates, objective, problem_budget(context.options, candidates.size()));
       report.evaluations = outcome.history.size();
     }
   } catch (const Interrupted&) {
     report.interrupted = true;
+    report.seconds = elapsed();
     shared.notify([&](TuneObserver& observer) { observer.problem_finished(report); });
     return;
   }
@@ -582,6 +590,7 @@ void measure_problem(const RunContext& context, Shared& shared, PreparedProblem&
     report.winner_us = scored[choice->index].median_us;
     report.winner_reason = choice->reason;
   }
+  report.seconds = elapsed();
   shared.notify([&](TuneObserver& observer) { observer.problem_finished(report); });
 }
 
@@ -602,6 +611,15 @@ void run_slot(const RunContext& context, Shared& shared, std::vector<PreparedPro
 
 }  // namespace
 
+search::Budget problem_budget(const TuneOptions& options, std::size_t candidates) {
+  search::Budget budget = options.budget;
+  if (options.budget_fraction) {
+    const auto share = static_cast<std::size_t>(std::ceil(*options.budget_fraction * static_cast<double>(candidates)));
+    budget.max_evaluations = std::min(budget.max_evaluations, std::max<std::size_t>(1, share));
+  }
+  return budget;
+}
+
 TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const fs::path& database, TuneServices& services,
                     TuneObserver* observer, const std::atomic<bool>* stop) {
   if (services.compiler == nullptr) QTUNE_THROW(Error, "run_tune: no compiler");
@@ -609,6 +627,9 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
   if (!options.dry_run && services.slots < 1) QTUNE_INPUT_ERROR("devices: no GPU to measure on");
   if (target.arch.empty()) QTUNE_INPUT_ERROR("gpu: the target has no NVRTC architecture");
   if (!(options.timeout_s > 0)) QTUNE_INPUT_ERROR("--timeout-ms: must be positive");
+  if (options.budget_fraction && !(*options.budget_fraction > 0 && *options.budget_fraction <= 1)) {
+    QTUNE_INPUT_ERROR("--budget-fraction: must lie in (0, 1]");
+  }
   search::make_strategy(options.strategy, options.strategy_options);  // InputError for an unknown name, before any work
   if (options.space != "curated" && options.space != "full") {
     QTUNE_INPUT_ERROR("--space: expected curated or full, got '" + options.space + "'");
@@ -734,10 +755,12 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
     // 2. Compile every distinct instantiation once, ahead of measuring, and store each compile.
     std::vector<Instantiation> requests;
     for (const InstantiationRecord& record : instantiations) requests.push_back(record.instantiation);
+    const auto compile_start = std::chrono::steady_clock::now();
     const std::vector<InstantiationResult> compiled =
         services.compiler->compile(family, requests, [&](std::size_t done, std::size_t total) {
           if (observer != nullptr) observer->compile_progress(done, total);
         });
+    report.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
     if (compiled.size() != instantiations.size()) QTUNE_THROW(Error, "compiler returned a wrong number of results");
     {
       auto transaction = store.transaction();
@@ -805,7 +828,8 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
         store.set_pruning_count({report.run, item.report.problem_id, db::PruningStage::PostCompile, rule, static_cast<std::int64_t>(count)});
       }
       transaction.commit();
-      expected_evaluations += std::min(options.budget.max_evaluations, item.searchable.size()) + (item.heuristic ? 1 : 0);
+      expected_evaluations +=
+          std::min(problem_budget(options, item.searchable.size()).max_evaluations, item.searchable.size()) + (item.heuristic ? 1 : 0);
     }
 
     if (options.dry_run) {
@@ -835,6 +859,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
         shared.abort = true;
       }
     };
+    const auto measure_start = std::chrono::steady_clock::now();
     if (slots == 1) {
       slot_body(0);
     } else {
@@ -842,6 +867,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
       for (int slot = 0; slot < slots; ++slot) threads.emplace_back(slot_body, slot);
       for (std::thread& thread : threads) thread.join();
     }
+    report.measure_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - measure_start).count();
     if (shared.error) std::rethrow_exception(shared.error);
 
     for (PreparedProblem& item : prepared) {

@@ -59,6 +59,8 @@ struct TuneOptions {
   std::map<std::string, std::vector<int>> parameter_values;  // replaces a parameter's values (RestrictedFamily)
   std::string strategy = "exhaustive";
   search::Budget budget;  // per problem
+  // When set: each problem gets at most ceil(fraction x its searchable candidates) evaluations (and budget's cap).
+  std::optional<double> budget_fraction;
   search::StrategyOptions strategy_options;  // seed, batch size, ...; the model's prior is filled in by the tuner
   std::size_t prior_limit = 4000;  // at most this many prior observations for the model strategy
   double timeout_s = 30;           // per candidate (load, verify, measure)
@@ -69,6 +71,9 @@ struct TuneOptions {
   std::string command_line;
   std::string source_hash;  // of the kernel sources; "" = kernel_source_hash(family)
 };
+
+// The evaluation budget of a problem with `candidates` searchable candidates.
+search::Budget problem_budget(const TuneOptions& options, std::size_t candidates);
 
 // Hash of the family name and every embedded kernel device source: a change means earlier measurements are of
 // other kernels, so pairs are measured again.
@@ -93,6 +98,7 @@ struct ProblemReport {
   double winner_us = 0;
   std::string winner_reason;
   bool interrupted = false;
+  double seconds = 0;  // wall time measuring this problem (heuristic, search, winner)
 };
 
 struct TuneReport {
@@ -108,6 +114,8 @@ struct TuneReport {
   std::size_t invalid = 0;
   std::size_t winners = 0;
   bool interrupted = false;
+  double compile_seconds = 0;  // wall time of the ahead-of-time compile phase (cache reads included)
+  double measure_seconds = 0;  // wall time of the measuring phase, all GPUs together
   std::vector<ProblemReport> reports;  // in problem order
 };
 

@@ -59,6 +59,20 @@ TEST(Compiler, CompilesForEveryTargetWithoutAGpu) {
   }
 }
 
+// NVRTC's own cache would skip ptxas on a repeat and leave no resource report: every compile must report.
+TEST(Compiler, EveryUncachedCompileRunsPtxasAndReportsResources) {
+  const Compiler compiler(isolated_settings(std::nullopt));
+  const auto [major, minor] = Compiler::nvrtc_version();
+  const std::vector<std::string> options = compiler.nvrtc_options(scale_request());
+  const bool has_no_cache = std::find(options.begin(), options.end(), "--no-cache") != options.end();
+  EXPECT_EQ(has_no_cache, major > 12 || (major == 12 && minor >= 9));
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    const CompiledKernel kernel = compiler.compile(scale_request());
+    EXPECT_FALSE(kernel.from_cache);
+    EXPECT_GT(kernel.resources.registers, 0) << "repeat " << repeat << ", log:\n" << kernel.log;
+  }
+}
+
 TEST(Compiler, EmbeddedHeadersAreIncludedByName) {
   CompilerSettings settings = isolated_settings(std::nullopt);
   settings.headers = std::vector<HeaderSource>{{"test/scale.cuh", kScaleHeader}};

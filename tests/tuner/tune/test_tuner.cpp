@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <set>
 #include <string>
@@ -306,6 +307,27 @@ TEST(Tuner, BudgetedStrategiesStayWithinBudget) {
     db::Store store = db::Store::open(dir / "q.db");
     for (const auto& [key, count] : measurement_keys(store)) EXPECT_EQ(count, 1);
   }
+}
+
+TEST(Tuner, ABudgetFractionCapsEachProblemAtItsShareOfTheCandidates) {
+  TempDir dir;
+  TuneOptions options = small_options({1, 128});
+  options.strategy = "model";
+  options.budget_fraction = 0.2;
+  FakeBackend backend;
+  const TuneReport report = run_fake_tune(options, dir / "q.db", backend);
+  ASSERT_FALSE(report.reports.empty());
+  for (const ProblemReport& problem : report.reports) {
+    const auto share = static_cast<std::size_t>(std::ceil(0.2 * static_cast<double>(problem.after_compile)));
+    EXPECT_EQ(problem.evaluations, share) << problem.problem.to_string();
+    EXPECT_EQ(problem_budget(options, problem.after_compile).max_evaluations, share);
+    EXPECT_TRUE(problem.winner.has_value());
+    EXPECT_GE(problem.seconds, 0.0);
+  }
+  options.budget.max_evaluations = 2;  // the smaller of the two caps binds
+  EXPECT_EQ(problem_budget(options, 100).max_evaluations, 2u);
+  options.budget_fraction = 1.5;
+  EXPECT_THROW(run_fake_tune(options, dir / "q2.db", backend), InputError);
 }
 
 TEST(Tuner, RefusesBadOptions) {
