@@ -229,20 +229,14 @@ void dequantize_activation_rows(const QuantizedActivations& activations, int64_t
 QuantizedWeights quantize_weights(const FormatSpec& format, const std::vector<float>& weights, int64_t n, int64_t k) {
   format.validate_shape(n, k);
   check_size(weights.size(), n, k, "weights");
+  const ScaleGrid layout = weight_scale_layout(format, n, k);
   Plan plan;
   plan.element = format.weight;
   plan.zero_point = format.zero_point;
   plan.scale_type = format.weight_scale.type;
   plan.global = format.weight_scale.global_scale;
-  switch (format.weight_scale.granularity) {
-    case WeightScaleGranularity::PerTensor: plan.rows_per_scale = n; plan.cols_per_scale = k; break;
-    case WeightScaleGranularity::PerChannel: plan.rows_per_scale = 1; plan.cols_per_scale = k; break;
-    case WeightScaleGranularity::PerGroup: plan.rows_per_scale = 1; plan.cols_per_scale = format.weight_scale.group_k; break;
-    case WeightScaleGranularity::PerBlock:
-      plan.rows_per_scale = format.weight_scale.group_n;
-      plan.cols_per_scale = format.weight_scale.group_k;
-      break;
-  }
+  plan.rows_per_scale = layout.rows_per_scale;
+  plan.cols_per_scale = layout.cols_per_scale;
   Quantized quantized = quantize_matrix(weights.data(), n, k, plan);
   QuantizedWeights result;
   result.format = format;
@@ -254,6 +248,74 @@ QuantizedWeights quantize_weights(const FormatSpec& format, const std::vector<fl
   result.zero_points = std::move(quantized.zero_points);
   result.global_scale = quantized.global_scale;
   return result;
+}
+
+ScaleGrid weight_scale_layout(const FormatSpec& format, int64_t n, int64_t k) {
+  format.validate_shape(n, k);
+  ScaleGrid grid;
+  grid.type = format.weight_scale.type;
+  switch (format.weight_scale.granularity) {
+    case WeightScaleGranularity::PerTensor: grid.rows_per_scale = n; grid.cols_per_scale = k; break;
+    case WeightScaleGranularity::PerChannel: grid.rows_per_scale = 1; grid.cols_per_scale = k; break;
+    case WeightScaleGranularity::PerGroup: grid.rows_per_scale = 1; grid.cols_per_scale = format.weight_scale.group_k; break;
+    case WeightScaleGranularity::PerBlock:
+      grid.rows_per_scale = format.weight_scale.group_n;
+      grid.cols_per_scale = format.weight_scale.group_k;
+      break;
+  }
+  grid.rows = n / grid.rows_per_scale;
+  grid.cols = k / grid.cols_per_scale;
+  return grid;
+}
+
+QuantizedWeights weights_from_codes(const FormatSpec& format, int64_t n, int64_t k, std::vector<uint8_t> codes,
+                                    std::vector<uint32_t> scale_bits, std::vector<uint32_t> zero_point_bits,
+                                    float global_scale) {
+  QuantizedWeights weights;
+  weights.format = format;
+  weights.n = n;
+  weights.k = k;
+  weights.scales = weight_scale_layout(format, n, k);
+  check_size(codes.size(), n, k, "weights.codes");
+  const size_t cells = static_cast<size_t>(weights.scales.rows * weights.scales.cols);
+  if (scale_bits.size() != cells) {
+    QTUNE_INPUT_ERROR("weights.scales: holds " + std::to_string(scale_bits.size()) + " values, the format needs " +
+                      std::to_string(cells) + " (" + std::to_string(weights.scales.rows) + " x " +
+                      std::to_string(weights.scales.cols) + ")");
+  }
+  const size_t zero_cells = format.zero_point == ZeroPoint::None ? 0 : cells;
+  if (zero_point_bits.size() != zero_cells) {
+    QTUNE_INPUT_ERROR("weights.zero_points: holds " + std::to_string(zero_point_bits.size()) + " values, the format needs " +
+                      std::to_string(zero_cells));
+  }
+  if (!(std::isfinite(global_scale) && global_scale > 0.0f)) {
+    QTUNE_INPUT_ERROR("weights.global_scale: must be a positive finite number");
+  }
+  if (!format.weight_scale.global_scale && global_scale != 1.0f) {
+    QTUNE_INPUT_ERROR("weights.global_scale: the format has no global scale, so it must be 1");
+  }
+  const uint32_t code_mask = (1u << format.weight.bits) - 1u;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    if ((codes[i] & ~code_mask) != 0) {
+      QTUNE_INPUT_ERROR("weights.codes: element " + std::to_string(i) + " has bits above the " +
+                        std::to_string(format.weight.bits) + "-bit code");
+    }
+  }
+  weights.codes = std::move(codes);
+  weights.scales.values.reserve(cells);
+  for (uint32_t bits : scale_bits) weights.scales.values.push_back(decode_scale(weights.scales.type, bits));
+  weights.scales.bits = std::move(scale_bits);
+  for (uint32_t bits : zero_point_bits) {
+    if (format.zero_point == ZeroPoint::Integer && bits > code_mask) {
+      QTUNE_INPUT_ERROR("weights.zero_points: " + std::to_string(bits) + " is not a " + std::to_string(format.weight.bits) +
+                        "-bit code");
+    }
+    weights.zero_points.push_back(format.zero_point == ZeroPoint::Integer ? static_cast<float>(bits)
+                                                                          : decode_scale(weights.scales.type, bits));
+  }
+  weights.zero_point_bits = std::move(zero_point_bits);
+  weights.global_scale = global_scale;
+  return weights;
 }
 
 QuantizedActivations quantize_activations(const FormatSpec& format, const std::vector<float>& activations, int64_t m,

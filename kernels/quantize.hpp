@@ -78,6 +78,17 @@ QuantizedWeights quantize_weights(const FormatSpec& format, const std::vector<fl
 QuantizedActivations quantize_activations(const FormatSpec& format, const std::vector<float>& activations, int64_t m,
                                           int64_t k);
 
+// The scale grid of an N x K weight in `format` (type, rows, cols, rows and columns per scale), without values.
+// Throws InputError when the shape does not fit the format.
+ScaleGrid weight_scale_layout(const FormatSpec& format, int64_t n, int64_t k);
+// Weights quantized elsewhere (a checkpoint's codes and scales) in the layout above: codes [n][k] one per byte, and the
+// bit patterns of the scales (the format's scale type) and zero points (unsigned codes, or the scale type for float
+// zero points), one per scale cell in weight_scale_layout's order. Decodes the values. Throws InputError naming the
+// field whose size or content is wrong.
+QuantizedWeights weights_from_codes(const FormatSpec& format, int64_t n, int64_t k, std::vector<uint8_t> codes,
+                                    std::vector<uint32_t> scale_bits, std::vector<uint32_t> zero_point_bits = {},
+                                    float global_scale = 1.0f);
+
 std::vector<float> dequantize(const QuantizedWeights& weights);         // [n][k]
 std::vector<float> dequantize(const QuantizedActivations& activations);  // [m][k]
 // Rows [first_row, first_row + row_count) into out[row_count][k], in f32 or f64 arithmetic.

@@ -108,6 +108,12 @@ double default_tolerance(const FormatSpec& format) {
   // Output rounding (2^-11 f16 / 2^-8 bf16 relative) plus kernels dequantizing weights into the 16-bit type stay
   // well below these, while a wrong scale, zero point or layout gives errors of 10% and more.
   const bool bf16 = format.output == OutputType::BF16 || format.activation == ActivationType::BF16;
+  if (format.activation == ActivationType::Int8 || format.activation == ActivationType::Int4) {
+    return bf16 ? 1e-2 : 3e-3;  // exact integer dot products: only the scales' f32 products and the output rounding
+  }
+  if (format.activation == ActivationType::E4M3 || format.activation == ActivationType::E5M2) {
+    return 1e-2;  // fp8 tensor cores add their products with less than f32 precision
+  }
   return bf16 ? 1e-2 : 5e-3;
 }
 

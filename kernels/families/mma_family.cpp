@@ -29,14 +29,16 @@ std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
 }  // namespace
 
 std::string MmaFamily::description() const {
-  return "quantized GEMM on mma.sync tensor cores with cp.async pipelines and register dequantization (sm_80+)";
+  return "quantized GEMM on mma.sync tensor cores (f16/bf16, int8, fp8, int4) with cp.async pipelines and register "
+         "dequantization (sm_80+)";
 }
 
 std::vector<ParameterDomain> MmaFamily::parameter_space() const {
   return {
       {"bm", {16, 32, 64, 128, 256}, "BLOCK_M: rows of C per thread block"},
       {"bn", {16, 32, 64, 128, 256}, "BLOCK_N: columns of C per thread block"},
-      {"bk", {64, 128, 256, 512}, "BLOCK_K: depth of one pipeline stage (multiple of the 4-k-step weight atom)"},
+      {"bk", {64, 128, 256, 512}, "BLOCK_K: depth of one pipeline stage (multiple of the 4-k-step weight atom: 64 for "
+                                  "f16/bf16, 128 for int8/fp8, 256 for int4 activations)"},
       {"wm", {1, 2, 4}, "WARPS_M: warps along M (each owns BLOCK_M / WARPS_M rows)"},
       {"wn", {1, 2, 4, 8}, "WARPS_N: warps along N (each owns BLOCK_N / WARPS_N columns)"},
       {"wk", {1, 2, 4}, "WARPS_K: warps splitting each K tile, reduced in shared memory in warp order"},
@@ -70,13 +72,15 @@ int MmaFamily::estimated_registers(const KernelConfig& config, const FormatSpec&
   const TileShape tiles = TileShape::from(config);
   const DeviceFormat device = mma::device_format(format);
   const int mt = tiles.warp_tile_m() / 16, nt = tiles.warp_tile_n() / 8, spw = tiles.warp_tile_n() / 16;
-  const int accumulators = mt * nt * 4;
+  const int accumulators = mt * nt * 4 * (device.flush_k() > 0 ? 2 : 1);
   // The scheduler keeps the next k-step's fragments and the next atom's words in flight: count them twice.
   const int fragments = 2 * (mt * 4 + 4);
   const int words = 2 * spw * device.thread_words();
   // Per (strip, n8 tile): a scale pair, and for zero points the raw pair plus up to two derived terms.
   const int per_tile = (device.scale_mode == dv::kScaleDequant ? 1 : 0) + (device.has_zero() ? 3 : 0);
-  const int vectors = spw * 2 * per_tile;
+  // A flush holds two f32 column scales per n8 tile and two row scales per m16 tile.
+  const int flush_scales = device.flush_k() > 0 ? 2 * nt + 2 * mt : 0;
+  const int vectors = spw * 2 * per_tile + flush_scales;
   constexpr int addressing = 56;  // pointers, indices, loop state, temporaries (calibrated on ptxas reports)
   return accumulators + fragments + words + vectors + addressing;
 }
@@ -132,9 +136,17 @@ RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("warps-k", "bk / " + std::to_string(atom_k) + " = " + std::to_string(t.bk / atom_k) +
                                             " weight atoms cannot be shared by wk=" + std::to_string(t.wk) + " warps");
   }
-  if (device.group_k > 0 && device.group_k % t.bk != 0 && t.bk % device.group_k != 0) {
-    return RuleVerdict::fail("bk-divides-group", "bk=" + std::to_string(t.bk) + " neither divides nor is a multiple of the scale group " +
-                                                     std::to_string(device.group_k));
+  for (const int group : {device.group_k, device.stage_group_k(), device.flush_k()}) {
+    if (group > 0 && group % t.bk != 0 && t.bk % group != 0) {
+      return RuleVerdict::fail("bk-divides-group", "bk=" + std::to_string(t.bk) +
+                                                       " neither divides nor is a multiple of the scale group " +
+                                                       std::to_string(group));
+    }
+  }
+  // s32 partial sums of |a| <= 128 times |b| <= 128 stay exact up to 2^31 / 2^14 = 131072 products.
+  if (device.integer_mma() && problem.k > 131072) {
+    return RuleVerdict::fail("int32-accumulator-range", "K=" + std::to_string(problem.k) +
+                                                            " could overflow the s32 partial sums of the integer MMA (at most 131072)");
   }
   const int64_t k_tiles = problem.k / t.bk;
   if (t.split > k_tiles) {
@@ -145,11 +157,12 @@ RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("threads-per-block", std::to_string(t.threads()) + " threads exceed the limit of " +
                                                       std::to_string(limits.max_threads_per_block));
   }
-  const int accumulators = (t.warp_tile_m() / 16) * (t.warp_tile_n() / 8) * 4;
+  const int accumulators = (t.warp_tile_m() / 16) * (t.warp_tile_n() / 8) * 4 * (device.flush_k() > 0 ? 2 : 1);
   if (accumulators > 128) {
     return RuleVerdict::fail("accumulators-per-thread", "warp tile " + std::to_string(t.warp_tile_m()) + "x" +
                                                             std::to_string(t.warp_tile_n()) + " needs " +
-                                                            std::to_string(accumulators) + " f32 accumulators per thread (max 128)");
+                                                            std::to_string(accumulators) +
+                                                            " accumulators per thread, partial sums included (max 128)");
   }
   const mma::SharedLayout shared = mma::shared_layout(device, t);
   if (shared.dynamic_bytes + shared.static_bytes > limits.max_shared_per_block) {
@@ -220,15 +233,22 @@ LaunchGeometry MmaFamily::launch_geometry(const KernelConfig& config, const Prob
 
 std::vector<BufferSpec> MmaFamily::buffers(const KernelConfig& config, const Problem& problem) const {
   const DeviceFormat device = mma::device_format(problem.format);
-  const uint64_t m = static_cast<uint64_t>(problem.m), n = static_cast<uint64_t>(problem.n), k = static_cast<uint64_t>(problem.k);
+  const uint64_t m = static_cast<uint64_t>(problem.m), n = static_cast<uint64_t>(problem.n);
   std::vector<BufferSpec> list;
-  list.push_back({"a", m * k * static_cast<uint64_t>(device.act_bits()) / 8, BufferRole::Activations,
-                  "activations [m][k], row-major, " + to_string(problem.format.activation)});
+  list.push_back({"a", mma::packed_activation_bytes(device, problem.m, problem.k), BufferRole::Activations,
+                  "activations [m][k], row-major, " + to_string(problem.format.activation) +
+                      (device.act_bits() == 4 ? " (two per byte, lower k in the low nibble)" : "")});
+  if (const uint64_t bytes = mma::packed_activation_scale_bytes(device, problem.m, problem.k); bytes > 0) {
+    list.push_back({"a_scales", bytes, BufferRole::Activations,
+                    device.activation_scales == dv::kActivationScaleToken ? "f32 activation scale per row [m]"
+                                                                          : "f32 activation scales per (K group, row) [k/G][m]"});
+  }
   list.push_back({"weights", mma::packed_weight_bytes(device, problem.n, problem.k), BufferRole::Weights,
                   "prepacked weight codes (16 x atom_k atoms, strip-major)"});
-  list.push_back({"scales", mma::packed_vector_bytes(device, problem.n, problem.k), BufferRole::Weights,
-                  device.scale_mode == dv::kScaleEpilogue ? "f32 scale per output channel"
-                                                          : "compute-type scales per (K group, channel), strip-permuted"});
+  const char* scale_description = device.scale_mode == dv::kScaleEpilogue     ? "f32 scale per output channel"
+                                  : device.scale_mode == dv::kScaleAccumulator ? "f32 scales per (K group, channel) [k/G][n]"
+                                                                                : "compute-type scales per (K group, channel), strip-permuted";
+  list.push_back({"scales", mma::packed_vector_bytes(device, problem.n, problem.k), BufferRole::Weights, scale_description});
   if (device.has_zero()) {
     list.push_back({"zeros", mma::packed_zero_bytes(device, problem.n, problem.k), BufferRole::Weights,
                     "compute-type zero points per (K group, channel), strip-permuted"});
@@ -286,16 +306,7 @@ QuantizedWeights MmaFamily::unpack_weights(const PackedBuffers& packed, const Fo
 }
 
 PackedBuffers MmaFamily::prepack_activations(const QuantizedActivations& activations, const KernelConfig&) const {
-  const DeviceFormat device = mma::device_format(activations.format);
-  (void)device;
-  if (activations.bits16.size() != static_cast<size_t>(activations.m * activations.k)) {
-    QTUNE_INPUT_ERROR("activations.bits16: expected m * k 16-bit values");
-  }
-  PackedBuffers packed;
-  std::vector<uint8_t>& a = packed["a"];
-  a.resize(activations.bits16.size() * 2);
-  std::memcpy(a.data(), activations.bits16.data(), a.size());
-  return packed;
+  return mma::prepack_activations(activations, mma::device_format(activations.format));
 }
 
 std::vector<uint8_t> MmaFamily::pack_bias(std::span<const float> bias, const FormatSpec& format) const {
@@ -318,35 +329,54 @@ KernelConfig MmaFamily::default_config(const Problem& problem, const ArchLimits&
                      {"stages", stages}, {"split", split}, {"raster", 0}};
     return config;
   };
-  // Hand rules: one m16 tile row per warp for small M (weights stream, split-K fills the SMs), square-ish warp
-  // tiles for large M. Candidates are tried best-first; the first that passes check() wins.
+  // Hand rules, written from exhaustive H200 sweeps of Llama-3-70B shapes (docs/perf.md) and kept general through
+  // the SM count and the shared-memory check:
+  //   - M <= 64: one m16..m64 tile row, 4 warps across N, bk 128. The weights stream from memory, so split-K
+  //     raises the CTA count to about four per SM (latency hiding), at most 4 ways.
+  //   - M > 64: 128x128 tiles with 2x4 warps, or 64x128 with 2x2 when that fills the last wave clearly better;
+  //     split-K only when the tiles do not fill one wave.
+  // Shapes are tried best-first; the first whose config passes check() wins, with stages lowered if needed.
   const int64_t m = problem.m;
-  std::vector<std::array<int, 6>> shapes;  // bm, bn, bk, wm, wn, wk
+  const int64_t sms = std::max(1, limits.sm_count);
+  auto wave_efficiency = [&](int64_t tiles) {
+    return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, sms) * sms);
+  };
+  struct Shape {
+    int bm, bn, bk, wm, wn, wk, stages;
+  };
+  std::vector<Shape> shapes;
   if (m <= 16) {
-    shapes = {{16, 128, 256, 1, 4, 1}, {16, 64, 256, 1, 4, 1}, {16, 128, 128, 1, 4, 1}, {16, 64, 128, 1, 2, 2},
-              {16, 32, 128, 1, 2, 1}, {16, 16, 64, 1, 1, 1}};
+    shapes = {{16, 128, 128, 1, 4, 1, 4}, {16, 64, 128, 1, 4, 1, 4}, {16, 64, 64, 1, 2, 1, 4}, {16, 32, 64, 1, 2, 1, 4}};
   } else if (m <= 32) {
-    shapes = {{32, 128, 128, 1, 4, 1}, {32, 64, 128, 1, 4, 1}, {32, 64, 64, 1, 2, 1}, {32, 16, 64, 1, 1, 1}};
+    shapes = {{32, 128, 128, 1, 4, 1, 4}, {32, 64, 128, 1, 4, 1, 4}, {32, 64, 64, 1, 2, 1, 4}, {32, 32, 64, 1, 2, 1, 4}};
   } else if (m <= 64) {
-    shapes = {{64, 128, 128, 2, 4, 1}, {64, 64, 128, 2, 2, 1}, {64, 64, 64, 2, 2, 1}, {64, 16, 64, 2, 1, 1}};
+    shapes = {{64, 128, 128, 1, 4, 1, 4}, {64, 64, 128, 1, 4, 1, 4}, {64, 64, 64, 2, 2, 1, 4}, {64, 32, 64, 2, 2, 1, 4}};
   } else {
-    shapes = {{128, 128, 64, 2, 4, 1}, {128, 64, 64, 2, 2, 1}, {64, 128, 64, 2, 4, 1}, {64, 64, 64, 2, 2, 1},
-              {64, 16, 64, 4, 1, 1}};
+    const Shape large{128, 128, 128, 2, 4, 1, 3};
+    const Shape medium{64, 128, 128, 2, 2, 1, 3};
+    const bool n_fits = problem.n % 128 == 0;
+    const bool medium_fills_better =
+        n_fits && wave_efficiency((problem.n / 128) * ceil_div(m, 64)) > wave_efficiency((problem.n / 128) * ceil_div(m, 128)) + 0.1;
+    shapes = medium_fills_better ? std::vector<Shape>{medium, large} : std::vector<Shape>{large, medium};
+    shapes.push_back({64, 64, 64, 2, 2, 1, 3});
+    shapes.push_back({64, 32, 64, 2, 2, 1, 3});
   }
-  const int split_choices[] = {1, 2, 3, 4, 6, 8, 16};
   std::string last_failure;
-  for (const auto& [bm, bn, bk, wm, wn, wk] : shapes) {
-    if (problem.n % bn != 0 || problem.k % bk != 0 || bk % device.atom_k() != 0) continue;
-    const int64_t tiles = (problem.n / bn) * ceil_div(m, bm);
+  for (const Shape& shape : shapes) {
+    const int bk = std::max(shape.bk, device.atom_k());  // 8-bit and 4-bit operands have deeper atoms
+    if (problem.n % shape.bn != 0 || problem.k % bk != 0 || bk % device.atom_k() != 0) continue;
+    const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);
     const int64_t k_tiles = problem.k / bk;
+    const int64_t target_ctas = m <= 64 ? 4 * sms : sms;
     int split = 1;
-    for (int candidate : split_choices) {
+    for (int candidate : {1, 2, 4}) {
       if (k_tiles / candidate < 2) break;
       split = candidate;
-      if (tiles * candidate >= limits.sm_count) break;
+      if (tiles * candidate >= target_ctas) break;
     }
-    for (int stages = 4; stages >= 2; --stages) {
-      const KernelConfig config = make(bm, bn, bk, wm, wn, wk, stages, split);
+    if (m > 64 && 10 * tiles >= 9 * sms) split = 1;  // (nearly) a full wave already: a K split only adds traffic
+    for (int stages = shape.stages; stages >= 2; --stages) {
+      const KernelConfig config = make(shape.bm, shape.bn, bk, shape.wm, shape.wn, shape.wk, stages, split);
       const RuleVerdict verdict = check(config, problem, limits);
       if (verdict.valid) return config;
       last_failure = verdict.rule + ": " + verdict.detail;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/family.hpp"
 #include "kernels/format.hpp"
@@ -14,8 +15,8 @@ namespace qtune::mma {
 
 // The Format<...> template arguments for one FormatSpec.
 struct DeviceFormat {
-  int activation = 0;  // device::ElementCode
-  int compute = 0;     // tensor-core operand type (device::ElementCode)
+  int activation = 0;  // device::ElementCode: the tensor-core A operand
+  int compute = 0;     // tensor-core B operand type (device::ElementCode) the weights become
   int weight_kind = 0; // device::WeightKind
   int weight_bits = 4;
   int exponent_bits = 0;
@@ -28,6 +29,8 @@ struct DeviceFormat {
 
   int act_bits() const;
   int compute_bits() const;
+  bool quantized_activations() const;  // int8, int4, e4m3 or e5m2 activations (8-bit / 4-bit MMA)
+  bool integer_mma() const;            // s8 or s4 operands, s32 partial sums
   int kstep() const { return 256 / compute_bits(); }  // K elements of one mma.sync
   int atom_k() const { return 4 * kstep(); }
   int lane_bits() const { return compute_bits(); }
@@ -39,8 +42,16 @@ struct DeviceFormat {
   bool is_float() const;
   bool staged_scales() const;
   bool staged_zeros() const;
-  // Multiplier from what the dequantizer produces for a float code to its true value (2^(target bias - bias)).
-  double float_factor() const;
+  bool staged_activation_scales() const;
+  int scale_bytes() const;      // bytes of one stored weight scale: 4 (f32: epilogue, accumulator) or 2 (compute type)
+  int stage_group_k() const;    // K elements per row of the vectors staged per K tile (0: none)
+  int flush_k() const;          // K elements between flushes of the partial sums (0: none), see mma_gemm.cuh
+  bool raw_operand() const;     // the stored code is the tensor-core operand as it is
+  bool offset_codes() const;    // signed integer codes are stored offset-binary (code + 2^(bits-1))
+  // Multiplier from the value the kernel puts into the tensor core for a code (before any scale) to the code's true
+  // value: 2^(target bias - bias) for float codes re-biased into f16/bf16/fp8, 2^-(lane - bits) for integers moved to
+  // the top of an s8/s4 lane, else 1. The host divides the scales by it.
+  double value_factor() const;
 
   // "qd::kElementF16, qd::kElementF16, qd::kWeightSignedInt, 4, 0, 0, qd::kScaleEpilogue, 0, 0, 0, qd::kElementF16"
   std::string template_arguments() const;
@@ -70,6 +81,7 @@ struct SharedLayout {
   int w_stage = 0;
   int s_stage = 0;
   int z_stage = 0;
+  int sa_stage = 0;  // activation group scales
   int stage = 0;
   int pipeline = 0;
   int reduce = 0;
@@ -80,14 +92,28 @@ SharedLayout shared_layout(const DeviceFormat& format, const TileShape& tiles);
 
 // ---- prepacked layouts ----
 uint64_t packed_weight_bytes(const DeviceFormat& format, int64_t n, int64_t k);
-// Bytes of the scale buffer: rows (K groups, or 1) x n values of 2 (compute type) or 4 (f32 epilogue) bytes.
+// Bytes of the scale buffer: rows (K groups, or 1) x n values of 2 (compute type) or 4 (f32) bytes.
 uint64_t packed_vector_bytes(const DeviceFormat& format, int64_t n, int64_t k);
 // Bytes of the zero-point buffer: rows x n compute-type values.
 uint64_t packed_zero_bytes(const DeviceFormat& format, int64_t n, int64_t k);
 
+// Activations: "a" [m][k] in the activation type (4-bit codes two per byte, the lower k in the low nibble) and, for
+// quantized activations with scales, "a_scales" in f32: [m] per token (a per-tensor scale repeated), or [k/G][m] per
+// group (group-major, so a tile's rows are contiguous).
+uint64_t packed_activation_bytes(const DeviceFormat& format, int64_t m, int64_t k);
+uint64_t packed_activation_scale_bytes(const DeviceFormat& format, int64_t m, int64_t k);  // 0: no "a_scales"
+PackedBuffers prepack_activations(const QuantizedActivations& activations, const DeviceFormat& format);
+
 PackedBuffers prepack_weights(const QuantizedWeights& weights, const DeviceFormat& format);
 QuantizedWeights unpack_weights(const PackedBuffers& packed, const FormatSpec& spec, const DeviceFormat& format,
                                 int64_t n, int64_t k);
+// The weights W[n][k] the kernel multiplies the activations by, from the packed buffers, emulating its arithmetic:
+// for f16/bf16 activations the dequantized value times its compute-type scale (plus a float zero point) rounded to
+// the compute type as the device rounds (an overflow gives inf, as on the GPU), for quantized activations the exact
+// operand; then the f32 scales (epilogue or per K group) and the global scale. Tests compare it with the quantized
+// weights, so a layout or a scale that only the GPU would get wrong fails on the CPU.
+std::vector<float> kernel_weights(const PackedBuffers& packed, const FormatSpec& spec, const DeviceFormat& format,
+                                  int64_t n, int64_t k);
 
 // Position of column `column` inside a compute-type scale row: within each 16-column strip, the values for
 // columns g and g + 8 sit next to each other at 2g, 2g + 1 so one 32-bit load serves both n8 tiles of a lane.

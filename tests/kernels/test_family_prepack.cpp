@@ -1,7 +1,10 @@
-// Prepacked layouts of the mma family: unpack(prepack(x)) gives x back, and the int4 layout puts each code exactly
-// where the device dequantizer (kernels/device/gemm/dequant.cuh) reads it.
+// Prepacked layouts of the mma family: unpack(prepack(x)) gives x back, the int4 layout puts each code exactly
+// where the device dequantizer (kernels/device/gemm/dequant.cuh) reads it, and the weights the kernel computes from
+// the packed buffers (with its f16/bf16 rounding) are the quantized weights, finite. Quantized activations:
+// test_family_quantized.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -29,7 +32,8 @@ const char* kExtraSpecs[] = {
 std::vector<std::string> weight_only_specs() {
   std::vector<std::string> specs;
   for (const FormatPreset& preset : format_presets()) {
-    if (!mma::unsupported_format_reason(FormatSpec::parse(preset.name))) specs.push_back(preset.name);
+    const FormatSpec format = FormatSpec::parse(preset.name);
+    if (!format.activation_is_quantized() && !mma::unsupported_format_reason(format)) specs.push_back(preset.name);
   }
   for (const char* spec : kExtraSpecs) specs.push_back(spec);
   return specs;
@@ -79,6 +83,33 @@ TEST_P(MmaPrepack, UnpackGivesTheWeightsBack) {
     }
   }
   EXPECT_EQ(value_mismatches, 0);
+}
+
+// What the kernel multiplies the activations by, emulated from the packed buffers with the device's compute-type
+// rounding: finite (an f16 overflow shows as inf) and equal to the quantized weights up to that rounding.
+TEST_P(MmaPrepack, KernelWeightsAreTheQuantizedWeights) {
+  const FormatSpec format = FormatSpec::parse(GetParam());
+  const int64_t n = 64, k = 512;
+  const QuantizedWeights weights = quantize_weights(format, random_normal(static_cast<size_t>(n * k), 11, 0.0f, 0.05f), n, k);
+  const KernelConfig config = KernelConfig::parse("bm=16,bn=64,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0");
+  const std::vector<float> kernel = mma::kernel_weights(mma_family().prepack_weights(weights, config), format,
+                                                        mma::device_format(format), n, k);
+  const std::vector<float> expected = dequantize(weights);
+  ASSERT_EQ(kernel.size(), expected.size());
+  const double unit = format.activation == ActivationType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  double largest = 0;
+  for (float value : expected) largest = std::max(largest, std::fabs(double(value)));
+  int mismatches = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    // One rounding of value * scale (+ zero * scale for float zero points, whose rounding scales with the range).
+    const double slack = format.zero_point == ZeroPoint::Float ? 2 * largest : 1e-3 * largest;
+    const double allowed = 2 * unit * (std::fabs(double(expected[i])) + slack);
+    if (!(std::fabs(double(kernel[i]) - double(expected[i])) <= allowed) && mismatches++ < 5) {
+      ADD_FAILURE() << "weight (" << i / k << ", " << i % k << "): the kernel computes " << kernel[i] << ", quantized "
+                    << expected[i];
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(WeightOnly, MmaPrepack, ::testing::ValuesIn(weight_only_specs()),
@@ -148,6 +179,26 @@ TEST(MmaPrepackLayout, GroupScalesArePermutedAndNormalised) {
   EXPECT_EQ(mma::permuted_column(1), 2);
   EXPECT_EQ(mma::permuted_column(15), 15);
   EXPECT_EQ(mma::permuted_column(16 + 9), 16 + 3);
+}
+
+// e5m2 codes reach 57344, nearly f16's largest value: times a group scale normalised into [1, 2), as integer codes
+// have it, the product overflows f16 in the dequantizer (inf on the GPU). Here the largest scale would be 1.9.
+TEST(MmaPrepackLayout, E5m2GroupScalesKeepTheF16ProductFinite) {
+  const FormatSpec format = FormatSpec::parse("w8a16-e5m2-g128");
+  const int64_t n = 16, k = 256;
+  std::vector<float> values = random_normal(static_cast<size_t>(n * k), 21, 0.0f, 30.0f);
+  for (float& value : values) value = std::clamp(value, -100.0f, 100.0f);
+  values[0] = static_cast<float>(1.9 * 112.0);  // scale 1.9 * 112 / 57344 = 1.9 * 2^-9, the largest
+  const QuantizedWeights weights = quantize_weights(format, values, n, k);
+  ASSERT_EQ(weights.scales.values[0], round_to_f16(static_cast<float>(1.9 * 112.0 / 57344.0)));
+  const PackedBuffers packed =
+      mma_family().prepack_weights(weights, KernelConfig::parse("bm=16,bn=16,bk=128,wm=1,wn=1,wk=1,stages=2,split=1,raster=0"));
+  const std::vector<float> kernel = mma::kernel_weights(packed, format, mma::device_format(format), n, k);
+  const std::vector<float> expected = dequantize(weights);
+  for (size_t i = 0; i < kernel.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(kernel[i])) << "weight " << i << " overflows f16 in the kernel";
+    ASSERT_NEAR(kernel[i], expected[i], std::fabs(expected[i]) * 1e-3 + 1e-9) << i;
+  }
 }
 
 TEST(MmaPrepackLayout, ShapesTheLayoutCannotHoldAreInputErrors) {

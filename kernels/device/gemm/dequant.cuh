@@ -6,7 +6,13 @@
 //   1/16 and -(64 + zero) gives q - zero.
 //   Floats eXmY: sign and exponent|mantissa are moved into f16/bf16 position; the value read is the true one times
 //   2^-(target bias - source bias), a power of two the host folds into the scales.
+// Quantized activations (operand_slot): the weights become 8-bit or 4-bit operands of the MMA, unscaled.
+//   Integers narrower than the operand move to the top of each lane (offset-binary code << (lane - bits), then the
+//   lane's top bit flipped): the operand is code * 2^(lane - bits), exact; the host divides the scales by that.
+//   Floats narrower than fp8 move bit for bit into e4m3/e5m2 like above (operand = value * 2^(bias_w - bias_fp8)).
+//   Integers on fp8 become exact f16 with the magic number, then fp8 with one conversion per pair.
 #include "gemm/format_traits.cuh"
+#include "gemm/operand_bits.cuh"
 #include "gemm/ptx.cuh"
 
 namespace qtune {
@@ -140,6 +146,46 @@ __device__ __forceinline__ u32 apply_scale(u32 value, u32 scale_pair, u32 zero_p
     return F::COMPUTE_TYPE == kElementF16 ? hfma2_f16(value, scale_pair, zero_pair) : hfma2_bf16(value, scale_pair, zero_pair);
   } else {
     return F::COMPUTE_TYPE == kElementF16 ? hmul2_f16(value, scale_pair) : hmul2_bf16(value, scale_pair);
+  }
+}
+
+// Register slot `rho` as one B register of the 8-bit or 4-bit tensor-core operand (quantized activations).
+template <class F>
+__device__ __forceinline__ u32 operand_slot(const u32* words, int rho) {
+  static_assert(F::QUANTIZED_ACT, "operand_slot serves the 8-bit and 4-bit MMAs of quantized activations");
+  if constexpr (F::RAW_OPERAND) {
+    return words[rho];  // one plane as wide as the lane: word rho is the register
+  } else if constexpr (F::INTEGER_MMA) {
+    static_assert(F::OFFSET_CODES, "narrow integers are stored offset-binary");
+    return operand_bits::integer_operand(gather_code<F>(words, rho), F::LANE_BITS, F::WEIGHT_BITS);
+  } else if constexpr (F::IS_FLOAT) {
+    return operand_bits::float_operand(gather_code<F>(words, rho), F::WEIGHT_BITS, F::WEIGHT_MANTISSA_BITS,
+                                       operand_mantissa_bits(F::COMPUTE_TYPE));
+  } else {
+    // Lanes 0/2 and 1/3 as exact f16 pairs (code - 2^(b-1)), converted to fp8 pairs and interleaved back.
+    static_assert(F::OFFSET_CODES && F::LANE_BITS == 8, "integer weights on fp8 operands are offset-binary in 8-bit lanes");
+    constexpr u32 magic = (0x6400u + (1u << (F::WEIGHT_BITS - 1))) * 0x00010001u;
+    const u32 code = gather_code<F>(words, rho);
+    const u32 even = hsub2_f16(and_or(code, 0x00FF00FFu, 0x64006400u), magic);
+    const u32 odd = hsub2_f16(and_or(code >> 8, 0x00FF00FFu, 0x64006400u), magic);
+    constexpr bool e5m2 = F::COMPUTE_TYPE == kElementE5M2;
+    return prmt(f16x2_to_fp8x2<e5m2>(even), f16x2_to_fp8x2<e5m2>(odd), 0x5140);
+  }
+}
+
+// One mma.sync of the format's operand types into its partial accumulators.
+template <class F>
+__device__ __forceinline__ void mma_step(typename F::Accumulator (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  if constexpr (F::COMPUTE_TYPE == kElementF16) {
+    mma_f16(d, a, b0, b1);
+  } else if constexpr (F::COMPUTE_TYPE == kElementBF16) {
+    mma_bf16(d, a, b0, b1);
+  } else if constexpr (F::COMPUTE_TYPE == kElementS8) {
+    mma_s8(d, a, b0, b1);
+  } else if constexpr (F::COMPUTE_TYPE == kElementS4) {
+    mma_s4(d, a, b0, b1);
+  } else {
+    mma_fp8<F::ACTIVATION == kElementE5M2, F::COMPUTE_TYPE == kElementE5M2>(d, a, b0, b1);
   }
 }
 

@@ -1,6 +1,14 @@
 #pragma once
 // C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on mma.sync tensor cores, with a cp.async multi-stage pipeline,
 // ldmatrix for activations and register dequantization of prepacked weights (layout: gemm/format_traits.cuh).
+// One pipeline serves every format: f16/bf16 activations (m16n8k16, weights dequantized to f16/bf16) and quantized
+// activations (int8 and fp8: m16n8k32; int4: m16n8k64), whose weights become operands of the same width. The A tile
+// is the same bytes for every width: a k-step is 32 bytes of each activation row.
+//
+// Accumulation: the MMA adds into partial sums (s32 for integer MMAs, f32 otherwise). When the format scales K groups
+// (weight groups or blocks, activation groups) the partial sums of each group are multiplied by the group's scales and
+// added to the f32 accumulator as the group ends ("flush"); fp8 partial sums are flushed every atom (128 K) as well,
+// because the fp8 MMA does not accumulate in full f32. Channel, token, tensor and global scales go to the epilogue.
 //
 // A CTA computes a BLOCK_M x BLOCK_N tile over a K range (its split). Warps form WARPS_M x WARPS_N x WARPS_K: each
 // owns a (BLOCK_M/WARPS_M) x (BLOCK_N/WARPS_N) sub-tile and a 1/WARPS_K share of every K tile's weight atoms; the
@@ -27,31 +35,44 @@ struct MmaGemm {
   static constexpr int A_STAGE_BYTES = BM * A_ROW_BYTES;
   static constexpr int W_STRIP_BYTES = KA * F::ATOM_BYTES;
   static constexpr int W_STAGE_BYTES = (BN / 16) * W_STRIP_BYTES;
-  static constexpr int GROUP_K = F::SCALE_GROUP_K;
-  static constexpr int GROUP_ROWS = (F::STAGED_SCALES || F::STAGED_ZEROS) ? (GROUP_K < BK ? BK / GROUP_K : 1) : 0;
-  static constexpr int VECTOR_ROW_BYTES = BN * 2;  // one compute-type value per column
-  static constexpr int S_STAGE_BYTES = F::STAGED_SCALES ? GROUP_ROWS * VECTOR_ROW_BYTES : 0;
-  static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * VECTOR_ROW_BYTES : 0;
-  static constexpr int STAGE_BYTES = A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES;
+  static constexpr int GROUP_K = F::STAGE_GROUP_K;  // K elements per row of the staged vectors (0: none staged)
+  static constexpr int GROUP_ROWS = GROUP_K > 0 ? (GROUP_K < BK ? BK / GROUP_K : 1) : 0;
+  static constexpr int S_ROW_BYTES = BN * F::SCALE_BYTES;  // one weight scale per column (compute type or f32)
+  static constexpr int Z_ROW_BYTES = BN * 2;               // one compute-type zero point per column
+  static constexpr int SA_ROW_BYTES = BM * 4;              // one f32 activation scale per row of the tile
+  static constexpr int S_STAGE_BYTES = F::STAGED_SCALES ? GROUP_ROWS * S_ROW_BYTES : 0;
+  static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * Z_ROW_BYTES : 0;
+  static constexpr int SA_STAGE_BYTES = F::STAGED_ACT_SCALES ? GROUP_ROWS * SA_ROW_BYTES : 0;
+  static constexpr int STAGE_BYTES = A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + SA_STAGE_BYTES;
+  static constexpr bool FLUSHES = F::FLUSH_K > 0;
+  // f32 partial-sum accumulators live next to the main ones when partial sums are flushed.
+  static constexpr int ACCUMULATORS = MT * NT * 4 * (FLUSHES ? 2 : 1);
   static constexpr int PIPELINE_BYTES = T::STAGES * STAGE_BYTES;
   static constexpr int REDUCE_BYTES = (T::WARPS_K - 1) * BM * BN * 4;
   static constexpr int SHARED_BYTES = PIPELINE_BYTES > REDUCE_BYTES ? PIPELINE_BYTES : REDUCE_BYTES;
 
-  static_assert(BK % F::ATOM_K == 0, "BLOCK_K must be a multiple of the weight atom (4 mma k-steps: 64 for f16/bf16)");
+  static_assert(BK % F::ATOM_K == 0, "BLOCK_K must be a multiple of the weight atom (4 mma k-steps: 64 for f16/bf16, 128 for 8-bit, 256 for 4-bit operands)");
   static_assert(KA % T::WARPS_K == 0, "BLOCK_K / ATOM_K must be divisible by WARPS_K (each warp takes whole weight atoms)");
   static_assert(A_CHUNKS_PER_ROW % 8 == 0, "an activation tile row must be a multiple of 128 bytes (XOR swizzle over 8 chunks)");
   static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
-  static_assert(MT * NT * 4 <= 128, "warp tile too large: more than 128 f32 accumulators per thread");
+  static_assert(F::FLUSH_K == 0 || F::FLUSH_K % BK == 0 || BK % F::FLUSH_K == 0, "BLOCK_K must divide the flush group or be a multiple of it");
+  static_assert(ACCUMULATORS <= 128, "warp tile too large: more than 128 accumulators (partial sums included) per thread");
 };
 
 template <class F, class T>
 __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
   using G = MmaGemm<F, T>;
+  using Accumulator = typename F::Accumulator;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  static_assert(!is_fp8(F::ACTIVATION) && !F::FP8_MMA, "fp8 tensor-core MMA needs sm_89 or later");
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(F::COMPUTE_TYPE != kElementS4, "int4 tensor-core MMA (W4A4) is unsupported on sm_90 and later");
+#endif
   constexpr int BM = G::BM, BN = G::BN, BK = G::BK, THREADS = G::THREADS;
   constexpr int MT = G::MT, NT = G::NT, SPW = G::SPW;
   constexpr int WARPS_MN = T::WARPS_M * T::WARPS_N;
   constexpr int CPR = G::A_CHUNKS_PER_ROW;
-  constexpr int ACT_BYTES = F::ACT_BITS / 8;
   constexpr int GROUP_K = G::GROUP_K;
   constexpr bool SINGLE_M_TILE = BM == 16;  // one m16 tile per CTA: small-M kernels
 
@@ -101,6 +122,7 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
   const char* w_global = reinterpret_cast<const char*>(p.weights);
   const char* s_global = reinterpret_cast<const char*>(p.scales);
   const char* z_global = reinterpret_cast<const char*>(p.zeros);
+  const char* sa_global = reinterpret_cast<const char*>(p.a_scales);
   const long long w_strip_stride = static_cast<long long>(p.k / F::ATOM_K) * F::ATOM_BYTES;
   const u64 stream_policy = evict_first_policy();
 
@@ -124,7 +146,7 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
       const int chunk = i % CPR;
       if (row < rows_valid) {
         cp_async_16(base + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16),
-                    a_global + (static_cast<long long>(m0 + row) * p.k + k0) * ACT_BYTES + chunk * 16);
+                    a_global + (static_cast<long long>(m0 + row) * p.k + k0) * F::ACT_BITS / 8 + chunk * 16);
       }
     }
     // Weights: BLOCK_N / 16 contiguous strip runs.
@@ -135,18 +157,32 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
       cp_async_16_stream(base + G::A_STAGE_BYTES + i * 16,
                          w_tile + (i / strip_chunks) * w_strip_stride + (i % strip_chunks) * 16, stream_policy);
     }
-    if constexpr (G::GROUP_ROWS > 0) {
-      constexpr int row_chunks = G::VECTOR_ROW_BYTES / 16;
-      const int first_group = k0 / GROUP_K;
+    // Vectors of the tile's K groups: weight scales and zero points [group][n], activation scales [group][m].
+    const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
+    const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+    if constexpr (F::STAGED_SCALES) {
+      constexpr int row_chunks = G::S_ROW_BYTES / 16;
       for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
         const int row = i / row_chunks;
-        const long long offset = (static_cast<long long>(first_group + row) * p.n + n0) * 2 + (i % row_chunks) * 16;
-        if constexpr (F::STAGED_SCALES) {
-          cp_async_16(base + G::A_STAGE_BYTES + G::W_STAGE_BYTES + i * 16, s_global + offset);
-        }
-        if constexpr (F::STAGED_ZEROS) {
-          cp_async_16(base + G::A_STAGE_BYTES + G::W_STAGE_BYTES + G::S_STAGE_BYTES + i * 16, z_global + offset);
-        }
+        cp_async_16(s_base + i * 16,
+                    s_global + (static_cast<long long>(first_group + row) * p.n + n0) * F::SCALE_BYTES + (i % row_chunks) * 16);
+      }
+    }
+    if constexpr (F::STAGED_ZEROS) {
+      constexpr int row_chunks = G::Z_ROW_BYTES / 16;
+      for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
+        const int row = i / row_chunks;
+        cp_async_16(s_base + G::S_STAGE_BYTES + i * 16,
+                    z_global + (static_cast<long long>(first_group + row) * p.n + n0) * 2 + (i % row_chunks) * 16);
+      }
+    }
+    if constexpr (F::STAGED_ACT_SCALES) {
+      // Rows past M read nothing and stage 0: their activations are zero, so their partial sums are too.
+      for (int i = tid; i < G::GROUP_ROWS * BM; i += THREADS) {
+        const int row = i % BM;
+        const int source_row = min(m0 + row, p.m - 1);
+        cp_async_4_zfill(s_base + G::S_STAGE_BYTES + G::Z_STAGE_BYTES + i * 4,
+                         sa_global + (static_cast<long long>(first_group + i / BM) * p.m + source_row) * 4, row < rows_valid);
       }
     }
   };
@@ -180,19 +216,62 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     }
   }
 
+  // part: what the MMAs add to (s32 or f32); acc: the f32 result. Without flushes part becomes acc after the K loop.
+  Accumulator part[MT][NT][4];
   float acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) {
+        part[mt][nt][e] = 0;
+        acc[mt][nt][e] = 0.0f;
+      }
 
-  auto compute_stage = [&](int stage) {
+  // Adds the partial sums, scaled by group row `row` of the staged vectors, to acc and clears them.
+  auto flush = [&](u32 s_smem, u32 sa_smem, int row) {
+    float column_scale[NT][2];
+    float row_scale[MT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      column_scale[nt][0] = column_scale[nt][1] = 1.0f;
+      if constexpr (F::SCALES == kScaleAccumulator) {
+        ld_shared_f32x2(column_scale[nt], s_smem + row * G::S_ROW_BYTES + (warp_n * G::WTN + nt * 8 + quad * 2) * 4);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        row_scale[mt][half] = 1.0f;
+        if constexpr (F::STAGED_ACT_SCALES) {
+          row_scale[mt][half] = ld_shared_f32(sa_smem + row * G::SA_ROW_BYTES + (warp_m * G::WTM + mt * 16 + half * 8 + group) * 4);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float sum = static_cast<float>(part[mt][nt][e]);
+          if constexpr (F::SCALES == kScaleAccumulator || F::STAGED_ACT_SCALES) {
+            acc[mt][nt][e] = __fmaf_rn(sum, row_scale[mt][e / 2] * column_scale[nt][e % 2], acc[mt][nt][e]);
+          } else {
+            acc[mt][nt][e] += sum;
+          }
+          part[mt][nt][e] = 0;
+        }
+  };
+
+  auto compute_stage = [&](int stage, int kt, bool last_tile) {
     const u32 a_smem = smem + stage * G::STAGE_BYTES;
     const u32 w_smem = a_smem + G::A_STAGE_BYTES;
     const u32 s_smem = w_smem + G::W_STAGE_BYTES;
     const u32 z_smem = s_smem + G::S_STAGE_BYTES;
+    const u32 sa_smem = z_smem + G::Z_STAGE_BYTES;
 #pragma unroll
     for (int i = 0; i < G::KAW; ++i) {
       const int atom = warp_k * G::KAW + i;  // atom index within the K tile
@@ -227,23 +306,23 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
       }
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        // New scale group: fetch this warp's scales (and zeros) for the group.
-        if constexpr (G::GROUP_ROWS > 0) {
+        // New scale group: fetch this warp's compute-type scales (and zeros) for the group.
+        if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0) {
           const bool reload = ks == 0 || (GROUP_K < F::ATOM_K && (ks * F::KSTEP) % GROUP_K == 0);
           if (reload) {
             const int row = GROUP_K >= BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
 #pragma unroll
             for (int j = 0; j < SPW; ++j) {
-              const u32 offset = row * G::VECTOR_ROW_BYTES + (warp_n * G::WTN + j * 16 + group * 2) * 2;
+              const u32 offset = (warp_n * G::WTN + j * 16 + group * 2) * 2;
               if constexpr (F::STAGED_SCALES) {
                 u32 word;
-                ld_shared_32(&word, s_smem + offset);
+                ld_shared_32(&word, s_smem + row * G::S_ROW_BYTES + offset);
                 scale[j][0] = prmt(word, word, 0x1010);
                 scale[j][1] = prmt(word, word, 0x3232);
               }
               if constexpr (F::STAGED_ZEROS) {
                 u32 word;
-                ld_shared_32(&word, z_smem + offset);
+                ld_shared_32(&word, z_smem + row * G::Z_ROW_BYTES + offset);
                 zero_raw[j][0] = prmt(word, word, 0x1010);
                 zero_raw[j][1] = prmt(word, word, 0x3232);
                 if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
@@ -276,21 +355,36 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
 #pragma unroll
           for (int nsub = 0; nsub < 2; ++nsub) {
             const int slot = (ks * 2 + nsub) * 2;  // a constant once the loops are unrolled
-            u32 b0 = dequant_slot<F>(words[j], slot, zero[j][nsub]);
-            u32 b1 = dequant_slot<F>(words[j], slot + 1, zero[j][nsub]);
-            if constexpr (F::SCALES == kScaleDequant) {
-              b0 = apply_scale<F>(b0, scale[j][nsub], zero_raw[j][nsub]);
-              b1 = apply_scale<F>(b1, scale[j][nsub], zero_raw[j][nsub]);
-            }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              if constexpr (F::COMPUTE_TYPE == kElementF16) {
-                mma_f16(acc[mt][j * 2 + nsub], a[mt], b0, b1);
-              } else {
-                mma_bf16(acc[mt][j * 2 + nsub], a[mt], b0, b1);
+            u32 b0, b1;
+            if constexpr (F::QUANTIZED_ACT) {
+              b0 = operand_slot<F>(words[j], slot);
+              b1 = operand_slot<F>(words[j], slot + 1);
+            } else {
+              b0 = dequant_slot<F>(words[j], slot, zero[j][nsub]);
+              b1 = dequant_slot<F>(words[j], slot + 1, zero[j][nsub]);
+              if constexpr (F::SCALES == kScaleDequant) {
+                b0 = apply_scale<F>(b0, scale[j][nsub], zero_raw[j][nsub]);
+                b1 = apply_scale<F>(b1, scale[j][nsub], zero_raw[j][nsub]);
               }
             }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_step<F>(part[mt][j * 2 + nsub], a[mt], b0, b1);
           }
+        }
+        // A K group ends (or this warp's share of it in this tile, or the CTA's K range): flush its partial sums.
+        if constexpr (G::FLUSHES) {
+          constexpr int FLUSH_K = F::FLUSH_K;
+          const bool chunk_end = i == G::KAW - 1 && ks == 3;
+          bool ends;
+          int row = 0;
+          if constexpr (FLUSH_K <= BK) {
+            const int k_in_tile = atom * F::ATOM_K + ks * F::KSTEP;
+            ends = chunk_end || (k_in_tile + F::KSTEP) % FLUSH_K == 0;
+            if constexpr (GROUP_K > 0 && GROUP_K < BK) row = k_in_tile / GROUP_K;
+          } else {
+            ends = chunk_end && ((kt + 1) * BK % FLUSH_K == 0 || last_tile);
+          }
+          if (ends) flush(s_smem, sa_smem, row);
         }
       }
     }
@@ -308,9 +402,17 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     const int next = it + T::STAGES - 1;
     if (next < tile_count) load_stage(next % T::STAGES, kt_begin + next);
     cp_async_commit();
-    compute_stage(it % T::STAGES);
+    compute_stage(it % T::STAGES, kt_begin + it, it == tile_count - 1);
   }
   cp_async_wait<0>();
+  if constexpr (!G::FLUSHES) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = static_cast<float>(part[mt][nt][e]);
+  }
 
   // ---- WARPS_K partial sums, added in warp order ----
   if constexpr (T::WARPS_K > 1) {
@@ -390,7 +492,7 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     if (tid == 0) counters[pid] = 0;  // every split has arrived: leave the counter ready for the next launch
   }
 
-  // ---- epilogue: channel scale, global scale, bias, convert, store ----
+  // ---- epilogue: channel scale, token scale, global scale, bias, convert, store ----
   if (warp_k != 0) return;
   const float global_scale = ld_global_f32(reinterpret_cast<const void*>(p.global_scale));
   const char* bias = reinterpret_cast<const char*>(p.bias);
@@ -421,8 +523,10 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
       for (int half = 0; half < 2; ++half) {
         const int row = m0 + warp_m * G::WTM + mt * 16 + group + half * 8;
         if (row < p.m) {
-          const float v0 = acc[mt][nt][half * 2] * scale0 + bias0;
-          const float v1 = acc[mt][nt][half * 2 + 1] * scale1 + bias1;
+          float row_scale = 1.0f;
+          if constexpr (F::ACTIVATION_SCALES == kActivationScaleToken) row_scale = ld_global_f32(sa_global + row * 4);
+          const float v0 = acc[mt][nt][half * 2] * scale0 * row_scale + bias0;
+          const float v1 = acc[mt][nt][half * 2 + 1] * scale1 * row_scale + bias1;
           const u32 packed = F::OUTPUT == kElementF16 ? pack_f16x2(v0, v1) : pack_bf16x2(v0, v1);
           st_global_32(c_global + (static_cast<long long>(row) * p.n + column) * 2, packed);
         }

@@ -26,6 +26,10 @@ __device__ __forceinline__ u64 evict_first_policy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
+// 4 bytes, zero-filled when `valid` is false (then nothing is read; `global` must still be a mapped address).
+__device__ __forceinline__ void cp_async_4_zfill(u32 shared, const void* global, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared), "l"(global), "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -49,6 +53,14 @@ __device__ __forceinline__ void ld_shared_64(u32* r, u32 address) {
 }
 __device__ __forceinline__ void ld_shared_128(u32* r, u32 address) {
   asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+}
+__device__ __forceinline__ float ld_shared_f32(u32 address) {
+  float value;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(value) : "r"(address));
+  return value;
+}
+__device__ __forceinline__ void ld_shared_f32x2(float (&r)[2], u32 address) {
+  asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];" : "=f"(r[0]), "=f"(r[1]) : "r"(address));
 }
 __device__ __forceinline__ void st_shared_128(u32 address, u32 a, u32 b, u32 c, u32 d) {
   asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};" ::"r"(address), "r"(a), "r"(b), "r"(c), "r"(d));
@@ -161,29 +173,44 @@ __device__ __forceinline__ void mma_s4(int (&d)[4], const u32 (&a)[4], u32 b0, u
                : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// fp8 MMA (sm_89 and later), A and B each e4m3 or e5m2. Declared everywhere so templates parse; the kernel
+// static_asserts the architecture before it uses them.
+template <bool A_E5M2, bool B_E5M2>
+__device__ __forceinline__ void mma_fp8(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 #if __CUDA_ARCH__ >= 890
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_e5m2(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// Two f16 -> two e4m3 / e5m2 (exact for the small integers and fp4 values it is used on).
-__device__ __forceinline__ unsigned short f16x2_to_e4m3x2(u32 h) {
-  unsigned short d;
-  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(d) : "r"(h));
-  return d;
-}
-__device__ __forceinline__ unsigned short f16x2_to_e5m2x2(u32 h) {
-  unsigned short d;
-  asm("cvt.rn.satfinite.e5m2x2.f16x2 %0, %1;" : "=h"(d) : "r"(h));
-  return d;
-}
+  if constexpr (!A_E5M2 && !B_E5M2) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else if constexpr (!A_E5M2 && B_E5M2) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else if constexpr (A_E5M2 && !B_E5M2) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 #endif
+}
+// Two f16 -> two e4m3 / e5m2 (sm_89 and later; exact for the small integers it is used on). The value from the low
+// half lands in the low byte.
+template <bool E5M2>
+__device__ __forceinline__ u32 f16x2_to_fp8x2(u32 h) {
+  unsigned short d = 0;
+#if __CUDA_ARCH__ >= 890
+  if constexpr (E5M2) {
+    asm("cvt.rn.satfinite.e5m2x2.f16x2 %0, %1;" : "=h"(d) : "r"(h));
+  } else {
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(d) : "r"(h));
+  }
+#endif
+  return d;
+}
 
 }  // namespace device
 }  // namespace qtune

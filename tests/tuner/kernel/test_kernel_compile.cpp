@@ -29,6 +29,13 @@ const char* kExtraSpecs[] = {"w1a16-int1-ch",        "w2a16-int2-g64",         "
                              "w8a16-e4m3-ch-bf16",   "w4a16-e2m1-g32-bf16",    "w4a16-int4-block64x128",
                              "w4a16-uint4-ch-fzp"};
 
+// Quantized activations beyond the presets (scale placements, e5m2 mixes, narrow weights), compiled for every
+// architecture that supports them.
+const char* kQuantizedSpecs[] = {"w8a8-int8-ch:act-scale=g128", "w8a8-int8-g128",   "w8a8-fp8-e5m2",
+                                 "w8a8-e5m2-ch",                "w4a8-int4-g128-fp8", "w6a8-e3m2-g32-fp8",
+                                 "w2a8-int2-g64-int8",          "w5a8-int5-fp8",    "w8a8-fp8-ch:act-scale=g64",
+                                 "w4a4-int4-g64",               "w2a4-int2-ch-int4", "w8a8-int8-ch:act-scale=none"};
+
 struct Instantiation {
   std::string spec;
   std::string arch;
@@ -100,6 +107,53 @@ TEST(MmaCompile, EveryPresetOnEveryArchitectureOrARefusal) {
     }
   }
   compile_all_or_fail(supported);
+}
+
+TEST(MmaCompile, QuantizedActivationsOnEveryArchitectureOrARefusal) {
+  std::vector<Instantiation> supported;
+  for (const char* spec : kQuantizedSpecs) {
+    const FormatSpec format = FormatSpec::parse(spec);
+    for (const char* arch : kArchs) {
+      const int sm = sm_of_arch(arch);
+      const ArchSupport support = mma_family().supports(format, sm);
+      if (support.supported) {
+        supported.push_back(representative(spec, arch));
+      } else {
+        EXPECT_NE(support.reason.find("unsupported on sm_" + std::to_string(sm)), std::string::npos) << spec << ": " << support.reason;
+      }
+    }
+  }
+  // fp8 runs from sm_89, int4 activations up to sm_89: each list has what it must.
+  EXPECT_GE(supported.size(), 30u);
+  compile_all_or_fail(supported);
+}
+
+// Flush paths: K groups shorter and longer than the tile, warp-K and split-K shares, large M.
+TEST(MmaCompile, QuantizedConfigurationSpread) {
+  std::vector<Instantiation> instantiations;
+  const struct {
+    const char* spec;
+    const char* arch;
+    const char* config;
+  } cases[] = {
+      {"w8a8-int8-block128x128", "sm_90a", "bm=16,bn=64,bk=512,wm=1,wn=2,wk=2,stages=3,split=4,raster=0"},
+      {"w8a8-fp8-block128x128", "sm_90a", "bm=64,bn=128,bk=128,wm=2,wn=4,wk=1,stages=4,split=1,raster=2"},
+      {"w8a8-fp8-block128x128", "sm_89", "bm=64,bn=128,bk=128,wm=2,wn=4,wk=1,stages=3,split=1,raster=1"},
+      {"w8a8-int8-g256", "sm_80", "bm=32,bn=64,bk=128,wm=1,wn=2,wk=1,stages=4,split=3,raster=0"},
+      {"w8a8-int8-ch", "sm_120a", "bm=128,bn=128,bk=128,wm=2,wn=4,wk=1,stages=3,split=1,raster=3"},
+      {"w8a8-fp8-ch", "sm_120a", "bm=16,bn=128,bk=256,wm=1,wn=4,wk=2,stages=2,split=2,raster=0"},
+      {"w4a8-fp4-g32-fp8", "sm_90a", "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0"},
+      {"w4a8-int4-g128-int8", "sm_80", "bm=64,bn=128,bk=256,wm=2,wn=4,wk=1,stages=3,split=1,raster=0"},
+      {"w4a4-int4-ch", "sm_89", "bm=64,bn=64,bk=512,wm=2,wn=2,wk=2,stages=2,split=2,raster=0"},
+  };
+  for (const auto& c : cases) {
+    const Problem problem{FormatSpec::parse(c.spec), 256, 8192, 8192, false};
+    const KernelConfig config = KernelConfig::parse(c.config);
+    const RuleVerdict verdict = mma_family().check(config, problem, ArchLimits::for_sm(sm_of_arch(c.arch)));
+    EXPECT_TRUE(verdict.valid) << c.spec << " " << c.arch << " " << c.config << ": " << verdict.detail;
+    if (verdict.valid) instantiations.push_back({c.spec, c.arch, config});
+  }
+  compile_all_or_fail(instantiations);
 }
 
 TEST(MmaCompile, FurtherWeightTypesOnHopper) {

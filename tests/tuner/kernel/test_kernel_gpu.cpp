@@ -1,5 +1,6 @@
 // GPU correctness of the mma family against the CPU reference (skipped with a reason when there is no GPU):
-// every weight-only format, a spread of configurations, M = 1, M not a multiple of the tile, K at the smallest group
+// every weight-only format, every quantized-activation format the GPU supports (W8A8 int8/fp8, W4A8, W4A4), a
+// spread of configurations, M = 1, M not a multiple of the tile, K at the smallest group
 // granularity, N = K = 8192 and N = 5120, K = 13824; random data, output poisoned with NaN before each launch.
 // Split-K and warp-K reductions must be bit-identical from run to run.
 #include <gtest/gtest.h>
@@ -174,7 +175,8 @@ TEST(MmaGpu, EveryWeightOnlyFormat) {
   QTUNE_REQUIRE_GPU();
   std::vector<std::string> specs;
   for (const FormatPreset& preset : format_presets()) {
-    if (!mma::unsupported_format_reason(FormatSpec::parse(preset.name))) specs.push_back(preset.name);
+    const FormatSpec format = FormatSpec::parse(preset.name);
+    if (!format.activation_is_quantized() && !mma::unsupported_format_reason(format)) specs.push_back(preset.name);
   }
   for (const char* spec : {"w1a16-int1-ch", "w2a16-int2-g64", "w3a16-int3-g32", "w5a16-int5-ch", "w6a16-int6-g128",
                            "w7a16-int7-g64", "w8a16-int8-g128-bf16", "w2a16-uint2-g64-zp", "w5a16-uint5-g32-fzp",
@@ -197,6 +199,128 @@ TEST(MmaGpu, EveryWeightOnlyFormat) {
     cases.push_back({spec, 45, 5120, 13824, "", true});
   }
   expect_all_pass(run_cases(cases));
+}
+
+// Quantized activations: every preset and further scale placements the device supports, at M = 1 with the
+// smallest K, M not a multiple of the tile, N = K = 8192 and N = 5120, K = 13824. int8/int4 MMAs accumulate exactly,
+// fp8 in the tensor core's f32 (default_tolerance is looser for it).
+TEST(MmaGpu, EveryQuantizedActivationFormat) {
+  QTUNE_REQUIRE_GPU();
+  const int sm = gemm::device_limits().sm;
+  std::vector<std::string> specs;
+  for (const FormatPreset& preset : format_presets()) {
+    if (FormatSpec::parse(preset.name).activation_is_quantized()) specs.push_back(preset.name);
+  }
+  for (const char* spec : {"w8a8-int8-ch:act-scale=g128", "w8a8-int8-g128", "w8a8-int8-ch:act-scale=none",
+                           "w8a8-int8-ch:out=bf16", "w8a8-fp8-ch:act-scale=g64", "w8a8-fp8-g128", "w8a8-fp8-e5m2",
+                           "w8a8-e5m2-ch", "w8a8-fp8-block64x128", "w4a8-int4-g64-int8", "w4a8-int4-tensor-int8",
+                           "w4a8-int4-g128-fp8", "w4a8-int4-e5m2", "w6a8-e3m2-g32-fp8", "w6a8-e2m3-fp8",
+                           "w2a8-int2-g64-int8", "w5a8-int5-fp8", "w4a4-int4-g64", "w4a4-int4-tensor", "w2a4-int2-ch-int4",
+                           "w4a4-int4-g128:act-scale=g128"}) {
+    specs.push_back(spec);
+  }
+  std::vector<Case> cases;
+  int refused = 0;
+  for (const std::string& spec : specs) {
+    const FormatSpec format = FormatSpec::parse(spec);
+    const ArchSupport support = mma_family().supports(format, sm);
+    if (!support.supported) {
+      // Refused, never run: the reason names the architecture.
+      EXPECT_NE(support.reason.find("unsupported on sm_" + std::to_string(sm)), std::string::npos) << support.reason;
+      ++refused;
+      continue;
+    }
+    const int atom = mma::device_format(format).atom_k();
+    int64_t group = atom;
+    for (int64_t g : {int64_t{format.weight_scale.group_k}, int64_t{format.activation_scale.group_k}}) {
+      if (g > 0) group = std::lcm(group, g);
+    }
+    const std::string small = "bm=16,bn=32,bk=" + std::to_string(atom) + ",wm=1,wn=2,wk=1,stages=2,split=1,raster=0";
+    cases.push_back({spec, 1, 256, group, small});
+    cases.push_back({spec, 19, 512, 4 * group, "bm=32,bn=64,bk=" + std::to_string(atom) + ",wm=2,wn=2,wk=1,stages=3,split=2,raster=0", true});
+    cases.push_back({spec, 1, 8192, 8192, ""});
+    cases.push_back({spec, 45, 5120, 13824, "", true});
+  }
+  std::printf("[ info ] sm_%d refuses %d of %zu quantized-activation formats\n", sm, refused, specs.size());
+  expect_all_pass(run_cases(cases));
+}
+
+// The flush and reduction paths of quantized activations: groups shorter and longer than the tile, warp-K and
+// split-K shares of a group, several m16 tiles per warp, rasterization.
+TEST(MmaGpu, QuantizedActivationConfigurations) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  std::vector<Case> cases;
+  // Cases for formats the GPU refuses are left out; a configuration that needs more shared memory than the GPU has
+  // runs with fewer stages. Any other rejection is a defect of this list.
+  auto add = [&](const char* spec, int64_t m, int64_t n, int64_t k, const char* text, bool bias = false) {
+    const Problem problem{FormatSpec::parse(spec), m, n, k, bias};
+    if (!mma_family().supports(problem.format, limits.sm).supported) return;
+    KernelConfig config = KernelConfig::parse(text);
+    RuleVerdict verdict = mma_family().check(config, problem, limits);
+    while (!verdict.valid && verdict.rule == "smem-per-block" && config.params["stages"] > 2) {
+      --config.params["stages"];
+      verdict = mma_family().check(config, problem, limits);
+    }
+    if (!verdict.valid) {
+      ADD_FAILURE() << spec << " m=" << m << " " << text << ": " << verdict.rule << ": " << verdict.detail;
+      return;
+    }
+    cases.push_back({spec, m, n, k, config.to_string(), bias});
+  };
+  for (const char* spec : {"w8a8-int8-ch", "w8a8-int8-block128x128", "w8a8-fp8-ch", "w8a8-fp8-block128x128"}) {
+    for (int64_t m : {1, 33}) {
+      add(spec, m, 5120, 13824, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0");
+      add(spec, m, 5120, 13824, "bm=16,bn=64,bk=512,wm=1,wn=2,wk=2,stages=3,split=3,raster=0", true);
+      add(spec, m, 5120, 13824, "bm=16,bn=32,bk=512,wm=1,wn=1,wk=4,stages=2,split=1,raster=0");
+    }
+    add(spec, 33, 5120, 13824, "bm=32,bn=128,bk=128,wm=2,wn=4,wk=1,stages=4,split=2,raster=0");
+    add(spec, 300, 4096, 4096, "bm=64,bn=128,bk=128,wm=2,wn=4,wk=1,stages=3,split=1,raster=1", true);
+    add(spec, 300, 4096, 4096, "bm=128,bn=64,bk=128,wm=4,wn=2,wk=1,stages=3,split=1,raster=2");
+    add(spec, 77, 8192, 8192, "bm=64,bn=64,bk=256,wm=2,wn=2,wk=1,stages=3,split=2,raster=0");
+  }
+  // Groups longer than the tile (flushed every other tile, and at the end of a split's K range).
+  add("w8a8-int8-g256", 17, 2048, 4096, "bm=32,bn=64,bk=128,wm=1,wn=2,wk=1,stages=4,split=3,raster=0");
+  add("w8a8-fp8-g512:act-scale=g512", 17, 2048, 4096, "bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=4,split=6,raster=0");
+  add("w4a8-int4-g128-int8", 64, 8192, 8192, "bm=64,bn=128,bk=256,wm=2,wn=4,wk=1,stages=3,split=1,raster=0");
+  add("w4a8-fp4-g32-fp8", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0");
+  add("w4a4-int4-ch", 33, 5120, 13824, "bm=64,bn=64,bk=512,wm=2,wn=2,wk=2,stages=2,split=2,raster=0");
+  add("w4a4-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0");
+  if (cases.empty()) GTEST_SKIP() << "sm_" << limits.sm << " supports none of these formats";
+  expect_all_pass(run_cases(cases));
+}
+
+TEST(MmaGpu, QuantizedSplitKIsBitIdentical) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  const jit::Compiler compiler;
+  runtime::Stream stream;
+  const Problem problem{FormatSpec::parse("w8a8-int8-block128x128"), 16, 4096, 8192, true};
+  const gemm::GemmData data = gemm::make_gemm_data(problem, 78);
+  const KernelConfig config = KernelConfig::parse("bm=16,bn=64,bk=512,wm=1,wn=2,wk=2,stages=2,split=8,raster=0");
+  ASSERT_TRUE(mma_family().check(config, problem, limits).valid) << mma_family().check(config, problem, limits).detail;
+  jit::CompileRequest request;
+  request.source = mma_family().instantiation_source(config, problem.format, gemm::nvrtc_arch(limits.sm));
+  request.kernel_name = mma_family().kernel_name(config, problem.format);
+  request.arch = gemm::nvrtc_arch(limits.sm);
+  gemm::LoadedKernel kernel(mma_family(), config, problem.format, compiler.compile(request));
+  gemm::GemmDeviceData device(mma_family(), config, data);
+  device.prepare(config);
+  std::vector<uint16_t> first;
+  for (int run = 0; run < 3; ++run) {
+    device.poison_output();
+    device.launch(kernel, stream.get());
+    stream.synchronize();
+    const std::vector<uint16_t> bits = device.output_bits();
+    if (run == 0) {
+      first = bits;
+      const gemm::Verification verification =
+          gemm::verify_output(bits, problem.format.output, gemm::reference_for(data), default_tolerance(problem.format));
+      EXPECT_TRUE(verification.passed) << verification.summary();
+    } else {
+      EXPECT_EQ(bits, first) << "run " << run << " differs from run 0";
+    }
+  }
 }
 
 TEST(MmaGpu, SplitAndWarpKReductionsAreBitIdentical) {
