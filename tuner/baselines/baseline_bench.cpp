@@ -1,10 +1,13 @@
 #include "tuner/baselines/baseline_bench.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "kernels/error.hpp"
 #include "tuner/measure/selftest_jobs.hpp"
+#include "tuner/measure/statistics.hpp"
 #include "tuner/measure/worker.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/memory.hpp"
@@ -55,6 +58,22 @@ void from_json(const nlohmann::json& json, VariantResult& result) {
   }
 }
 
+void to_json(nlohmann::json& json, const Runoff& runoff) {
+  json = nlohmann::json{{"first", runoff.first},         {"second", runoff.second}, {"first_us", runoff.first_us},
+                        {"second_us", runoff.second_us}, {"ratio", runoff.ratio},   {"winner", runoff.winner},
+                        {"decision", runoff.decision}};
+}
+
+void from_json(const nlohmann::json& json, Runoff& runoff) {
+  runoff.first = json.at("first").get<int>();
+  runoff.second = json.at("second").get<int>();
+  runoff.first_us = json.value("first_us", std::vector<double>{});
+  runoff.second_us = json.value("second_us", std::vector<double>{});
+  runoff.ratio = json.value("ratio", 0.0);
+  runoff.winner = json.at("winner").get<int>();
+  runoff.decision = json.value("decision", std::string());
+}
+
 void to_json(nlohmann::json& json, const TargetResult& result) {
   json = nlohmann::json{{"target", result.target},
                         {"m", result.problem.m},
@@ -67,6 +86,7 @@ void to_json(nlohmann::json& json, const TargetResult& result) {
                         {"variants", result.variants},
                         {"best", result.best},
                         {"device", result.device}};
+  json["runoff"] = result.runoff ? nlohmann::json(*result.runoff) : nlohmann::json();
 }
 
 void from_json(const nlohmann::json& json, TargetResult& result) {
@@ -79,9 +99,25 @@ void from_json(const nlohmann::json& json, TargetResult& result) {
   result.variants = json.value("variants", std::vector<VariantResult>{});
   result.best = json.value("best", -1);
   result.device = json.value("device", nlohmann::json());
+  if (json.contains("runoff") && !json.at("runoff").is_null()) {
+    result.runoff = json.at("runoff").get<Runoff>();
+  } else {
+    result.runoff.reset();
+  }
 }
 
 // ---------------------------------------------------------------- tuning
+
+namespace {
+
+// 0.0231 -> "2.31%".
+std::string percent_text(double fraction) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.2f%%", 100 * fraction);
+  return buffer;
+}
+
+}  // namespace
 
 int best_variant_index(const std::vector<VariantResult>& variants) {
   int best = -1;
@@ -95,6 +131,80 @@ int best_variant_index(const std::vector<VariantResult>& variants) {
   return best;
 }
 
+std::optional<std::pair<int, int>> runoff_pair(const std::vector<VariantResult>& variants) {
+  std::vector<int> timed;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    if (variants[i].verify.passed && variants[i].measurement) timed.push_back(static_cast<int>(i));
+  }
+  if (timed.size() < 2) return std::nullopt;
+  // Stable: of equal medians the earlier (cuBLASLt's preference) comes first.
+  std::stable_sort(timed.begin(), timed.end(), [&](int a, int b) {
+    return variants[static_cast<size_t>(a)].measurement->median_us < variants[static_cast<size_t>(b)].measurement->median_us;
+  });
+  return std::make_pair(std::min(timed[0], timed[1]), std::max(timed[0], timed[1]));
+}
+
+void validate(const RunoffOptions& options) {
+  if (options.rounds < 0 || options.rounds > 100) {
+    QTUNE_INPUT_ERROR("runoff.rounds: must be in [0, 100], got " + std::to_string(options.rounds));
+  }
+  if (!(options.tie_tolerance >= 0 && options.tie_tolerance < 1)) {
+    QTUNE_INPUT_ERROR("runoff.tie_tolerance: must be in [0, 1), got " + std::to_string(options.tie_tolerance));
+  }
+  if (!(options.round_time_budget_s >= 0)) {
+    QTUNE_INPUT_ERROR("runoff.round_time_budget_s: must be >= 0, got " + std::to_string(options.round_time_budget_s));
+  }
+}
+
+Runoff run_off(int first, int second, const RunoffOptions& options, const std::function<double(int)>& measure_median_us) {
+  validate(options);
+  if (options.rounds < 1) QTUNE_INPUT_ERROR("runoff.rounds: a run-off needs at least one round");
+  if (first < 0 || second <= first) {
+    QTUNE_INPUT_ERROR("runoff: expected two variant indices with first < second, got " + std::to_string(first) + " and " +
+                      std::to_string(second));
+  }
+  Runoff runoff;
+  runoff.first = first;
+  runoff.second = second;
+  const auto timed = [&](int index) {
+    const double median_us = measure_median_us(index);
+    if (!(median_us > 0) || !std::isfinite(median_us)) {
+      QTUNE_THROW(Error, "run-off: variant " + std::to_string(index) + " measured no time (" + std::to_string(median_us) + ")");
+    }
+    return median_us;
+  };
+  std::vector<double> ratios;
+  for (int round = 0; round < options.rounds; ++round) {
+    // A B, then B A: a drift that is linear over two rounds weighs on both alike.
+    double first_us = 0;
+    double second_us = 0;
+    if (round % 2 == 0) {
+      first_us = timed(first);
+      second_us = timed(second);
+    } else {
+      second_us = timed(second);
+      first_us = timed(first);
+    }
+    runoff.first_us.push_back(first_us);
+    runoff.second_us.push_back(second_us);
+    ratios.push_back(first_us / second_us);
+  }
+  runoff.ratio = measure::median(ratios);
+  const std::string rounds = " over " + std::to_string(options.rounds) + " interleaved rounds";
+  if (runoff.ratio > 1 + options.tie_tolerance) {
+    runoff.winner = second;
+    runoff.decision = "second faster by " + percent_text(1 - 1 / runoff.ratio) + rounds;
+  } else if (runoff.ratio < 1 - options.tie_tolerance) {
+    runoff.winner = first;
+    runoff.decision = "first faster by " + percent_text(1 - runoff.ratio) + rounds;
+  } else {
+    runoff.winner = first;
+    runoff.decision = "tie within " + percent_text(options.tie_tolerance) + rounds +
+                      ": cuBLASLt's earlier choice kept";
+  }
+  return runoff;
+}
+
 namespace {
 
 // A sticky CUDA error leaves the context unusable: nothing after it can be trusted, so it ends the whole job.
@@ -106,7 +216,9 @@ void rethrow_if_context_lost() {
 
 }  // namespace
 
-TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options) {
+TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options,
+                           const RunoffOptions& runoff_options) {
+  validate(runoff_options);
   TargetResult result;
   result.target = baseline.id();
   result.problem = baseline.problem();
@@ -147,16 +259,45 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
     }
     result.variants.push_back(std::move(variant));
   }
+  const std::vector<AlgoInfo>& algorithms = baseline.algorithms();  // variants[i] is algorithms[i]
   result.best = best_variant_index(result.variants);
-  if (result.best >= 0) baseline.select_algorithm(result.best);
+  const std::optional<std::pair<int, int>> pair =
+      runoff_options.rounds > 0 ? runoff_pair(result.variants) : std::nullopt;
+  if (pair) {
+    measure::MeasureOptions round = options;
+    round.time_budget_s =
+        runoff_options.round_time_budget_s > 0 ? runoff_options.round_time_budget_s : options.time_budget_s / 4;
+    round.max_warmup_s = std::min(options.max_warmup_s, round.time_budget_s / 2);
+    round.min_warmup_s = std::min(options.min_warmup_s, round.max_warmup_s);
+    try {
+      Runoff runoff = run_off(pair->first, pair->second, runoff_options, [&](int index) {
+        baseline.select_algorithm(algorithms.at(static_cast<size_t>(index)).heuristic_index);
+        return measure::measure([&](CUstream stream) { baseline.launch(stream); }, round).median_us;
+      });
+      result.best = runoff.winner;
+      result.runoff = std::move(runoff);
+    } catch (const NoGpuError&) {
+      throw;
+    } catch (const Error& error) {
+      rethrow_if_context_lost();
+      Runoff failed;
+      failed.first = pair->first;
+      failed.second = pair->second;
+      failed.winner = result.best;
+      failed.decision = std::string("run-off failed, the first pass decides: ") + error.what();
+      result.runoff = std::move(failed);
+    }
+  }
+  if (result.best >= 0) baseline.select_algorithm(algorithms.at(static_cast<size_t>(result.best)).heuristic_index);
   return result;
 }
 
 TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
-                            const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options) {
+                            const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options,
+                            const RunoffOptions& runoff_options) {
   CublasLtBaseline baseline(kind, baseline_options);
   baseline.prepare(problem, seed);
-  TargetResult result = tune_baseline(baseline, measure_options);
+  TargetResult result = tune_baseline(baseline, measure_options, runoff_options);
   result.problem = problem;
   result.device = runtime::Device::get(baseline_options.device).info();
   return result;
@@ -177,7 +318,9 @@ nlohmann::json measure_options_to_json(const measure::MeasureOptions& options) {
                         {"min_warmup_s", options.min_warmup_s},
                         {"max_warmup_s", options.max_warmup_s},
                         {"warmup_window", options.warmup_window},
-                        {"warmup_tolerance", options.warmup_tolerance}};
+                        {"warmup_tolerance", options.warmup_tolerance},
+                        {"throttle_retries", options.throttle_retries},
+                        {"throttle_cooldown_s", options.throttle_cooldown_s}};
 }
 
 namespace {
@@ -210,6 +353,8 @@ measure::MeasureOptions measure_options_from_json(const nlohmann::json& json) {
   options.max_warmup_s = field(json, "max_warmup_s", options.max_warmup_s, prefix);
   options.warmup_window = field(json, "warmup_window", options.warmup_window, prefix);
   options.warmup_tolerance = field(json, "warmup_tolerance", options.warmup_tolerance, prefix);
+  options.throttle_retries = field(json, "throttle_retries", options.throttle_retries, prefix);
+  options.throttle_cooldown_s = field(json, "throttle_cooldown_s", options.throttle_cooldown_s, prefix);
   measure::validate(options);
   return options;
 }
@@ -224,7 +369,11 @@ nlohmann::json to_job_params(const BenchBaselineRequest& request) {
                         {"workspace_bytes", request.baseline.workspace_bytes},
                         {"max_verify_rows", request.baseline.max_verify_rows},
                         {"fp8_output", to_string(request.baseline.fp8_output)},
-                        {"measure", measure_options_to_json(request.measure)}};
+                        {"measure", measure_options_to_json(request.measure)},
+                        {"runoff",
+                         {{"rounds", request.runoff.rounds},
+                          {"tie_tolerance", request.runoff.tie_tolerance},
+                          {"round_time_budget_s", request.runoff.round_time_budget_s}}}};
 }
 
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
@@ -242,6 +391,11 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
   if (request.baseline.top_k < 1) QTUNE_INPUT_ERROR("top_k: must be at least 1");
   request.measure = measure_options_from_json(params.value("measure", nlohmann::json::object()));
   request.baseline.device = request.measure.device;
+  const nlohmann::json runoff = params.value("runoff", nlohmann::json::object());
+  request.runoff.rounds = field(runoff, "rounds", request.runoff.rounds, "runoff.");
+  request.runoff.tie_tolerance = field(runoff, "tie_tolerance", request.runoff.tie_tolerance, "runoff.");
+  request.runoff.round_time_budget_s = field(runoff, "round_time_budget_s", request.runoff.round_time_budget_s, "runoff.");
+  validate(request.runoff);
   return request;
 }
 
@@ -249,7 +403,7 @@ void register_baseline_jobs() {
   measure::register_job(kBenchBaselineJob, [](const nlohmann::json& params) {
     const BenchBaselineRequest request = request_from_job_params(params);
     return nlohmann::json(
-        bench_baseline(request.kind, request.problem, request.seed, request.baseline, request.measure));
+        bench_baseline(request.kind, request.problem, request.seed, request.baseline, request.measure, request.runoff));
   });
 }
 

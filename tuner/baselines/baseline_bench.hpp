@@ -7,9 +7,11 @@
 // now, a kernel configuration of a qtune family later), and its "variants" are what is tried for it (cuBLASLt's
 // algorithms; one configuration).
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "search/gpu_profile.hpp"
@@ -28,6 +30,34 @@ struct VariantResult {
   std::string error;                                // why there is no measurement
 };
 
+// The decision between the two fastest algorithms. After every algorithm is timed once, the two fastest are measured
+// again in alternation (A B, B A, A B, ...), so that drift of clocks, power and temperature hits both alike, and the
+// winner is decided on the median of the per-round ratios. Within tie_tolerance the one cuBLASLt's heuristic ranks
+// first wins, so a near-tie does not flip between runs on noise.
+struct RunoffOptions {
+  int rounds = 4;                  // measurements of each of the two; 0: no run-off, the first pass decides
+  double tie_tolerance = 0.01;     // relative
+  double round_time_budget_s = 0;  // per run-off measurement; 0: a quarter of the first pass's time budget
+};
+
+struct Runoff {
+  int first = -1;   // variant indices of the two, first = the one cuBLASLt ranks earlier
+  int second = -1;
+  std::vector<double> first_us;   // median of each run-off measurement, per round
+  std::vector<double> second_us;
+  double ratio = 0;  // median over rounds of first_us[r] / second_us[r]; 0 when the run-off failed
+  int winner = -1;   // first or second
+  std::string decision;  // "first faster by 2.31%", "second faster by ...", "tie within 1%: ...", "run-off failed: ..."
+};
+
+// The two fastest verified and measured variants, in variant (heuristic) order; nullopt with fewer than two.
+std::optional<std::pair<int, int>> runoff_pair(const std::vector<VariantResult>& variants);
+// The run-off between variants `first` < `second`: measure_median_us(index) measures one variant once and returns
+// its median; it is called for first and second in the order A B, B A, A B, ... `rounds` times each. Throws
+// InputError for bad options; what measure_median_us throws propagates.
+Runoff run_off(int first, int second, const RunoffOptions& options, const std::function<double(int)>& measure_median_us);
+void validate(const RunoffOptions& options);
+
 struct TargetResult {
   std::string target;  // "cublaslt-f16"
   GemmProblem problem;
@@ -36,7 +66,8 @@ struct TargetResult {
   std::string unsupported_reason;
   std::string notes;
   std::vector<VariantResult> variants;
-  int best = -1;          // index into variants of the fastest verified one; -1 when none
+  int best = -1;          // index into variants of the winner (fastest verified, or the run-off's); -1 when none
+  std::optional<Runoff> runoff;  // when two or more algorithms were timed and a run-off was asked for
   nlohmann::json device;  // runtime::DeviceInfo of the GPU it ran on (null when unknown)
 
   const VariantResult* best_variant() const {
@@ -48,6 +79,8 @@ void to_json(nlohmann::json& json, const VerifyResult& result);
 void from_json(const nlohmann::json& json, VerifyResult& result);
 void to_json(nlohmann::json& json, const VariantResult& result);
 void from_json(const nlohmann::json& json, VariantResult& result);
+void to_json(nlohmann::json& json, const Runoff& runoff);
+void from_json(const nlohmann::json& json, Runoff& runoff);
 void to_json(nlohmann::json& json, const TargetResult& result);
 void from_json(const nlohmann::json& json, TargetResult& result);
 
@@ -55,11 +88,14 @@ void from_json(const nlohmann::json& json, TargetResult& result);
 int best_variant_index(const std::vector<VariantResult>& variants);
 
 // On a prepared baseline: verifies each listed algorithm on a poisoned output, times the verified ones (a launch
-// error is recorded, not thrown), records the fastest as `best` and leaves it selected.
-TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options);
+// error is recorded, not thrown), decides between the two fastest in a run-off (RunoffOptions), records the winner
+// as `best` and leaves it selected.
+TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options,
+                           const RunoffOptions& runoff_options = {});
 // prepare + tune_baseline; an unsupported baseline comes back with supported == false and the reason.
 TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
-                            const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options);
+                            const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options,
+                            const RunoffOptions& runoff_options = {});
 
 // ---- The worker job (containment: a faulting cuBLASLt kernel kills the worker, not the run) ----
 inline constexpr const char* kBenchBaselineJob = "bench-baseline";
@@ -69,6 +105,7 @@ struct BenchBaselineRequest {
   uint64_t seed = 1;
   BaselineOptions baseline;
   measure::MeasureOptions measure;
+  RunoffOptions runoff;
 };
 nlohmann::json to_job_params(const BenchBaselineRequest& request);
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params);  // InputError naming a bad field

@@ -24,6 +24,7 @@ int run_cli(int argc, char** argv) {
   add_report_command(app);
   add_tune_command(app);
   add_search_eval_command(app);
+  add_compile_command(app);
   // Flush before exit: output must reach a file even if a library's exit-time teardown fails.
   struct FlushOnReturn {
     ~FlushOnReturn() {

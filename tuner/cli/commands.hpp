@@ -14,5 +14,6 @@ void add_import_command(CLI::App& app);  // `qtune import`: external results (Hu
 void add_report_command(CLI::App& app);  // `qtune report`: HTML + Markdown + CSV report
 void add_tune_command(CLI::App& app);  // `qtune tune`: search, verify, measure and store winners
 void add_search_eval_command(CLI::App& app);  // `qtune search-eval`: replay strategies against stored results
+void add_compile_command(CLI::App& app);  // `qtune compile`: compile configurations for an arch, store resources
 
 }  // namespace qtune::cli

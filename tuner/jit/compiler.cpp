@@ -268,7 +268,10 @@ CompiledKernel Compiler::compile(const CompileRequest& request) const {
 
   std::optional<ResourceUsage> resources = parse_ptxas_report(kernel.log, kernel.lowered_name);
   if (!resources) {
-    QTUNE_LIBRARY_ERROR("NVRTC", "the ptxas report has no entry for '" + kernel.lowered_name + "'; log:\n" + kernel.log);
+    const bool no_report = kernel.log.find("ptxas") == std::string::npos;
+    QTUNE_LIBRARY_ERROR("NVRTC", "the ptxas report has no entry for '" + kernel.lowered_name + "'" +
+                                     (no_report ? " (the log has no ptxas report at all: ptxas did not run)" : "") +
+                                     "; log:\n" + kernel.log);
   }
   kernel.resources = *resources;
   if (state.cache) state.cache->store(kernel);

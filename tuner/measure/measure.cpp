@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <optional>
+#include <thread>
 
 #include "kernels/error.hpp"
 #include "tuner/measure/cupti_timer.hpp"
@@ -19,6 +20,11 @@ namespace {
 
 // A batch is sized to take about this long, so slow operations still stop near the time budget.
 constexpr double kBatchSeconds = 0.05;
+// Bounds of the throttling retries: a throttled GPU costs a measurement at most a few seconds more.
+constexpr int kMaxThrottleRetries = 5;
+constexpr double kMaxCooldownSeconds = 10;
+
+Measurement measure_single(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options);
 
 }  // namespace
 
@@ -52,6 +58,14 @@ void validate(const MeasureOptions& options) {
   }
   if (!(options.warmup_tolerance > 0)) {
     QTUNE_INPUT_ERROR("warmup_tolerance: must be > 0, got " + std::to_string(options.warmup_tolerance));
+  }
+  if (options.throttle_retries < 0 || options.throttle_retries > kMaxThrottleRetries) {
+    QTUNE_INPUT_ERROR("throttle_retries: must be in [0, " + std::to_string(kMaxThrottleRetries) + "], got " +
+                      std::to_string(options.throttle_retries));
+  }
+  if (!(options.throttle_cooldown_s >= 0 && options.throttle_cooldown_s <= kMaxCooldownSeconds)) {
+    QTUNE_INPUT_ERROR("throttle_cooldown_s: must be in [0, " + std::to_string(kMaxCooldownSeconds) + "], got " +
+                      std::to_string(options.throttle_cooldown_s));
   }
 }
 
@@ -144,8 +158,44 @@ LoopResult run_measurement_loop(const std::function<std::vector<double>(int)>& r
   return result;
 }
 
+Measurement measure_until_unthrottled(const std::function<Measurement()>& measure_once, const MeasureOptions& options,
+                                      const std::function<void(double seconds)>& cool_down) {
+  validate(options);
+  Measurement kept = measure_once();
+  std::vector<double> throttled_medians;
+  double cooled = 0;
+  int retries = 0;
+  while (kept.throttled && retries < options.throttle_retries) {
+    ++retries;
+    // Longer each time: a GPU at its power cap needs its average power to fall before the clocks come back.
+    const double seconds = options.throttle_cooldown_s * retries;
+    if (seconds > 0) cool_down(seconds);
+    cooled += seconds;
+    Measurement next = measure_once();
+    if (next.throttled && next.median_us >= kept.median_us) {
+      throttled_medians.push_back(next.median_us);
+      continue;
+    }
+    throttled_medians.push_back(kept.median_us);
+    kept = std::move(next);
+  }
+  kept.throttle_retries = retries;
+  kept.cooldown_seconds = cooled;
+  kept.throttled_medians_us = std::move(throttled_medians);
+  return kept;
+}
+
 Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options) {
   validate(options);
+  return measure_until_unthrottled([&] { return measure_single(launch_operation, options); }, options, [](double seconds) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  });
+}
+
+namespace {
+
+// One measurement: warm-up and repetitions until converged or out of budget, NVML sampled before and after.
+Measurement measure_single(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
   const auto now_s = [wall_start] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
@@ -242,6 +292,8 @@ Measurement measure(const std::function<void(CUstream)>& launch_operation, const
   return measurement;
 }
 
+}  // namespace
+
 void to_json(nlohmann::json& json, const Measurement& m) {
   json = nlohmann::json{{"median_us", m.median_us},
                         {"p10_us", m.p10_us},
@@ -266,6 +318,9 @@ void to_json(nlohmann::json& json, const Measurement& m) {
                         {"nvml_start", m.nvml_start},
                         {"nvml_end", m.nvml_end},
                         {"throttled", m.throttled},
+                        {"throttle_retries", m.throttle_retries},
+                        {"cooldown_seconds", m.cooldown_seconds},
+                        {"throttled_medians_us", m.throttled_medians_us},
                         {"kernels_per_repetition", m.kernels_per_repetition},
                         {"kernel_names", m.kernel_names},
                         {"unattributed_kernels", m.unattributed_kernels},
@@ -297,6 +352,10 @@ void from_json(const nlohmann::json& json, Measurement& m) {
   json.at("nvml_start").get_to(m.nvml_start);
   json.at("nvml_end").get_to(m.nvml_end);
   json.at("throttled").get_to(m.throttled);
+  // Absent in measurements stored before throttled ones were retried.
+  m.throttle_retries = json.value("throttle_retries", 0);
+  m.cooldown_seconds = json.value("cooldown_seconds", 0.0);
+  m.throttled_medians_us = json.value("throttled_medians_us", std::vector<double>{});
   json.at("kernels_per_repetition").get_to(m.kernels_per_repetition);
   json.at("kernel_names").get_to(m.kernel_names);
   json.at("unattributed_kernels").get_to(m.unattributed_kernels);

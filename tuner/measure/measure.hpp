@@ -40,6 +40,12 @@ struct MeasureOptions {
   double max_warmup_s = 0.5;
   int warmup_window = 10;
   double warmup_tolerance = 0.01;
+  // When NVML flags a measurement as throttled (power cap, thermal or hardware slowdown while busy), the GPU idles
+  // for a cool-down and the operation is measured again, at most throttle_retries times (0..5); retry i waits
+  // i * throttle_cooldown_s (0..10 s). The first unthrottled measurement is kept; when every one is throttled, the
+  // one with the lowest median (the least slowed) is kept, still flagged throttled.
+  int throttle_retries = 2;
+  double throttle_cooldown_s = 1.0;
 };
 
 // Throws InputError naming the field (e.g. "min_repetitions") when options are inconsistent.
@@ -70,6 +76,9 @@ struct Measurement {
   NvmlSample nvml_start;        // before warm-up
   NvmlSample nvml_end;          // after the last repetition
   bool throttled = false;       // either sample flags throttling
+  int throttle_retries = 0;     // measurements repeated because an earlier one was throttled
+  double cooldown_seconds = 0;  // idled before those repetitions
+  std::vector<double> throttled_medians_us;  // medians of the throttled measurements set aside, in order
   int kernels_per_repetition = 0;
   std::vector<std::string> kernel_names;  // of one repetition, in launch order
   std::size_t unattributed_kernels = 0;   // kernels CUPTI saw outside any repetition (0 normally)
@@ -83,12 +92,19 @@ struct Measurement {
 void to_json(nlohmann::json& json, const Measurement& measurement);
 void from_json(const nlohmann::json& json, Measurement& measurement);
 
-// Measures `launch_operation`, which must enqueue the operation's kernels on the stream it is given, from the
+// Measures `launch_operation` (see measure_until_unthrottled for throttled measurements), which must enqueue the operation's kernels on the stream it is given, from the
 // calling thread, and must not synchronise. Runs in the calling process on device options.device (tuners call it
 // inside a worker process: worker.hpp). Throws NoGpuError without a GPU, DriverError when a launch or a kernel
 // fails, qtune::Error when a repetition launched no kernel CUPTI could attribute or when repetitions launch
 // different numbers of kernels.
 Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options = {});
+
+// measure()'s answer to throttling, separated from the GPU so it can be tested on the CPU: measures with
+// measure_once(), and while the result is throttled and retries remain, calls cool_down(seconds) and measures again
+// (MeasureOptions::throttle_retries). The kept measurement records the retries, the cool-down time and the medians
+// of the throttled measurements it replaced.
+Measurement measure_until_unthrottled(const std::function<Measurement()>& measure_once, const MeasureOptions& options,
+                                      const std::function<void(double seconds)>& cool_down);
 
 // The warm-up and repetition logic of measure(), separated from the GPU so it can be tested on the CPU.
 // run_batch(n) runs n repetitions and returns their durations (us); now_s() is a monotonic clock in seconds;

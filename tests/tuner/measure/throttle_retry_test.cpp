@@ -1,0 +1,141 @@
+// The harness's answer to a throttled GPU, on the CPU with fake measurements: cool down, measure again, keep the
+// unthrottled result and record the retries; bounded in tries and in cool-down time.
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "tuner/measure/measure.hpp"
+
+namespace qtune::measure {
+namespace {
+
+Measurement fake(double median_us, bool throttled) {
+  Measurement measurement;
+  measurement.median_us = median_us;
+  measurement.throttled = throttled;
+  measurement.samples_us = {median_us};
+  return measurement;
+}
+
+// Hands out the given measurements in order and records the cool-downs asked for.
+struct FakeGpu {
+  explicit FakeGpu(std::vector<Measurement> given) : answers(std::move(given)) {}
+  std::vector<Measurement> answers;
+  std::size_t measured = 0;
+  std::vector<double> cool_downs;
+
+  Measurement run(const MeasureOptions& options) {
+    return measure_until_unthrottled(
+        [this] {
+          if (measured >= answers.size()) throw Error("measured more often than expected", __FILE__, __LINE__);
+          return answers[measured++];
+        },
+        options, [this](double seconds) { cool_downs.push_back(seconds); });
+  }
+};
+
+TEST(ThrottleRetry, AnUnthrottledMeasurementIsKeptAsItIs) {
+  FakeGpu gpu{{fake(100, false)}};
+  const Measurement kept = gpu.run(MeasureOptions{});
+  EXPECT_EQ(gpu.measured, 1u);
+  EXPECT_TRUE(gpu.cool_downs.empty());
+  EXPECT_EQ(kept.median_us, 100);
+  EXPECT_FALSE(kept.throttled);
+  EXPECT_EQ(kept.throttle_retries, 0);
+  EXPECT_EQ(kept.cooldown_seconds, 0);
+  EXPECT_TRUE(kept.throttled_medians_us.empty());
+}
+
+TEST(ThrottleRetry, AThrottledMeasurementIsRepeatedAfterACoolDownAndTheUnthrottledOneKept) {
+  FakeGpu gpu{{fake(729, true), fake(697, false), fake(1, false)}};
+  MeasureOptions options;
+  options.throttle_cooldown_s = 1.5;
+  const Measurement kept = gpu.run(options);
+  EXPECT_EQ(gpu.measured, 2u) << "stops at the first unthrottled measurement";
+  EXPECT_EQ(gpu.cool_downs, std::vector<double>{1.5});
+  EXPECT_EQ(kept.median_us, 697);
+  EXPECT_FALSE(kept.throttled);
+  EXPECT_EQ(kept.throttle_retries, 1);
+  EXPECT_EQ(kept.cooldown_seconds, 1.5);
+  EXPECT_EQ(kept.throttled_medians_us, std::vector<double>{729});
+}
+
+TEST(ThrottleRetry, AnUnthrottledResultWinsEvenWhenSlower) {
+  // A throttled sample can be fast by luck; the unthrottled one is the trustworthy one.
+  FakeGpu gpu{{fake(90, true), fake(100, false)}};
+  const Measurement kept = gpu.run(MeasureOptions{});
+  EXPECT_EQ(kept.median_us, 100);
+  EXPECT_FALSE(kept.throttled);
+  EXPECT_EQ(kept.throttled_medians_us, std::vector<double>{90});
+}
+
+TEST(ThrottleRetry, TriesAreBoundedAndTheLeastSlowedIsKeptWhenAllAreThrottled) {
+  FakeGpu gpu{{fake(120, true), fake(110, true), fake(115, true), fake(1, false)}};
+  MeasureOptions options;
+  options.throttle_retries = 2;
+  options.throttle_cooldown_s = 1;
+  const Measurement kept = gpu.run(options);
+  EXPECT_EQ(gpu.measured, 3u) << "one measurement plus two retries";
+  EXPECT_EQ(gpu.cool_downs, (std::vector<double>{1, 2})) << "each cool-down longer than the last";
+  EXPECT_EQ(kept.median_us, 110);
+  EXPECT_TRUE(kept.throttled) << "still throttled: the flag stays";
+  EXPECT_EQ(kept.throttle_retries, 2);
+  EXPECT_EQ(kept.cooldown_seconds, 3);
+  EXPECT_EQ(kept.throttled_medians_us, (std::vector<double>{120, 115}));
+}
+
+TEST(ThrottleRetry, ZeroRetriesMeasuresOnce) {
+  FakeGpu gpu{{fake(120, true), fake(100, false)}};
+  MeasureOptions options;
+  options.throttle_retries = 0;
+  const Measurement kept = gpu.run(options);
+  EXPECT_EQ(gpu.measured, 1u);
+  EXPECT_TRUE(gpu.cool_downs.empty());
+  EXPECT_EQ(kept.median_us, 120);
+  EXPECT_TRUE(kept.throttled);
+  EXPECT_EQ(kept.throttle_retries, 0);
+}
+
+TEST(ThrottleRetry, RetriesAndCoolDownsAreBounded) {
+  MeasureOptions options;
+  options.throttle_retries = 6;
+  EXPECT_THROW(validate(options), InputError);
+  options.throttle_retries = -1;
+  EXPECT_THROW(validate(options), InputError);
+  options.throttle_retries = 2;
+  options.throttle_cooldown_s = 11;
+  EXPECT_THROW(validate(options), InputError);
+  options.throttle_cooldown_s = -0.5;
+  EXPECT_THROW(validate(options), InputError);
+  options.throttle_cooldown_s = 3;
+  EXPECT_NO_THROW(validate(options));
+  FakeGpu gpu{{fake(1, false)}};
+  options.throttle_retries = 9;
+  EXPECT_THROW(gpu.run(options), InputError);
+  EXPECT_EQ(gpu.measured, 0u) << "bad options are refused before measuring";
+}
+
+TEST(ThrottleRetry, TheRecordSurvivesJsonAndOldRecordsStillRead) {
+  Measurement measurement = fake(697, false);
+  measurement.throttle_retries = 1;
+  measurement.cooldown_seconds = 1.5;
+  measurement.throttled_medians_us = {729};
+  const nlohmann::json json = measurement;
+  const Measurement back = json.get<Measurement>();
+  EXPECT_EQ(back.throttle_retries, 1);
+  EXPECT_EQ(back.cooldown_seconds, 1.5);
+  EXPECT_EQ(back.throttled_medians_us, std::vector<double>{729});
+  nlohmann::json old = json;
+  old.erase("throttle_retries");
+  old.erase("cooldown_seconds");
+  old.erase("throttled_medians_us");
+  const Measurement old_back = old.get<Measurement>();
+  EXPECT_EQ(old_back.throttle_retries, 0);
+  EXPECT_TRUE(old_back.throttled_medians_us.empty());
+  EXPECT_EQ(old_back.median_us, 697);
+}
+
+}  // namespace
+}  // namespace qtune::measure

@@ -1,0 +1,381 @@
+// `qtune compile`: compiles a format's kernel configurations for one architecture with NVRTC (no GPU needed), through
+// the kernel cache and the compiler's thread pool, then prints each one's ptxas resources (registers, spills, shared
+// memory, stack) and compile time, and stores them in the database's compiles table. The configurations are those
+// `qtune tune` would enumerate for the problem (the same space, rules and --param narrowing), or those named by --config.
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "db/store.hpp"
+#include "kernels/error.hpp"
+#include "kernels/family.hpp"
+#include "reports/table.hpp"
+#include "search/space.hpp"
+#include "tuner/cli/commands.hpp"
+#include "tuner/gemm/sweep.hpp"
+#include "tuner/jit/compiler.hpp"
+#include "tuner/jit/thread_pool.hpp"
+#include "tuner/tune/backend.hpp"
+#include "tuner/tune/problem_set.hpp"
+#include "tuner/tune/progress.hpp"
+#include "tuner/tune/restricted_family.hpp"
+#include "tuner/tune/tuner.hpp"
+
+namespace qtune::cli {
+
+namespace {
+
+struct CompileCommandOptions {
+  std::string arch;
+  std::string format;
+  std::vector<std::string> configs;
+  std::string family = "mma";
+  std::string space = "curated";
+  std::vector<std::string> params;
+  std::int64_t m = 16;
+  std::string shape = "8192,8192";
+  std::string db_path = "qtune.db";
+  bool no_db = false;
+  std::size_t jobs = 0;
+  std::string output = "table";
+  bool verbose = false;
+};
+
+// The targets qtune has limits for (ArchLimits::for_sm); the "a" variants only where the architecture has them.
+const std::vector<std::string>& accepted_archs() {
+  static const std::vector<std::string> archs = {"sm_75", "sm_80", "sm_86",   "sm_89",  "sm_90",
+                                                 "sm_90a", "sm_100a", "sm_120a"};
+  return archs;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
+// Checks --arch and returns its compute capability x10.
+int validate_arch(const std::string& arch) {
+  const std::vector<std::string>& accepted = accepted_archs();
+  if (std::find(accepted.begin(), accepted.end(), arch) == accepted.end()) {
+    QTUNE_INPUT_ERROR("--arch: '" + arch + "' is not one of " + joined(accepted));
+  }
+  const int sm = sm_of_arch(arch, "--arch");
+  const std::vector<std::string> nvrtc = jit::Compiler::supported_archs();
+  if (std::find(nvrtc.begin(), nvrtc.end(), "sm_" + std::to_string(sm)) == nvrtc.end()) {
+    QTUNE_INPUT_ERROR("--arch: this NVRTC cannot compile for '" + arch + "' (it supports " + joined(nvrtc) + ")");
+  }
+  return sm;
+}
+
+// Re-throws an InputError from a parser with the flag's name in front (parsers name their own field).
+template <typename Parse>
+decltype(auto) naming_flag(const std::string& flag, Parse parse) {
+  try {
+    return parse();
+  } catch (const InputError& error) {
+    QTUNE_INPUT_ERROR(flag + ": " + error.what());
+  }
+}
+
+// The first line of an NVRTC failure that says what went wrong: the first log line mentioning an error, else the
+// first line of the log (the message is "compiling kernel ... failed (...):\n<log>").
+std::string first_log_line(const std::string& message) {
+  const std::size_t log_start = message.find("):\n");
+  const std::string log = log_start == std::string::npos ? message : message.substr(log_start + 3);
+  std::string first;
+  std::size_t begin = 0;
+  while (begin < log.size()) {
+    std::size_t end = log.find('\n', begin);
+    if (end == std::string::npos) end = log.size();
+    const std::string line = log.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (first.empty()) first = line;
+    if (line.find("error") != std::string::npos) return line;
+  }
+  return first.empty() ? message : first;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+// One configuration's compile, for the table and the store.
+struct CompileRow {
+  KernelConfig config;
+  std::uint32_t dynamic_shared_bytes = 0;
+  bool ok = false;
+  std::optional<jit::CompiledKernel> kernel;  // cubin dropped once read
+  std::string error;                          // the full message (NVRTC log) when not ok
+};
+
+// The configurations to compile: those named by --config, or the space `qtune tune` searches for the problem.
+std::vector<KernelConfig> select_configs(const CompileCommandOptions& options, const KernelFamily& family,
+                                         const Problem& problem, const ArchLimits& limits) {
+  std::vector<KernelConfig> configs;
+  if (!options.configs.empty()) {
+    if (!options.params.empty()) QTUNE_INPUT_ERROR("--param: narrows the enumerated space; not with --config");
+    for (const std::string& text : options.configs) {
+      const KernelConfig config = naming_flag("--config", [&] { return KernelConfig::parse(text, family.name()); });
+      const RuleVerdict verdict = naming_flag("--config", [&] { return family.check(config, problem, limits); });
+      if (!verdict.valid) {
+        QTUNE_INPUT_ERROR("--config: '" + text + "' is not valid for " + problem.to_string() + " on sm_" +
+                          std::to_string(limits.sm) + ": " + verdict.rule + ": " + verdict.detail);
+      }
+      if (std::find(configs.begin(), configs.end(), config) == configs.end()) configs.push_back(config);
+    }
+    return configs;
+  }
+  if (options.space != "curated" && options.space != "full") {
+    QTUNE_INPUT_ERROR("--space: expected curated or full, got '" + options.space + "'");
+  }
+  // The same ranges as `qtune tune`: the preset's, replaced by --param where given.
+  std::map<std::string, std::vector<int>> ranges;
+  if (options.space == "curated") ranges = gemm::default_sweep_ranges(family, problem.m);
+  for (const std::string& text : options.params) {
+    auto [name, values] = tune::parse_parameter_values(text);
+    ranges[name] = values;
+  }
+  const tune::RestrictedFamily restricted(family, ranges);  // InputError naming --param for a bad value
+  const search::SpaceEnumeration space = search::enumerate_space(restricted, problem, limits);
+  if (space.candidates.empty()) {
+    std::string removed;
+    for (const auto& [rule, count] : space.removed_by_rule) removed += (removed.empty() ? "" : ", ") + rule + "=" + std::to_string(count);
+    QTUNE_INPUT_ERROR(std::string(options.params.empty() ? "--space" : "--param") + ": none of the " +
+                      std::to_string(space.total) + " configurations is valid for " + problem.to_string() + " on sm_" +
+                      std::to_string(limits.sm) + " (removed: " + removed + ")");
+  }
+  return space.candidates;
+}
+
+std::string command_text(const CompileCommandOptions& options) {
+  std::string text = "qtune compile --arch " + options.arch + " --format " + options.format + " --family " +
+                     options.family + " --m " + std::to_string(options.m) + " --shape " + options.shape;
+  for (const std::string& config : options.configs) text += " --config " + config;
+  if (options.configs.empty()) text += " --space " + options.space;
+  for (const std::string& param : options.params) text += " --param " + param;
+  return text;
+}
+
+void store_rows(const CompileCommandOptions& options, const KernelFamily& family, const FormatSpec& format,
+                const std::vector<CompileRow>& rows, db::Store& store, db::RunId run) {
+  const std::string source_hash = tune::kernel_source_hash(family);
+  auto transaction = store.transaction();
+  for (const CompileRow& row : rows) {
+    db::KernelConfig config;
+    config.kind = db::ConfigKind::Kernel;
+    config.family = row.config.family;
+    config.params_json = row.config.to_json().at("params").dump();
+    config.source_hash = source_hash;
+    db::CompileResult result;
+    result.run = run;
+    result.config = store.upsert_config(config);
+    result.format = format.to_string();
+    result.arch = options.arch;
+    if (row.ok) {
+      const jit::CompiledKernel& kernel = *row.kernel;
+      result.cache_key = kernel.cache_key;
+      result.cache_hit = kernel.from_cache;
+      // As `qtune tune` stores it: the time of a compile made now; a cache hit compiled nothing.
+      if (!kernel.from_cache) result.compile_seconds = kernel.compile_seconds;
+      result.registers = kernel.resources.registers;
+      result.spill_store_bytes = kernel.resources.spill_store_bytes;
+      result.spill_load_bytes = kernel.resources.spill_load_bytes;
+      result.shared_bytes = kernel.resources.static_shared_bytes;
+      result.stack_bytes = kernel.resources.stack_frame_bytes;
+      result.status = db::CompileStatus::Ok;
+    } else {
+      result.status = db::CompileStatus::Failed;
+      result.message = row.error;
+    }
+    store.insert_compile(result);
+  }
+  transaction.commit();
+}
+
+void run(const CompileCommandOptions& options) {
+  const reports::OutputStyle style = reports::parse_output_style(options.output);
+  const int sm = validate_arch(options.arch);
+  const ArchLimits limits = ArchLimits::for_sm(sm);
+  const FormatSpec format = naming_flag("--format", [&] { return FormatSpec::parse(options.format); });
+  const KernelFamily& family = naming_flag("--family", [&]() -> const KernelFamily& { return find_family(options.family); });
+  const ArchSupport support = family.supports(format, sm);
+  if (!support.supported) QTUNE_INPUT_ERROR("--format: " + support.reason);
+  const std::vector<search::GemmShape> shapes = tune::parse_shape_list(options.shape, "--shape");
+  if (shapes.size() != 1) QTUNE_INPUT_ERROR("--shape: expected one N,K, got '" + options.shape + "'");
+  naming_flag("--shape", [&] {
+    format.validate_shape(shapes[0].n, shapes[0].k);
+    return 0;
+  });
+  if (options.m < 1) QTUNE_INPUT_ERROR("--m: must be at least 1, got " + std::to_string(options.m));
+  const Problem problem{format, options.m, shapes[0].n, shapes[0].k, false};
+  const std::vector<KernelConfig> configs = select_configs(options, family, problem, limits);
+
+  std::optional<db::Store> store;
+  db::RunId run{};
+  if (!options.no_db) {
+    store.emplace(db::Store::open(options.db_path));
+    db::RunInfo info;
+    info.kind = "compile";
+    info.tool_version = QTUNE_VERSION;
+    info.git_sha = QTUNE_GIT_SHA;
+    info.host = host_name();
+    info.sm = sm;
+    info.command_line = command_text(options);
+    const auto [nvrtc_major, nvrtc_minor] = jit::Compiler::nvrtc_version();
+    info.cuda_version = std::to_string(nvrtc_major) + "." + std::to_string(nvrtc_minor);
+    info.notes = nlohmann::json{{"compile", {{"arch", options.arch},
+                                             {"format", format.to_string()},
+                                             {"family", family.name()},
+                                             {"configs", configs.size()},
+                                             {"m", problem.m},
+                                             {"n", problem.n},
+                                             {"k", problem.k}}}}
+                     .dump();
+    run = store->insert_run(info);
+  }
+
+  std::vector<CompileRow> rows(configs.size());
+  try {
+    // Requests go through the tuner's compile_request, so the cache entries are the ones `qtune tune` uses.
+    std::vector<jit::CompileRequest> requests;
+    std::vector<std::size_t> request_row;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      CompileRow& row = rows[i];
+      row.config = configs[i];
+      row.dynamic_shared_bytes = family.launch_geometry(row.config, problem).dynamic_shared_bytes;
+      try {
+        requests.push_back(tune::compile_request(family, tune::Instantiation{row.config, format, options.arch}));
+        request_row.push_back(i);
+      } catch (const Error& error) {
+        row.error = error.what();
+      }
+    }
+    jit::CompilerSettings settings;
+    settings.threads = options.jobs;
+    const jit::Compiler compiler(settings);
+    tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
+    if (style == reports::OutputStyle::Text) {
+      std::cerr << "qtune compile: " << configs.size() << " configurations of " << format.to_string() << " for "
+                << options.arch << " (" << family.name() << ", "
+                << (options.configs.empty() ? options.space + " space for " + problem.to_string() : std::string("--config"))
+                << ")\n";
+    }
+    // In chunks, as the tuner does, so that a full space does not hold every cubin in memory at once.
+    const std::size_t threads = options.jobs == 0 ? jit::default_thread_count() : options.jobs;
+    const std::size_t chunk = std::max<std::size_t>(32, 8 * threads);
+    for (std::size_t begin = 0; begin < requests.size(); begin += chunk) {
+      const std::size_t end = std::min(requests.size(), begin + chunk);
+      const std::vector<jit::CompileRequest> part(requests.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                  requests.begin() + static_cast<std::ptrdiff_t>(end));
+      std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(part, [&](std::size_t done, std::size_t) {
+        progress.compile_progress(begin + done, requests.size());
+      });
+      for (std::size_t j = 0; j < outcomes.size(); ++j) {
+        CompileRow& row = rows[request_row[begin + j]];
+        jit::CompileOutcome& outcome = outcomes[j];
+        if (outcome.ok()) {
+          row.ok = true;
+          row.kernel = std::move(outcome.kernel);
+          row.kernel->cubin.clear();
+          row.kernel->cubin.shrink_to_fit();
+        } else {
+          row.error = outcome.error_message;
+        }
+      }
+    }
+    if (store) {
+      store_rows(options, family, format, rows, *store, run);
+      store->finish_run(run, db::RunStatus::Completed);
+    }
+  } catch (...) {
+    if (store) {
+      try {
+        store->finish_run(run, db::RunStatus::Failed);
+      } catch (...) {
+        // The original error matters more than the bookkeeping.
+      }
+    }
+    throw;
+  }
+
+  reports::Table table({"config", "registers", "spill_store_bytes", "spill_load_bytes", "smem_static_bytes",
+                        "smem_dynamic_bytes", "stack_bytes", "compile_ms", "cached", "error"});
+  std::size_t failed = 0;
+  std::size_t cached = 0;
+  for (const CompileRow& row : rows) {
+    const std::string dynamic = std::to_string(row.dynamic_shared_bytes);
+    if (!row.ok) {
+      ++failed;
+      table.add_row({row.config.to_string(), "", "", "", "", dynamic, "", "", "", first_log_line(row.error)});
+      continue;
+    }
+    const jit::CompiledKernel& kernel = *row.kernel;
+    if (kernel.from_cache) ++cached;
+    // A cached kernel shows what compiling it cost when the cache entry was made.
+    table.add_row({row.config.to_string(), std::to_string(kernel.resources.registers),
+                   std::to_string(kernel.resources.spill_store_bytes), std::to_string(kernel.resources.spill_load_bytes),
+                   std::to_string(kernel.resources.static_shared_bytes), dynamic,
+                   std::to_string(kernel.resources.stack_frame_bytes),
+                   reports::format_fixed(1000.0 * kernel.original_compile_seconds, 1), kernel.from_cache ? "yes" : "no",
+                   ""});
+  }
+  table.print(std::cout, style);
+  if (options.verbose) {
+    for (const CompileRow& row : rows) {
+      if (!row.ok) std::cerr << "\n" << row.config.to_string() << ":\n" << row.error << "\n";
+    }
+  }
+  if (style == reports::OutputStyle::Text) {
+    std::cout << configs.size() << " configurations of " << format.to_string() << " for " << options.arch << ": "
+              << configs.size() - failed << " compiled (" << cached << " from the cache), " << failed << " failed";
+    if (store) std::cout << "; run #" << db::id_value(run) << " in " << options.db_path;
+    std::cout << "\n";
+  }
+  if (failed > 0) {
+    QTUNE_THROW(Error, std::to_string(failed) + " of " + std::to_string(configs.size()) + " compiles failed" +
+                           (options.verbose ? "" : " (--verbose prints the NVRTC logs)"));
+  }
+}
+
+}  // namespace
+
+void add_compile_command(CLI::App& app) {
+  auto options = std::make_shared<CompileCommandOptions>();
+  CLI::App* command = app.add_subcommand(
+      "compile", "compile a format's kernel configurations for an architecture (no GPU needed); print and store their "
+                 "registers, spills, shared memory and compile times");
+  command->add_option("--arch", options->arch, "target: " + joined(accepted_archs()))->required();
+  command->add_option("--format", options->format, "format spec or preset, e.g. w4a16-int4-g128")->required();
+  command->add_option("--config", options->configs,
+                      "compile this configuration only, e.g. bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=1,raster=0 "
+                      "(repeatable; default: every valid one of the space)");
+  command->add_option("--family", options->family, "kernel family")->capture_default_str();
+  command->add_option("--space", options->space,
+                      "without --config: curated (the per-M ranges `qtune tune` searches) or full (the whole space)")
+      ->capture_default_str();
+  command->add_option("--param", options->params, "narrow a parameter's values, e.g. --param bm=16,32 (repeatable)");
+  command->add_option("--m", options->m, "M the configurations must be valid for (the space depends on it)")
+      ->capture_default_str();
+  command->add_option("--shape", options->shape, "N,K the configurations must be valid for")->capture_default_str();
+  command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
+  command->add_flag("--no-db", options->no_db, "do not store the results");
+  command->add_option("--jobs", options->jobs, "compiler threads (0: every core)")->capture_default_str();
+  command->add_option("--output", options->output, "table, json or csv")->capture_default_str();
+  command->add_flag("--verbose", options->verbose, "print the full NVRTC log of every failed compile (stderr)");
+  command->callback([options] { run(*options); });
+}
+
+}  // namespace qtune::cli
