@@ -1,9 +1,11 @@
 // `qtune export`: a GPU's tuned winners as a selection table for production code (JSON and/or a C++ header), with a
-// nearest-shape fallback whose leave-one-shape-out regret is printed.
+// nearest-shape fallback whose leave-one-shape-out regret is printed; with --cubins, the table's kernels precompiled for
+// libqtune_runtime (tuner/production).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -15,6 +17,8 @@
 #include "reports/table.hpp"
 #include "reports/tuning_data.hpp"
 #include "tuner/cli/commands.hpp"
+#include "tuner/jit/compiler.hpp"
+#include "tuner/production/cubin_store.hpp"
 
 namespace qtune::cli {
 
@@ -29,7 +33,41 @@ struct ExportOptions {
   std::vector<std::string> outputs;
   std::string namespace_name = "qtune_table";
   std::string output = "table";
+  std::string cubins;  // directory for precompiled kernels; empty: none
+  std::string archs;   // comma-separated NVRTC targets for --cubins
+  bool cubins_heuristic = false;
+  std::size_t jobs = 0;
 };
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+struct CubinSummary {
+  std::size_t written = 0;
+  std::vector<production::CubinSkip> skipped;
+  std::vector<production::CubinSkip> failed;
+};
+
+// Precompiles the table's kernels into options.cubins (NVRTC only: no GPU needed).
+CubinSummary export_cubins(const ExportOptions& options, const reports::SelectionTable& table) {
+  const production::CubinPlan plan = production::plan_cubins(table, split_list(options.archs), options.cubins_heuristic);
+  jit::CompilerSettings settings;
+  settings.threads = options.jobs;
+  const jit::Compiler compiler(settings);
+  const production::CubinExport written = production::write_cubins(plan, options.cubins, compiler);
+  return {written.manifest.kernels.size(), plan.skipped, written.failed};
+}
+
+std::string describe(const production::CubinRequest& request) {
+  return request.format + " " + request.config.to_string() + " " + request.arch;
+}
 
 enum class ArtefactKind { Json, Header };
 
@@ -75,7 +113,13 @@ void print_regret(const reports::FallbackRegret& regret) {
 }
 
 void run_export(const ExportOptions& options) {
-  if (options.outputs.empty()) QTUNE_INPUT_ERROR("-o: give at least one output file (table.json or table.hpp)");
+  if (options.outputs.empty() && options.cubins.empty()) {
+    QTUNE_INPUT_ERROR("-o: give at least one output file (table.json or table.hpp), or --cubins DIR");
+  }
+  if (!options.cubins.empty() && split_list(options.archs).empty()) QTUNE_INPUT_ERROR("--arch: required with --cubins (e.g. sm_90a,sm_80)");
+  if (options.cubins.empty() && !options.archs.empty()) QTUNE_INPUT_ERROR("--arch: only with --cubins DIR");
+  if (options.cubins.empty() && options.cubins_heuristic) QTUNE_INPUT_ERROR("--cubins-heuristic: only with --cubins DIR");
+  for (const std::string& arch : split_list(options.archs)) production::ArchTarget::parse(arch, "--arch");
   std::vector<ArtefactKind> kinds;
   for (const auto& output : options.outputs) kinds.push_back(artefact_kind(output));
   const reports::OutputStyle style = reports::parse_output_style(options.output);
@@ -100,6 +144,15 @@ void run_export(const ExportOptions& options) {
     const std::string text = kinds[i] == ArtefactKind::Json ? table.to_json().dump(2) + "\n" : table.to_cpp_header(options.namespace_name);
     reports::write_file_atomically(options.outputs[i], text);
   }
+  std::optional<CubinSummary> cubins;
+  if (!options.cubins.empty()) cubins = export_cubins(options, table);
+  // Compile failures are errors, but only after everything else is written and reported.
+  auto check_cubins = [&] {
+    if (cubins && !cubins->failed.empty()) {
+      QTUNE_THROW(Error, "--cubins: " + std::to_string(cubins->failed.size()) + " kernel(s) failed to compile; first: " +
+                             describe(cubins->failed.front().request) + ": " + cubins->failed.front().reason);
+    }
+  };
 
   reports::Table summary({"format", "n", "k", "tuned buckets", "ranges", "configs"});
   for (const auto& [format, shapes] : table.formats) {
@@ -120,17 +173,37 @@ void run_export(const ExportOptions& options) {
     std::ostringstream shapes;
     summary.print_json(shapes);
     out["shapes"] = nlohmann::json::parse(shapes.str());
+    if (cubins) {
+      auto list = [](const std::vector<production::CubinSkip>& items) {
+        nlohmann::json json = nlohmann::json::array();
+        for (const auto& item : items) {
+          json.push_back({{"format", item.request.format}, {"config", item.request.config.to_string()}, {"arch", item.request.arch},
+                          {"origin", item.request.origin}, {"reason", item.reason}});
+        }
+        return json;
+      };
+      out["cubins"] = {{"directory", options.cubins}, {"kernels", cubins->written}, {"skipped", list(cubins->skipped)},
+                       {"failed", list(cubins->failed)}};
+    }
     std::cout << out.dump(2) << "\n";
+    check_cubins();
     return;
   }
   if (style == reports::OutputStyle::Csv) {
     summary.print_csv(std::cout);
+    check_cubins();
     return;
   }
   summary.print_text(std::cout);
   std::cout << "\n";
   print_regret(*table.fallback_regret);
   for (const auto& output : options.outputs) std::cout << "wrote " << output << "\n";
+  if (cubins) {
+    std::cout << "wrote " << cubins->written << " cubin(s) for " << options.archs << " and their manifest into " << options.cubins << "\n";
+    for (const auto& skip : cubins->skipped) std::cout << "  not built: " << describe(skip.request) << ": " << skip.reason << "\n";
+    for (const auto& failure : cubins->failed) std::cout << "  FAILED: " << describe(failure.request) << ": " << failure.reason << "\n";
+  }
+  check_cubins();
 }
 
 }  // namespace
@@ -142,9 +215,16 @@ void add_export_command(CLI::App& app) {
   command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
   command->add_option("--gpu", options->gpu, "GPU profile or name whose winners to export (default: the only GPU with winners)");
   command->add_option("--format", options->formats, "comma-separated format specs to export (default: every tuned format)");
-  command->add_option("-o", options->outputs, "output file: table.json or table.hpp (give -o twice for both)")->required();
+  command->add_option("-o", options->outputs, "output file: table.json or table.hpp (give -o twice for both)");
   command->add_option("--namespace", options->namespace_name, "C++ namespace of the generated header")->capture_default_str();
   command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();
+  command->add_option("--cubins", options->cubins,
+                      "also precompile every kernel of the table with NVRTC (no GPU needed) into this directory, with a "
+                      "manifest.json that libqtune_runtime reads");
+  command->add_option("--arch", options->archs, "comma-separated NVRTC targets for --cubins, e.g. sm_90a,sm_80");
+  command->add_flag("--cubins-heuristic", options->cubins_heuristic,
+                    "with --cubins, also precompile the heuristic's configs for the table's shapes and tuned M buckets");
+  command->add_option("--jobs", options->jobs, "NVRTC threads for --cubins (0: every core)")->capture_default_str();
   command->callback([options] { run_export(*options); });
 }
 

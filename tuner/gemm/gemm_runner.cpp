@@ -120,20 +120,23 @@ void GemmDeviceData::launch(const LoadedKernel& kernel, CUstream stream) {
   if (kernel.config().to_string() != prepared_config_) {
     QTUNE_THROW(Error, "launch of " + kernel.config().to_string() + " without prepare() (prepared: " + prepared_config_ + ")");
   }
-  const LaunchGeometry geometry = family_->launch_geometry(kernel.config(), problem_);
   std::map<std::string, uint64_t> addresses;
   for (const auto& [name, buffer] : buffers_) addresses[name] = buffer.get();
-  KernelArguments arguments = family_->pack_arguments(kernel.config(), problem_, addresses);
+  launch_gemm(*family_, kernel.config(), problem_, kernel.kernel(), addresses, stream);
+}
+
+void launch_gemm(const KernelFamily& family, const KernelConfig& config, const Problem& problem, const runtime::Kernel& kernel,
+                 const std::map<std::string, uint64_t>& device_addresses, CUstream stream) {
+  const LaunchGeometry geometry = family.launch_geometry(config, problem);
+  KernelArguments arguments = family.pack_arguments(config, problem, device_addresses);
   std::vector<void*> pointers = arguments.pointers();
   // Always opt in: the 48 KiB default counts static shared memory too, so 48 KiB of dynamic memory already exceeds it.
-  if (geometry.dynamic_shared_bytes > 0) {
-    kernel.kernel().set_max_dynamic_shared_memory(static_cast<int>(geometry.dynamic_shared_bytes));
-  }
+  if (geometry.dynamic_shared_bytes > 0) kernel.set_max_dynamic_shared_memory(static_cast<int>(geometry.dynamic_shared_bytes));
   runtime::LaunchConfig launch;
   launch.grid = {geometry.grid[0], geometry.grid[1], geometry.grid[2]};
   launch.block = {geometry.block[0], geometry.block[1], geometry.block[2]};
   launch.dynamic_shared_bytes = geometry.dynamic_shared_bytes;
-  kernel.kernel().launch(launch, stream, pointers.data());
+  kernel.launch(launch, stream, pointers.data());
 }
 
 std::vector<uint16_t> GemmDeviceData::output_bits() const {

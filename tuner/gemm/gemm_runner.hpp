@@ -52,6 +52,11 @@ class LoadedKernel {
   runtime::Kernel kernel_;
 };
 
+// Enqueues one launch of `kernel` (a family kernel for `config`) for `problem`: packs the arguments from the device
+// address of each buffer by name (see KernelFamily::buffers) and opts in to the dynamic shared memory. Never synchronises.
+void launch_gemm(const KernelFamily& family, const KernelConfig& config, const Problem& problem, const runtime::Kernel& kernel,
+                 const std::map<std::string, uint64_t>& device_addresses, CUstream stream);
+
 // Device buffers of one problem. Prepacked weights are uploaded once (the mma layout does not depend on the config);
 // the workspace is re-zeroed whenever a different configuration is prepared.
 class GemmDeviceData {

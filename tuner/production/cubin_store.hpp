@@ -1,0 +1,97 @@
+#pragma once
+// Precompiled kernels for the production runtime: `qtune export --cubins DIR --arch ...` compiles a table's
+// configurations with NVRTC (no GPU needed) into DIR and lists them in DIR/manifest.json, which Runtime reads:
+//   {"schema": "qtune-cubins/1", "kernels": [{"format", "family", "config", "arch", "kernel_name", "file", "sha256",
+//    "origin"}, ...]}
+// "file" is relative to DIR ("sm_90a/<sha256>.cubin": a cubin's name is its own hash, so equal cubins share a file),
+// "origin" says why it is there ("table" or "heuristic"). Entries are sorted and keys too: equal inputs, equal bytes.
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/family.hpp"
+#include "reports/selection_table.hpp"
+#include "tuner/jit/compiler.hpp"
+
+namespace qtune::production {
+
+inline constexpr std::string_view kManifestName = "manifest.json";
+inline constexpr std::string_view kManifestSchema = "qtune-cubins/1";
+
+// An NVRTC target: "sm_90a" is {sm 90, suffix "a"}. Throws InputError naming `field` for anything else.
+struct ArchTarget {
+  int sm = 0;
+  std::string suffix;  // "", "a" (this exact architecture only) or "f" (the family: same major, equal or newer minor)
+
+  static ArchTarget parse(std::string_view text, std::string_view field = "arch");
+  std::string name() const { return "sm_" + std::to_string(sm) + suffix; }
+  // Whether a cubin built for this target runs on a GPU of compute capability `device_sm` (SASS runs within one major
+  // version on an equal or newer minor; "a" targets only on their own architecture).
+  bool runs_on(int device_sm) const;
+};
+
+struct CubinEntry {
+  std::string format;  // canonical spec text
+  KernelConfig config;
+  std::string arch;         // "sm_90a"
+  std::string kernel_name;  // the symbol to look up in the cubin
+  std::string file;         // relative to the directory
+  std::string sha256;       // of the file's bytes
+  std::string origin;       // "table" or "heuristic"
+
+  nlohmann::json to_json() const;
+};
+
+struct CubinManifest {
+  std::vector<CubinEntry> kernels;  // sorted by (format, config, arch)
+
+  nlohmann::json to_json() const;
+  // Throws InputError "<source>: field 'kernels[2].sha256': ..." for a malformed manifest.
+  static CubinManifest from_json(const nlohmann::json& json, std::string_view source = "manifest");
+  // DIR/manifest.json. Throws InputError naming "cubins" when it is missing or not JSON.
+  static CubinManifest read(const std::filesystem::path& directory);
+
+  // The entry to run (format, config) on a GPU of `device_sm`, preferring the exact target `preferred_arch`, then the
+  // newest compatible one; nullptr when none fits.
+  const CubinEntry* find(std::string_view format, const KernelConfig& config, int device_sm,
+                         std::string_view preferred_arch) const;
+};
+
+// Reads the cubin of `entry` from `directory` and checks its sha256 (InputError naming the entry's field if it differs).
+std::vector<char> read_cubin(const std::filesystem::path& directory, const CubinEntry& entry, std::size_t index);
+
+// One kernel to precompile, or one left out with the reason.
+struct CubinRequest {
+  std::string format;
+  KernelConfig config;
+  std::string arch;
+  std::string origin;  // "table" or "heuristic"
+};
+struct CubinSkip {
+  CubinRequest request;
+  std::string reason;
+};
+
+struct CubinPlan {
+  std::vector<CubinRequest> requests;  // one per (format, config, arch), sorted
+  std::vector<CubinSkip> skipped;      // configs that fail the family's rules on an architecture (with its datasheet limits)
+};
+
+// Every configuration of `table` for each architecture, and with `with_heuristic` the family heuristic's configs for the
+// table's shapes at every tuned M bucket and range start. Throws InputError naming "--arch" for an unknown architecture.
+CubinPlan plan_cubins(const reports::SelectionTable& table, const std::vector<std::string>& archs, bool with_heuristic);
+
+struct CubinExport {
+  CubinManifest manifest;
+  std::vector<CubinSkip> failed;  // NVRTC failures, with its message
+};
+
+// Compiles the plan's requests (in parallel, through `compiler` and its cache), writes the cubins and the manifest
+// into `directory` (created if needed). Failed compiles are left out of the manifest and returned.
+CubinExport write_cubins(const CubinPlan& plan, const std::filesystem::path& directory, const jit::Compiler& compiler);
+
+}  // namespace qtune::production

@@ -1,0 +1,159 @@
+#pragma once
+// libqtune_runtime: tuned quantized GEMMs for production code. This header is the whole interface; it needs only the
+// C++ standard library and kernels/error.hpp (the qtune exception types), no CUDA, SQLite, CLI11, CUPTI or NVML header.
+//
+//   qtune::runtime_api::Runtime runtime({.table = "h200.json", .cubin_directory = "cubins"});
+//   PackedWeights packed = runtime.prepack("w4a16-int4-ch", n, k, {.codes = codes, .scale_bits = scales});  // once
+//   ... upload packed.weights, packed.scales, packed.global_scale to the GPU ...
+//   runtime.gemm("w4a16-int4-ch", m, n, k, {.a = a, .weights = w, .scales = s, .global_scale = g, .c = c}, stream);
+//
+// Which configuration runs (select): the table's M range for the exact (N, K); else the table's nearest tuned shape of
+// the format in (ln N, ln K) (the same rule as the exported header's select()); else the kernel family's hand-written
+// heuristic for the device. A table config that fails the family's rules for the problem's N and K on this device
+// (another GPU, an odd fallback shape) gives way to the heuristic too; it is checked at the largest M it was tuned for
+// in its range, since M only sizes the grid.
+// Where the kernel comes from: a cubin of `qtune export --cubins DIR` built for this architecture, else NVRTC (JIT),
+// through the on-disk kernel cache. Loaded kernels stay in memory, keyed by (format, config, architecture).
+//
+// Errors are qtune exceptions: InputError (bad arguments, malformed table or manifest: one line naming the field),
+// UnsupportedError (the format cannot run on this GPU), NoGpuError, LibraryError (CUDA driver, NVRTC, files).
+// A Runtime may be used from several threads; calls are serialised by an internal lock.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/error.hpp"
+
+struct CUstream_st;  // CUstream and cudaStream_t are both CUstream_st*
+
+namespace qtune::runtime_api {
+
+struct RuntimeOptions {
+  std::filesystem::path table{};            // JSON written by `qtune export -o table.json`; empty: the heuristic only
+  std::filesystem::path cubin_directory{};  // written by `qtune export --cubins DIR`; empty: every kernel by JIT
+  std::filesystem::path cache_directory{};  // the JIT's disk cache; empty: $QTUNE_CACHE_DIR, $XDG_CACHE_HOME/qtune or
+                                          // ~/.cache/qtune (no disk cache when none is set)
+  int device = 0;                         // CUDA device ordinal
+  // An NVRTC target such as "sm_90a": select and plan for that architecture's datasheet limits without opening a GPU
+  // (planning offline, tests). Empty: the device's own limits and architecture (the constructor opens the device).
+  std::string arch{};
+};
+
+enum class ConfigSource {
+  Tuned,      // the table has this (format, N, K); the config of the M range holding M
+  Fallback,   // the table's nearest tuned shape of the format, its M range for M
+  Heuristic,  // the kernel family's hand-written choice for the device
+};
+std::string_view to_string(ConfigSource source);  // "tuned", "fallback", "heuristic"
+
+// The configuration chosen for one GEMM.
+struct Choice {
+  std::string family;                 // kernel family, "mma"
+  std::map<std::string, int> params;  // {"bm": 16, "bn": 128, ...}
+  std::string config;                 // canonical text, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0"
+  ConfigSource source = ConfigSource::Heuristic;
+  std::string detail;                 // why, e.g. "tuned shape n=4096 k=4096, M range [17, 64]" or "no table"
+};
+
+enum class KernelOrigin {
+  Precompiled,  // a cubin listed in the cubin directory's manifest
+  Jit,          // compiled by NVRTC (or taken from the disk cache) on first use
+};
+std::string_view to_string(KernelOrigin origin);  // "precompiled", "jit"
+
+// What gemm() would run for one GEMM, found without compiling, loading or launching anything.
+struct KernelPlan {
+  Choice choice;
+  std::string arch;             // the architecture of the kernel: the cubin's, or the JIT target
+  KernelOrigin origin = KernelOrigin::Jit;
+  std::filesystem::path cubin;  // Precompiled: the cubin file
+  bool loaded = false;          // already loaded by this Runtime
+};
+
+// Quantized weights on the host in qtune's plain layout (kernels/quantize.hpp): codes [n][k], one per byte in its low
+// bits (two's complement for signed ints, the unsigned code with zero points, sign|exponent|mantissa for floats); the
+// bit patterns of the scales in the format's scale type, one per scale cell (per channel: [n]; per group g: [n][k/g];
+// per block gn x gk: [n/gn][k/gk]; per tensor: [1]); zero points in the same grid (unsigned codes, or the scale type for
+// float zero points); the global scale where the format has one.
+struct HostQuantizedWeights {
+  std::span<const std::uint8_t> codes{};
+  std::span<const std::uint32_t> scale_bits{};
+  std::span<const std::uint32_t> zero_point_bits{};  // formats with zero points only
+  float global_scale = 1.0f;
+};
+
+// Weights in the device layout of the kernels (every configuration of the family reads the same layout). Copy each
+// buffer to the GPU as it is and pass its address to gemm(); `zeros` is empty for formats without zero points.
+struct PackedWeights {
+  std::string format;  // canonical spec text
+  std::string family;  // the kernel family whose layout this is
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::vector<std::uint8_t> weights;
+  std::vector<std::uint8_t> scales;
+  std::vector<std::uint8_t> zeros;
+  std::vector<std::uint8_t> global_scale;
+};
+
+// Device addresses of one GEMM C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias[N]).
+struct GemmArguments {
+  const void* a = nullptr;             // [m][k] activations, row-major, in the format's activation type (f16 or bf16)
+  const void* a_scales = nullptr;      // activation scales, for formats with quantized activations only
+  const void* weights = nullptr;       // PackedWeights::weights
+  const void* scales = nullptr;        // PackedWeights::scales
+  const void* zeros = nullptr;         // PackedWeights::zeros (formats with zero points)
+  const void* global_scale = nullptr;  // PackedWeights::global_scale
+  const void* bias = nullptr;          // [n] in the output type; nullptr: no bias
+  void* c = nullptr;                   // [m][n] output, row-major, in the output type
+};
+
+class Runtime {
+ public:
+  // Reads the table and the cubin manifest (InputError naming the field when malformed). Opens the device unless
+  // options.arch is set (NoGpuError without one).
+  explicit Runtime(RuntimeOptions options = {});
+  // Waits for the device before freeing the split-K workspaces; destroy it after the last gemm() you care about.
+  ~Runtime();
+  Runtime(Runtime&&) noexcept;
+  Runtime& operator=(Runtime&&) noexcept;
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // The configuration for a GEMM of `format` (any spec text `qtune formats` accepts) with M rows. Throws InputError for a
+  // bad spec or shape, UnsupportedError when no configuration of any family runs it here.
+  Choice select(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias = false) const;
+  // The configuration and where its kernel would come from.
+  KernelPlan plan(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias = false) const;
+
+  // Packs quantized weights into the device layout (CPU only; once per weight matrix).
+  PackedWeights prepack(std::string_view format, std::int64_t n, std::int64_t k, const HostQuantizedWeights& weights) const;
+  // Quantizes f32 weights [n][k] with qtune's round-to-nearest quantizer, then packs them.
+  PackedWeights quantize_and_prepack(std::string_view format, std::int64_t n, std::int64_t k,
+                                     std::span<const float> weights) const;
+
+  // Compiles or loads the kernel of this GEMM now, so that the first gemm() does not wait for it.
+  void load(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias = false);
+  // Enqueues the GEMM on `stream` (nullptr: the legacy default stream) and returns without waiting. The split-K
+  // workspace is the Runtime's own, one per stream. Kernel faults surface at the caller's next synchronisation.
+  void gemm(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k, const GemmArguments& arguments,
+            CUstream_st* stream);
+
+  // The GPU the table was tuned on ("h200"); empty without a table.
+  std::string table_gpu() const;
+  // The architecture selections are made for ("sm_90a").
+  std::string arch() const;
+  // Kernels loaded so far, and cubins the manifest offers for this architecture.
+  std::size_t loaded_kernel_count() const;
+  std::size_t precompiled_kernel_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qtune::runtime_api

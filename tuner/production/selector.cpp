@@ -1,0 +1,86 @@
+#include "tuner/production/selector.hpp"
+
+#include <algorithm>
+
+#include "kernels/error.hpp"
+
+namespace qtune::production {
+
+namespace {
+
+std::string range_text(const reports::MRange& range) {
+  return "M range [" + std::to_string(range.m_min) + ", " + (range.m_max ? std::to_string(*range.m_max) : "inf") + "]";
+}
+
+}  // namespace
+
+const KernelFamily& family_for(const FormatSpec& format, int sm) {
+  std::string reasons;
+  for (const KernelFamily* family : kernel_families()) {
+    const ArchSupport support = family->supports(format, sm);
+    if (support.supported) return *family;
+    reasons += (reasons.empty() ? "" : "; ") + support.reason;
+  }
+  QTUNE_THROW(UnsupportedError, reasons.empty() ? format.to_string() + ": no kernel family" : reasons);
+}
+
+Problem make_problem(const FormatSpec& format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias) {
+  if (m < 1) QTUNE_INPUT_ERROR("m: must be positive, got " + std::to_string(m));
+  if (n < 1) QTUNE_INPUT_ERROR("n: must be positive, got " + std::to_string(n));
+  if (k < 1) QTUNE_INPUT_ERROR("k: must be positive, got " + std::to_string(k));
+  format.validate_shape(n, k);
+  return Problem{format, m, n, k, has_bias};
+}
+
+Problem rule_check_problem(const reports::MRange& range, const Problem& problem) {
+  Problem checked = problem;
+  if (!range.buckets.empty()) checked.m = std::max(problem.m, range.buckets.back().m);
+  return checked;
+}
+
+runtime_api::Choice Selection::choice() const {
+  runtime_api::Choice choice;
+  choice.family = config.family;
+  choice.params = config.params;
+  choice.config = config.to_string();
+  choice.source = source;
+  choice.detail = detail;
+  return choice;
+}
+
+Selection select_config(const reports::SelectionTable* table, const Problem& problem, const ArchLimits& limits) {
+  const KernelFamily& family = family_for(problem.format, limits.sm);
+  Selection selection;
+  selection.family = &family;
+  std::string why_not_table = "no table";
+  if (table != nullptr) {
+    const std::string format = problem.format.to_string();
+    const reports::SelectionTable::Selection found = table->select(format, problem.m, problem.n, problem.k);
+    if (found.config == nullptr) {
+      why_not_table = "the table has no shape of " + format;
+    } else {
+      const reports::MRange& range = found.shape->range_for(problem.m);
+      const std::string origin = (found.tuned_shape ? "tuned shape n=" : "nearest tuned shape n=") + std::to_string(found.shape->n) +
+                                 " k=" + std::to_string(found.shape->k) + ", " + range_text(range);
+      // Weights are packed for the format's family, so a config of another family cannot read them.
+      const RuleVerdict verdict = found.config->family != family.name()
+                                      ? RuleVerdict::fail("family", "the config is of family '" + found.config->family +
+                                                                        "', the weights are packed for '" + family.name() + "'")
+                                      : family.check(*found.config, rule_check_problem(range, problem), limits);
+      if (verdict.valid) {
+        selection.config = *found.config;
+        selection.source = found.tuned_shape ? runtime_api::ConfigSource::Tuned : runtime_api::ConfigSource::Fallback;
+        selection.detail = origin;
+        return selection;
+      }
+      why_not_table = "the table's config " + found.config->to_string() + " (" + origin + ") fails rule '" + verdict.rule +
+                      "' here: " + verdict.detail;
+    }
+  }
+  selection.config = family.default_config(problem, limits);
+  selection.source = runtime_api::ConfigSource::Heuristic;
+  selection.detail = why_not_table;
+  return selection;
+}
+
+}  // namespace qtune::production
