@@ -43,21 +43,22 @@ std::vector<KernelConfig> enumerate_configs(const KernelFamily& family, const st
     if (values.back().empty()) QTUNE_INPUT_ERROR("ranges." + domain.name + ": no values");
   }
   std::vector<KernelConfig> valid;
+  if (space.empty()) return valid;
+  // An odometer over the parameters' values, last parameter fastest.
   std::vector<size_t> index(space.size(), 0);
-  while (true) {
+  auto advance = [&] {
+    for (size_t position = index.size(); position-- > 0;) {
+      if (++index[position] < values[position].size()) return true;
+      index[position] = 0;
+    }
+    return false;
+  };
+  do {
     KernelConfig config;
     config.family = family.name();
     for (size_t i = 0; i < space.size(); ++i) config.params[space[i].name] = values[i][index[i]];
     if (family.check(config, problem, limits).valid) valid.push_back(std::move(config));
-    size_t position = space.size();
-    while (position > 0) {
-      --position;
-      if (++index[position] < values[position].size()) break;
-      index[position] = 0;
-      if (position == 0) position = space.size() + 1;  // wrapped the first digit: done
-    }
-    if (position > space.size() || space.empty()) break;
-  }
+  } while (advance());
   if (max_configs > 0 && static_cast<int>(valid.size()) > max_configs) {
     std::vector<KernelConfig> spread;
     for (int i = 0; i < max_configs; ++i) spread.push_back(valid[valid.size() * static_cast<size_t>(i) / static_cast<size_t>(max_configs)]);
