@@ -11,6 +11,7 @@
 #include "tuner/baselines/baseline.hpp"
 #include "tuner/cli/cli.hpp"
 #include "tuner/runtime/device.hpp"
+#include "tests/common/qtune_executable.hpp"
 
 namespace qtune::baselines {
 namespace {
@@ -73,7 +74,7 @@ TEST(BenchCommand, WithoutAGpuExitsThreeInProcess) {
 
 TEST(BenchCommand, WithoutAGpuExitsThreeThroughTheWorker) {
   if (gpu_present()) GTEST_SKIP() << "a GPU is present: the no-GPU exit cannot be observed here";
-  const std::filesystem::path qtune = std::filesystem::path(QTUNE_BINARY_DIR) / "bin" / "qtune";
+  const std::filesystem::path qtune = qtune::test_support::qtune_executable();
   if (!std::filesystem::exists(qtune)) GTEST_SKIP() << qtune << " is not built (ninja qtune)";
   const CliResult result = run({"--baseline", "cublaslt-f16", "--shape", "256,256", "--m", "1", "--no-db",
                                 "--worker-executable", qtune.string()});

@@ -16,6 +16,7 @@
 #include "tuner/baselines/lt_layout.hpp"
 #include "tuner/cli/cli.hpp"
 #include "tuner/runtime/device.hpp"
+#include "tests/common/qtune_executable.hpp"
 
 namespace qtune::baselines {
 namespace {
@@ -289,7 +290,7 @@ TEST(BenchCommandGpu, PrintsARowPerTargetAndM) {
 
 TEST(BenchCommandGpu, RunsInAWorkerProcess) {
   QTUNE_REQUIRE_GPU();
-  const std::filesystem::path qtune = std::filesystem::path(QTUNE_BINARY_DIR) / "bin" / "qtune";
+  const std::filesystem::path qtune = qtune::test_support::qtune_executable();
   if (!std::filesystem::exists(qtune)) GTEST_SKIP() << qtune << " is not built (ninja qtune)";
   const std::filesystem::path db = std::filesystem::path(testing::TempDir()) / "bench_worker_test.db";
   std::filesystem::remove(db);
