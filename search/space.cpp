@@ -5,14 +5,34 @@
 
 namespace qtune::search {
 
+void for_each_combination(const std::vector<std::vector<int>>& values,
+                          const std::function<void(const std::vector<int>&)>& visit) {
+  for (const std::vector<int>& list : values) {
+    if (list.empty()) return;
+  }
+  std::vector<size_t> index(values.size(), 0);
+  std::vector<int> combination(values.size());
+  while (true) {
+    for (size_t i = 0; i < values.size(); ++i) combination[i] = values[i][index[i]];
+    visit(combination);
+    size_t position = values.size();
+    while (true) {
+      if (position == 0) return;  // the first list wrapped: every combination was visited
+      --position;
+      if (++index[position] < values[position].size()) break;
+      index[position] = 0;
+    }
+  }
+}
+
 SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& problem, const ArchLimits& limits) {
   const auto domains = family.parameter_space();
+  std::vector<std::vector<int>> values;
+  for (const auto& domain : domains) values.push_back(domain.values);
   SpaceEnumeration space;
-  std::vector<size_t> index(domains.size(), 0);
-  if (std::any_of(domains.begin(), domains.end(), [](const auto& d) { return d.values.empty(); })) return space;
-  while (true) {
+  for_each_combination(values, [&](const std::vector<int>& combination) {
     KernelConfig config{family.name(), {}};
-    for (size_t d = 0; d < domains.size(); ++d) config.params[domains[d].name] = domains[d].values[index[d]];
+    for (size_t d = 0; d < domains.size(); ++d) config.params[domains[d].name] = combination[d];
     ++space.total;
     RuleVerdict verdict = family.check(config, problem, limits);
     if (verdict.valid) {
@@ -20,16 +40,8 @@ SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& prob
     } else {
       ++space.removed_by_rule[verdict.rule];
     }
-    // Odometer increment over the domains, last parameter fastest.
-    size_t d = domains.size();
-    while (d > 0) {
-      --d;
-      if (++index[d] < domains[d].values.size()) break;
-      index[d] = 0;
-      if (d == 0) return space;
-    }
-    if (domains.empty()) return space;
-  }
+  });
+  return space;
 }
 
 namespace {

@@ -2,6 +2,7 @@
 // The configuration space of one problem: every point of a family's parameter space, pruned in two passes
 // (the family's static rules before compiling, the ptxas resource report after), with counts per rule.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,6 +18,11 @@ struct SpaceEnumeration {
 };
 
 // Enumerates the cartesian product of the family's parameter domains and keeps what passes family.check().
+// Calls visit with every combination of one value from each list (an odometer, the last list fastest); nothing
+// when a list is empty, one empty combination when there are no lists.
+void for_each_combination(const std::vector<std::vector<int>>& values,
+                          const std::function<void(const std::vector<int>&)>& visit);
+
 SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& problem, const ArchLimits& limits);
 
 // What the compiler reported for one candidate (a plain copy of the JIT's resource report; search/ has no CUDA).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/error.hpp"
+#include "search/space.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
 #include "tuner/jit/compiler.hpp"
 #include "tuner/runtime/device.hpp"
@@ -44,21 +45,12 @@ std::vector<KernelConfig> enumerate_configs(const KernelFamily& family, const st
   }
   std::vector<KernelConfig> valid;
   if (space.empty()) return valid;
-  // An odometer over the parameters' values, last parameter fastest.
-  std::vector<size_t> index(space.size(), 0);
-  auto advance = [&] {
-    for (size_t position = index.size(); position-- > 0;) {
-      if (++index[position] < values[position].size()) return true;
-      index[position] = 0;
-    }
-    return false;
-  };
-  do {
+  search::for_each_combination(values, [&](const std::vector<int>& combination) {
     KernelConfig config;
     config.family = family.name();
-    for (size_t i = 0; i < space.size(); ++i) config.params[space[i].name] = values[i][index[i]];
+    for (size_t i = 0; i < space.size(); ++i) config.params[space[i].name] = combination[i];
     if (family.check(config, problem, limits).valid) valid.push_back(std::move(config));
-  } while (advance());
+  });
   if (max_configs > 0 && static_cast<int>(valid.size()) > max_configs) {
     std::vector<KernelConfig> spread;
     for (int i = 0; i < max_configs; ++i) spread.push_back(valid[valid.size() * static_cast<size_t>(i) / static_cast<size_t>(max_configs)]);
