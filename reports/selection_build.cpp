@@ -71,12 +71,20 @@ FallbackRegret evaluate_fallback(const SelectionTable& table, const TuningData& 
   FallbackRegret result;
   const auto groups = gpu_data.shapes();
   std::vector<double> all_ratios;
+  std::map<std::string, std::vector<double>> nearest_ratios;
+  std::map<std::string, std::vector<double>> heuristic_ratios;
   for (const auto& [format, shapes] : table.formats) {
     for (const ShapeRules& held_out : shapes) {
-      const ShapeRules* neighbour = table.nearest_shape(format, held_out.n, held_out.k, &held_out);
-      if (neighbour == nullptr) continue;
       const auto cells = groups.find(ShapeKey{format, held_out.n, held_out.k});
       if (cells == groups.end()) continue;
+      // The heuristic needs no neighbour: it answers every held-out cell where it was measured.
+      for (const Cell* cell : cells->second) {
+        const std::optional<double> best = cell->best_kernel_us();
+        const std::optional<double> heuristic = cell->heuristic_us();
+        if (best && heuristic) heuristic_ratios[format].push_back(*heuristic / *best);
+      }
+      const ShapeRules* neighbour = table.nearest_shape(format, held_out.n, held_out.k, &held_out);
+      if (neighbour == nullptr) continue;
       std::vector<double> ratios;
       for (const Cell* cell : cells->second) {
         const std::optional<double> best = cell->best_kernel_us();
@@ -95,6 +103,7 @@ FallbackRegret evaluate_fallback(const SelectionTable& table, const TuningData& 
         const double ratio = *time / *best;
         ratios.push_back(ratio);
         all_ratios.push_back(ratio);
+        nearest_ratios[format].push_back(ratio);
         if (!result.max_regret || ratio - 1 > *result.max_regret) {
           result.max_regret = ratio - 1;
           result.worst_cell = format + " n=" + std::to_string(held_out.n) + " k=" + std::to_string(held_out.k) +
@@ -110,7 +119,30 @@ FallbackRegret evaluate_fallback(const SelectionTable& table, const TuningData& 
   }
   result.cells = static_cast<int>(all_ratios.size());
   if (const auto mean = geometric_mean(all_ratios)) result.geomean_regret = *mean - 1;
+  const auto summarize = [](const std::vector<double>& ratios) {
+    MethodRegret regret;
+    regret.cells = static_cast<int>(ratios.size());
+    if (const auto mean = geometric_mean(ratios)) regret.geomean_regret = *mean - 1;
+    if (!ratios.empty()) regret.max_regret = *std::max_element(ratios.begin(), ratios.end()) - 1;
+    return regret;
+  };
+  for (const auto& [format, ratios] : nearest_ratios) result.nearest_by_format[format] = summarize(ratios);
+  for (const auto& [format, ratios] : heuristic_ratios) result.heuristic_by_format[format] = summarize(ratios);
   return result;
+}
+
+std::map<std::string, FallbackMethod> choose_fallback_methods(const SelectionTable& table, const FallbackRegret& regret) {
+  std::map<std::string, FallbackMethod> methods;
+  for (const auto& [format, shapes] : table.formats) {
+    const auto nearest = regret.nearest_by_format.find(format);
+    const auto heuristic = regret.heuristic_by_format.find(format);
+    const bool heuristic_measured = heuristic != regret.heuristic_by_format.end() && heuristic->second.geomean_regret;
+    const bool nearest_measured = nearest != regret.nearest_by_format.end() && nearest->second.geomean_regret;
+    const bool heuristic_better =
+        heuristic_measured && (!nearest_measured || *heuristic->second.geomean_regret < *nearest->second.geomean_regret);
+    methods[format] = heuristic_better ? FallbackMethod::Heuristic : FallbackMethod::NearestShape;
+  }
+  return methods;
 }
 
 }  // namespace qtune::reports

@@ -76,7 +76,11 @@ SelectionTable::Selection SelectionTable::select(std::string_view format, std::i
       break;
     }
   }
-  if (selection.shape == nullptr) selection.shape = nearest_shape(format, n, k);
+  if (selection.shape == nullptr) {
+    const auto method = fallback_methods.find(std::string(format));
+    if (method != fallback_methods.end() && method->second == FallbackMethod::Heuristic) return selection;
+    selection.shape = nearest_shape(format, n, k);
+  }
   if (selection.shape == nullptr) return selection;
   selection.config = &selection.shape->range_for(m).config;
   return selection;
@@ -110,6 +114,14 @@ nlohmann::json FallbackRegret::to_json() const {
                            {"geomean_regret", shape.geomean_regret},
                            {"max_regret", shape.max_regret}});
   }
+  auto method_json = [&](const MethodRegret& regret) {
+    return nlohmann::json{{"cells", regret.cells},
+                          {"geomean_regret", optional_number(regret.geomean_regret)},
+                          {"max_regret", optional_number(regret.max_regret)}};
+  };
+  nlohmann::json by_format = nlohmann::json::object();
+  for (const auto& [format, regret] : nearest_by_format) by_format[format]["nearest-shape"] = method_json(regret);
+  for (const auto& [format, regret] : heuristic_by_format) by_format[format]["heuristic"] = method_json(regret);
   return {{"method", "leave-one-shape-out: each tuned shape answered by the nearest other shape's M ranges; "
                      "regret = time of the chosen config there / best kernel time there - 1"},
           {"shapes", shapes},
@@ -119,7 +131,12 @@ nlohmann::json FallbackRegret::to_json() const {
           {"geomean_regret", optional_number(geomean_regret)},
           {"max_regret", optional_number(max_regret)},
           {"worst_cell", worst_cell},
-          {"per_shape", shapes_json}};
+          {"per_shape", shapes_json},
+          {"by_format", by_format}};
+}
+
+std::string_view to_string(FallbackMethod method) {
+  return method == FallbackMethod::Heuristic ? "heuristic" : "nearest-shape";
 }
 
 // ---------------------------------------------------------------------------------------------------- JSON
@@ -145,7 +162,14 @@ nlohmann::json SelectionTable::to_json() const {
     }
     formats_json[format] = {{"shapes", shapes_json}};
   }
+  nlohmann::json methods = nlohmann::json::object();
+  for (const auto& [format, shapes] : formats) {
+    const auto method = fallback_methods.find(format);
+    methods[format] = to_string(method == fallback_methods.end() ? FallbackMethod::NearestShape : method->second);
+  }
   nlohmann::json fallback = {
+      {"methods", methods},
+      {"heuristic", "for a format whose method is \"heuristic\", an untuned (N, K) takes the kernel family's heuristic"},
       {"method", "nearest tuned shape of the same format in (ln N, ln K), then its M ranges"},
       {"distance", "(ln N - ln N')^2 + (ln K - ln K')^2; ties go to the first shape in (N, K) order"},
       {"m_rule", "the smallest tuned M bucket >= M; the largest bucket beyond the last"},
@@ -244,6 +268,22 @@ SelectionTable SelectionTable::from_json(const nlohmann::json& json, std::string
     table.formats.emplace(format, std::move(shapes));
   }
   if (const auto provenance = json.find("provenance"); provenance != json.end()) table.provenance = *provenance;
+  // Tables written before per-format methods existed have none: every format falls back to the nearest shape.
+  if (const auto fallback = json.find("fallback"); fallback != json.end() && fallback->contains("methods")) {
+    const nlohmann::json& methods = fallback->at("methods");
+    if (!methods.is_object()) reader.fail("fallback.methods", "expected an object");
+    for (const auto& [format, method] : methods.items()) {
+      const std::string path = "fallback.methods." + format;
+      if (table.formats.count(format) == 0) reader.fail(path, "names a format the table does not have");
+      if (method == "heuristic") {
+        table.fallback_methods[format] = FallbackMethod::Heuristic;
+      } else if (method == "nearest-shape") {
+        table.fallback_methods[format] = FallbackMethod::NearestShape;
+      } else {
+        reader.fail(path, "expected \"nearest-shape\" or \"heuristic\"");
+      }
+    }
+  }
   return table;
 }
 
@@ -319,8 +359,9 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
       << "// select(format, m, n, k) returns the tuned kernel configuration for a GEMM C[M,N] = A[M,K] * W[N,K]^T, or\n"
       << "// nullptr when the table has no shape of `format` (the canonical spec text `qtune formats` prints).\n"
       << "// M rule: the winner of the smallest tuned M bucket >= M (the largest bucket's beyond the last).\n"
-      << "// A shape (N, K) that was not tuned takes the rules of the tuned shape of the same format nearest in\n"
-      << "// (ln N, ln K); check such a config against the kernel family's rules and fall back to the heuristic.\n";
+      << "// A shape (N, K) that was not tuned takes, per format (kNearestShapeFallback), the rules of the tuned shape\n"
+      << "// of the same format nearest in (ln N, ln K), or nothing (nullptr: run the family's heuristic); check a\n"
+      << "// nearest-shape config against the kernel family's rules and fall back to the heuristic when it fails.\n";
   if (provenance.contains("runs")) {
     out << "//\n// Winners from " << provenance["runs"].size() << " run(s):\n";
     for (const auto& run : provenance["runs"]) {
@@ -343,6 +384,15 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
 
   out << "inline constexpr std::array<std::string_view, " << formats.size() << "> kFormats{{\n";
   for (const auto& [format, shapes] : formats) out << "    " << quoted(format) << ",\n";
+  out << "}};\n\n";
+  out << "// Per format: an untuned (N, K) takes the nearest tuned shape's rules (true) or the family heuristic (false:\n"
+      << "// select() returns nullptr and the caller runs its heuristic).\n"
+      << "inline constexpr std::array<bool, " << formats.size() << "> kNearestShapeFallback{{\n";
+  for (const auto& [format, shapes] : formats) {
+    const auto method = fallback_methods.find(format);
+    const bool nearest = method == fallback_methods.end() || method->second == FallbackMethod::NearestShape;
+    out << "    " << (nearest ? "true" : "false") << ",  // " << format << "\n";
+  }
   out << "}};\n\n";
 
   out << "inline constexpr std::array<Config, " << configs.size() << "> kConfigs{{\n";
@@ -411,13 +461,15 @@ constexpr int format_index(std::string_view format) {
   return -1;
 }
 
-// The tuned shape whose rules answer (n, k): the shape itself, else the nearest one; nullptr for an unknown format.
+// The tuned shape whose rules answer (n, k): the shape itself, else the nearest one when the format falls back to
+// it; nullptr for an unknown format or a heuristic fallback.
 constexpr const Shape* rules_for(std::string_view format, std::int64_t n, std::int64_t k) {
   const int wanted = format_index(format);
   if (wanted < 0) return nullptr;
   for (const Shape& shape : kShapes) {
     if (shape.format == wanted && shape.n == n && shape.k == k) return &shape;
   }
+  if (!kNearestShapeFallback[static_cast<std::size_t>(wanted)]) return nullptr;
   const Shape* best = nullptr;
   double best_distance = 0.0;
   for (const Shape& shape : kShapes) {
@@ -439,7 +491,8 @@ constexpr bool is_tuned_shape(std::string_view format, std::int64_t n, std::int6
   return shape != nullptr && shape->n == n && shape->k == k;
 }
 
-// The configuration for the GEMM (format, m, n, k); nullptr when the table has no shape of `format`.
+// The configuration for the GEMM (format, m, n, k); nullptr when the table has no shape of `format`, or when (n, k)
+// was not tuned and the format falls back to the heuristic: run the kernel family's heuristic then.
 constexpr const Config* select(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k) {
   const Shape* shape = detail::rules_for(format, n, k);
   if (shape == nullptr) return nullptr;

@@ -99,7 +99,16 @@ struct ShapeRegret {
   double max_regret = 0;
 };
 
+// The heuristic as the fallback, measured the same way: its time on each held-out cell against the best there.
+struct MethodRegret {
+  int cells = 0;
+  std::optional<double> geomean_regret;
+  std::optional<double> max_regret;
+};
+
 struct FallbackRegret {
+  std::map<std::string, MethodRegret> nearest_by_format;    // the nearest-shape fallback, per format
+  std::map<std::string, MethodRegret> heuristic_by_format;  // the heuristic, per format
   int shapes = 0;           // shapes held out that had a neighbour
   int cells = 0;            // cells with a regret
   int heuristic_cells = 0;  // of those: the chosen config was not measured there, so the heuristic's time counts
@@ -112,9 +121,15 @@ struct FallbackRegret {
   nlohmann::json to_json() const;
 };
 
+// What answers a shape (N, K) the table did not tune, per format: the nearest tuned shape's rules, or the kernel
+// family's hand-written heuristic. `qtune export` picks the one with the lower leave-one-shape-out regret.
+enum class FallbackMethod { NearestShape, Heuristic };
+std::string_view to_string(FallbackMethod method);  // "nearest-shape", "heuristic"
+
 struct SelectionTable {
   std::string gpu;
   std::map<std::string, std::vector<ShapeRules>> formats;  // canonical format text -> shapes sorted by (n, k)
+  std::map<std::string, FallbackMethod> fallback_methods;   // per format; absent: NearestShape
   nlohmann::json provenance = nlohmann::json::object();    // the runs the winners came from (db data only)
   std::optional<FallbackRegret> fallback_regret;
 
@@ -123,7 +138,8 @@ struct SelectionTable {
     const ShapeRules* shape = nullptr;  // the tuned shape whose rules answered
     bool tuned_shape = false;           // (n, k) itself is in the table
   };
-  // The config for a GEMM; config == nullptr when the table has no shape of `format`.
+  // The config for a GEMM; config == nullptr when the table has no shape of `format`, or when (n, k) was not tuned
+  // and the format's fallback is the heuristic.
   Selection select(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k) const;
   // The nearest shape of `format` to (n, k), leaving out `excluded` (for leave-one-out); nullptr if none.
   const ShapeRules* nearest_shape(std::string_view format, std::int64_t n, std::int64_t k,
@@ -150,6 +166,8 @@ SelectionTable build_selection_table(const TuningData& data, const std::string& 
 
 // Leave-one-shape-out regret of the fallback over the measurements in `gpu_data` (store nothing).
 FallbackRegret evaluate_fallback(const SelectionTable& table, const TuningData& data, const GpuData& gpu_data);
+// Per format, the fallback with the lower geometric-mean regret in `regret` (nearest shape when neither is measured).
+std::map<std::string, FallbackMethod> choose_fallback_methods(const SelectionTable& table, const FallbackRegret& regret);
 
 // Writes `text` to `path` atomically (a temporary file beside it, then a rename). Throws LibraryError("system", ...).
 void write_file_atomically(const std::filesystem::path& path, const std::string& text);

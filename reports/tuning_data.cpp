@@ -10,6 +10,7 @@
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
 #include "search/gpu_profile.hpp"
+#include "tuner/tune/tuner.hpp"
 
 namespace qtune::reports {
 
@@ -217,6 +218,29 @@ TuningData load_tuning_data(db::Store& store, const DataFilter& filter) {
     if (!wanted_gpu(result.gpu) || !wanted_problem(problem)) continue;
     const std::string gpu = result.gpu;
     cell_for(index, gpu, problem).external.push_back(std::move(result));
+  }
+
+  // The heuristic is what the family's rules pick today, which a tune only labels when it measures that config anew:
+  // prefer today's pick wherever it was measured on the cell (the same config, measured in any phase).
+  std::map<std::string, std::optional<ArchLimits>> limits_by_gpu;
+  for (auto& [key, cell] : index.cells) {
+    auto [limits, inserted] = limits_by_gpu.try_emplace(key.first);
+    if (inserted) {
+      try {
+        limits->second = tune::target_from_profile(search::gpu_profile_by_name(key.first)).limits;
+      } catch (const Error&) {
+        // Not a known profile (a GPU named only by its device name): keep the labelled heuristic.
+      }
+    }
+    if (!limits->second || !cell.winner) continue;
+    try {
+      const db::KernelConfigRecord& winner_config = data.config(db::id_value(cell.winner->config));
+      const Problem problem{FormatSpec::parse(cell.problem.format), cell.problem.m, cell.problem.n, cell.problem.k, false};
+      const KernelConfig today = find_family(winner_config.family).default_config(problem, *limits->second);
+      if (const auto id = data.find_kernel_config(today); id && cell.kernel_us.count(*id) > 0) cell.heuristic_config = *id;
+    } catch (const Error&) {
+      // No heuristic for this problem today (an unsupported format or family): keep the labelled one.
+    }
   }
 
   for (auto& [key, cell] : index.cells) {

@@ -329,52 +329,109 @@ KernelConfig MmaFamily::default_config(const Problem& problem, const ArchLimits&
                      {"stages", stages}, {"split", split}, {"raster", 0}};
     return config;
   };
-  // Hand rules, written from exhaustive H200 sweeps of Llama-3-70B shapes (docs/perf.md) and kept general through
-  // the SM count and the shared-memory check:
-  //   - M <= 64: one m16..m64 tile row, 4 warps across N, bk 128. The weights stream from memory, so split-K
-  //     raises the CTA count to about four per SM (latency hiding), at most 4 ways.
-  //   - M > 64: 128x128 tiles with 2x4 warps, or 64x128 with 2x2 when that fills the last wave clearly better;
-  //     split-K only when the tiles do not fill one wave.
+  // Hand rules, written from H200 tunes of Llama-3-70B and DeepSeek-V3 shapes at W4A16 and W8A8 fp8 (docs/perf.md),
+  // kept general through the SM count, the weight width and the family's own check():
+  //   - M <= 64: the weights stream from memory. One m16..m64 tile row; 4-bit weights take 128-column tiles and
+  //     128-deep K tiles, 8-bit weights 64-column tiles and 256-deep ones when K has 4 of them (the same bytes per
+  //     stage, twice the CTAs).
+  //     Split-K raises the CTA count to about 1.5 per SM, and to 2 ways at least once K >= 4096 (more loads in
+  //     flight), but never leaves a CTA fewer than 4 K tiles (the pipeline would not fill). Shapes with very few
+  //     tiles add a second warp per K tile (WARPS_K 2).
+  //   - 64 < M <= 256, 8-bit weights: 64x64 tiles with 2x2 warps, split to half a wave of CTAs and 2 ways once
+  //     K >= 4096.
+  //   - 64 < M <= 128, 4-bit weights: 64x256 tiles with 2x4 warps split 2 ways when that makes 0.75..1 wave, else
+  //     64x128 with 2x2 warps, split while there are fewer than two CTAs per SM.
+  //   - 128 < M <= 256, 4-bit weights: 128x128 tiles with 2x4 warps when they make 0.8..1 wave, else 64x128 with
+  //     2x2 warps split to one wave.
+  //   - M > 256: 128x128 tiles with 2x4 warps, or 64x128 with 2x2 when that fills the last wave clearly better;
+  //     split-K only when the tiles do not fill half a wave.
   // Shapes are tried best-first; the first whose config passes check() wins, with stages lowered if needed.
   const int64_t m = problem.m;
   const int64_t sms = std::max(1, limits.sm_count);
+  const bool wide_weights = device.weight_bits >= 8;
   auto wave_efficiency = [&](int64_t tiles) {
     return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, sms) * sms);
   };
+  // How a shape picks its K split: reach `min_ctas`, take at least `min_split` ways, keep >= 4 K tiles per CTA.
+  enum class SplitRule { Streaming, HalfWave, TwoPerSm, OneWave, FillWave };
   struct Shape {
     int bm, bn, bk, wm, wn, wk, stages;
+    SplitRule rule;
+    int split = 0;  // > 0: this split, when K allows it
   };
+  const int row_tile = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+  const int stream_bn = wide_weights ? 64 : 128;
+  const int stream_bk = wide_weights && problem.k >= 4 * 256 ? 256 : 128;  // short K keeps 4 K tiles
   std::vector<Shape> shapes;
-  if (m <= 16) {
-    shapes = {{16, 128, 128, 1, 4, 1, 4}, {16, 64, 128, 1, 4, 1, 4}, {16, 64, 64, 1, 2, 1, 4}, {16, 32, 64, 1, 2, 1, 4}};
-  } else if (m <= 32) {
-    shapes = {{32, 128, 128, 1, 4, 1, 4}, {32, 64, 128, 1, 4, 1, 4}, {32, 64, 64, 1, 2, 1, 4}, {32, 32, 64, 1, 2, 1, 4}};
-  } else if (m <= 64) {
-    shapes = {{64, 128, 128, 1, 4, 1, 4}, {64, 64, 128, 1, 4, 1, 4}, {64, 64, 64, 2, 2, 1, 4}, {64, 32, 64, 2, 2, 1, 4}};
+  if (m <= 64) {
+    const int64_t stream_tiles = problem.n % stream_bn == 0 ? problem.n / stream_bn : problem.n / 64;
+    const int wk = stream_tiles * 8 < sms ? 2 : 1;  // very few tiles: two warps share each K tile
+    const int wm = m <= 32 || !wide_weights ? 1 : 2;
+    const int wn = wm == 2 ? 2 : 4;
+    const int stages = wide_weights ? 3 : 4;  // 256-deep stages are twice the bytes: 3 keep three CTAs per SM
+    shapes = {{row_tile, stream_bn, stream_bk, wm, wn, wk, stages, SplitRule::Streaming},
+              {row_tile, 64, stream_bk, wm, wn, wk, stages, SplitRule::Streaming},
+              {row_tile, 64, 128, 1, 2, 1, 4, SplitRule::Streaming},
+              {row_tile, 32, 128, 1, 2, 1, 4, SplitRule::Streaming}};
+  } else if (m <= 256 && wide_weights) {
+    shapes = {{64, 64, 128, 2, 2, 1, 3, SplitRule::HalfWave}, {64, 32, 128, 2, 2, 1, 3, SplitRule::HalfWave}};
+  } else if (m <= 128) {
+    const int64_t row_tiles = ceil_div(m, 64);
+    const int64_t wide_ctas = problem.n % 256 == 0 ? 2 * (problem.n / 256) * row_tiles : 0;
+    if (4 * wide_ctas >= 3 * sms && wide_ctas <= sms) shapes.push_back({64, 256, 128, 2, 4, 1, 4, SplitRule::TwoPerSm, 2});
+    shapes.push_back({64, 128, 128, 2, 2, 1, 3, SplitRule::TwoPerSm});
+    shapes.push_back({128, 128, 128, 2, 4, 1, 3, SplitRule::FillWave});
+    shapes.push_back({64, 64, 64, 2, 2, 1, 3, SplitRule::TwoPerSm});
+    shapes.push_back({64, 32, 64, 2, 2, 1, 3, SplitRule::TwoPerSm});
+  } else if (m <= 256) {
+    const int64_t large_tiles = problem.n % 128 == 0 ? (problem.n / 128) * ceil_div(m, 128) : 0;
+    if (10 * large_tiles >= 8 * sms && large_tiles <= sms) shapes.push_back({128, 128, 128, 2, 4, 1, 3, SplitRule::FillWave, 1});
+    shapes.push_back({64, 128, 128, 2, 2, 1, 3, SplitRule::OneWave});
+    shapes.push_back({64, 64, 64, 2, 2, 1, 3, SplitRule::OneWave});
+    shapes.push_back({64, 32, 64, 2, 2, 1, 3, SplitRule::OneWave});
   } else {
-    const Shape large{128, 128, 128, 2, 4, 1, 3};
-    const Shape medium{64, 128, 128, 2, 2, 1, 3};
+    const Shape large{128, 128, 128, 2, 4, 1, 3, SplitRule::FillWave};
+    const Shape medium{64, 128, 128, 2, 2, 1, 3, SplitRule::FillWave};
     const bool n_fits = problem.n % 128 == 0;
     const bool medium_fills_better =
         n_fits && wave_efficiency((problem.n / 128) * ceil_div(m, 64)) > wave_efficiency((problem.n / 128) * ceil_div(m, 128)) + 0.1;
     shapes = medium_fills_better ? std::vector<Shape>{medium, large} : std::vector<Shape>{large, medium};
-    shapes.push_back({64, 64, 64, 2, 2, 1, 3});
-    shapes.push_back({64, 32, 64, 2, 2, 1, 3});
+    shapes.push_back({64, 64, 64, 2, 2, 1, 3, SplitRule::FillWave});
+    shapes.push_back({64, 32, 64, 2, 2, 1, 3, SplitRule::FillWave});
   }
+  auto choose_split = [&](const Shape& shape, int64_t tiles, int64_t k_tiles) {
+    const auto fits = [&](int split) { return k_tiles / split >= 4; };
+    if (shape.split > 0) return fits(shape.split) ? shape.split : 1;
+    if (shape.rule == SplitRule::FillWave) {
+      if (2 * tiles >= sms) return 1;  // half a wave of big tiles already: a K split only adds traffic
+      int split = 1;
+      for (int candidate : {2, 4}) {
+        if (!fits(candidate)) break;
+        split = candidate;
+        if (tiles * candidate >= sms) break;
+      }
+      return split;
+    }
+    const int64_t min_ctas = shape.rule == SplitRule::Streaming  ? 3 * sms / 2
+                             : shape.rule == SplitRule::HalfWave ? sms / 2
+                             : shape.rule == SplitRule::TwoPerSm ? 2 * sms
+                                                                 : sms;
+    const bool long_k = problem.k >= 4096 && (shape.rule == SplitRule::Streaming || shape.rule == SplitRule::HalfWave);
+    int split = 1;
+    for (int candidate : {2, 4, 8}) {
+      if (tiles * split >= min_ctas && (split >= 2 || !long_k)) break;
+      if (!fits(candidate)) break;
+      split = candidate;
+    }
+    return split;
+  };
   std::string last_failure;
   for (const Shape& shape : shapes) {
-    const int bk = std::max(shape.bk, device.atom_k());  // 8-bit and 4-bit operands have deeper atoms
+    // 8-bit and 4-bit operands have deeper atoms; two warps per K tile need two atoms.
+    const int bk = std::max(shape.bk, device.atom_k() * shape.wk);
     if (problem.n % shape.bn != 0 || problem.k % bk != 0 || bk % device.atom_k() != 0) continue;
     const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);
-    const int64_t k_tiles = problem.k / bk;
-    const int64_t target_ctas = m <= 64 ? 4 * sms : sms;
-    int split = 1;
-    for (int candidate : {1, 2, 4}) {
-      if (k_tiles / candidate < 2) break;
-      split = candidate;
-      if (tiles * candidate >= target_ctas) break;
-    }
-    if (m > 64 && 10 * tiles >= 9 * sms) split = 1;  // (nearly) a full wave already: a K split only adds traffic
+    const int split = choose_split(shape, tiles, problem.k / bk);
     for (int stages = shape.stages; stages >= 2; --stages) {
       const KernelConfig config = make(shape.bm, shape.bn, bk, shape.wm, shape.wn, shape.wk, stages, split);
       const RuleVerdict verdict = check(config, problem, limits);

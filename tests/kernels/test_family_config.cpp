@@ -204,8 +204,26 @@ TEST(MmaFamily, DefaultConfigFollowsTheCalibratedH200Rules) {
   expect(1, 8192, 8192, "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0");   // 64 tiles: split to ~4 CTAs/SM
   expect(16, 57344, 8192, "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=2,raster=0");  // 448 tiles
   expect(64, 8192, 28672, "bm=64,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0");
+  // M=128: a wave of 64x256 tiles split 2 ways (64 tiles x 2), else 64x128 split 2 below two CTAs per SM.
+  expect(128, 8192, 8192, "bm=64,bn=256,bk=128,wm=2,wn=4,wk=1,stages=4,split=2,raster=0");
+  expect(128, 10240, 8192, "bm=64,bn=128,bk=128,wm=2,wn=2,wk=1,stages=3,split=2,raster=0");   // 160 tiles
+  expect(128, 57344, 8192, "bm=64,bn=128,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0");   // 896 tiles
   expect(256, 8192, 8192, "bm=128,bn=128,bk=128,wm=2,wn=4,wk=1,stages=3,split=1,raster=0");  // 128 tiles: one wave
   expect(256, 10240, 8192, "bm=64,bn=128,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0");  // 160 tiles fill badly
+  // DeepSeek-V3 shapes: short K is never split below 4 K tiles per CTA; very few tiles add a second warp per K tile.
+  expect(1, 32768, 512, "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0");
+  expect(1, 576, 7168, "bm=16,bn=64,bk=128,wm=1,wn=4,wk=2,stages=4,split=8,raster=0");
+}
+
+TEST(MmaFamily, DefaultConfigGivesEightBitWeightsNarrowDeepTiles) {
+  const ArchLimits h200 = ArchLimits::for_sm(90);
+  auto expect = [&](int64_t m, int64_t n, int64_t k, const std::string& expected) {
+    EXPECT_EQ(mma_family().default_config(problem("w8a8-fp8-ch", m, n, k), h200).to_string(), expected)
+        << "m=" << m << " n=" << n << " k=" << k;
+  };
+  expect(1, 8192, 8192, "bm=16,bn=64,bk=256,wm=1,wn=4,wk=1,stages=3,split=2,raster=0");   // K >= 4096: 2 ways
+  expect(1, 32768, 512, "bm=16,bn=64,bk=128,wm=1,wn=4,wk=1,stages=3,split=1,raster=0");   // 4 K tiles of 128
+  expect(128, 10240, 8192, "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=2,raster=0");
 }
 
 TEST(MmaFamily, LaunchGeometryAndBuffers) {

@@ -146,6 +146,8 @@ TEST_F(ExportFixture, FallbackRegretIsLeaveOneShapeOutOverTheMeasurements) {
   EXPECT_EQ(regret.cells, static_cast<int>(spec_.formats.size() * spec_.shapes.size() * spec_.m_buckets.size()));
   EXPECT_EQ(regret.heuristic_cells, 0);
   EXPECT_EQ(regret.skipped_cells, 0);
+  // Both fallbacks are summarized for every format.
+  EXPECT_EQ(regret.nearest_by_format.size(), spec_.formats.size());
   ASSERT_TRUE(regret.geomean_regret && regret.max_regret);
   EXPECT_GE(*regret.geomean_regret, 0.0);
   EXPECT_GE(*regret.max_regret, *regret.geomean_regret);
@@ -320,7 +322,47 @@ std::string command_output(const std::string& command, int* status) {
   return output;
 }
 
+TEST_F(ExportFixture, AHeuristicFallbackAnswersOnlyTunedShapesAndSurvivesJson) {
+  const std::string format = "w4a16-int4-ch";
+  table_.fallback_methods[format] = FallbackMethod::Heuristic;
+  EXPECT_EQ(table_.select(format, 64, 10000, 8192).config, nullptr);  // untuned: the caller runs the heuristic
+  const auto tuned = table_.select(format, 64, 8192, 8192);
+  ASSERT_NE(tuned.config, nullptr);
+  EXPECT_TRUE(tuned.tuned_shape);
+  const SelectionTable back = SelectionTable::from_json(table_.to_json());
+  EXPECT_EQ(back.to_json(), table_.to_json());
+  EXPECT_EQ(back.select(format, 64, 10000, 8192).config, nullptr);
+  EXPECT_EQ(table_.to_json()["fallback"]["methods"][format], "heuristic");
+  // Unknown methods and formats are named.
+  nlohmann::json bad = table_.to_json();
+  bad["fallback"]["methods"][format] = "nearest";
+  EXPECT_THROW(SelectionTable::from_json(bad), InputError);
+  bad = table_.to_json();
+  bad["fallback"]["methods"]["w4a16-int4-g128"] = "heuristic";
+  EXPECT_THROW(SelectionTable::from_json(bad), InputError);
+}
+
+TEST(FallbackMethods, TheLowerMeasuredRegretWinsPerFormat) {
+  SelectionTable table;
+  table.formats["a"] = {};
+  table.formats["b"] = {};
+  table.formats["c"] = {};
+  FallbackRegret regret;
+  regret.nearest_by_format["a"].geomean_regret = 0.09;
+  regret.heuristic_by_format["a"].geomean_regret = 0.03;
+  regret.nearest_by_format["b"].geomean_regret = 0.02;
+  regret.heuristic_by_format["b"].geomean_regret = 0.04;
+  // c: nothing measured -> the nearest shape, as tables always did.
+  const auto methods = choose_fallback_methods(table, regret);
+  EXPECT_EQ(methods.at("a"), FallbackMethod::Heuristic);
+  EXPECT_EQ(methods.at("b"), FallbackMethod::NearestShape);
+  EXPECT_EQ(methods.at("c"), FallbackMethod::NearestShape);
+}
+
 TEST_F(ExportFixture, GeneratedHeaderCompilesStandaloneAndSelectsLikeTheLibrary) {
+  // The first format falls back to the heuristic (select() gives nullptr off its tuned shapes), the others to the
+  // nearest shape: the header must answer both ways like the library.
+  table_.fallback_methods[table_.formats.begin()->first] = FallbackMethod::Heuristic;
   const fs::path header = dir_ / "tuned_table.hpp";
   testing::write_text(header, table_.to_cpp_header("tuned"));
   const std::string text = testing::file_text(header);

@@ -74,6 +74,28 @@ void from_json(const nlohmann::json& json, Runoff& runoff) {
   runoff.decision = json.value("decision", std::string());
 }
 
+std::string_view to_string(PinOutcome outcome) {
+  switch (outcome) {
+    case PinOutcome::NotAsked:
+      return "not-asked";
+    case PinOutcome::Pinned:
+      return "pinned";
+    case PinOutcome::NotListed:
+      return "not-listed";
+    case PinOutcome::NotVerified:
+      return "not-verified";
+  }
+  return "not-asked";
+}
+
+PinOutcome parse_pin_outcome(std::string_view text) {
+  for (const PinOutcome outcome :
+       {PinOutcome::NotAsked, PinOutcome::Pinned, PinOutcome::NotListed, PinOutcome::NotVerified}) {
+    if (to_string(outcome) == text) return outcome;
+  }
+  QTUNE_INPUT_ERROR("pin: expected not-asked, pinned, not-listed or not-verified, got '" + std::string(text) + "'");
+}
+
 void to_json(nlohmann::json& json, const TargetResult& result) {
   json = nlohmann::json{{"target", result.target},
                         {"m", result.problem.m},
@@ -85,7 +107,8 @@ void to_json(nlohmann::json& json, const TargetResult& result) {
                         {"notes", result.notes},
                         {"variants", result.variants},
                         {"best", result.best},
-                        {"device", result.device}};
+                        {"device", result.device},
+                        {"pin", to_string(result.pin)}};
   json["runoff"] = result.runoff ? nlohmann::json(*result.runoff) : nlohmann::json();
 }
 
@@ -99,6 +122,7 @@ void from_json(const nlohmann::json& json, TargetResult& result) {
   result.variants = json.value("variants", std::vector<VariantResult>{});
   result.best = json.value("best", -1);
   result.device = json.value("device", nlohmann::json());
+  result.pin = parse_pin_outcome(json.value("pin", std::string(to_string(PinOutcome::NotAsked))));
   if (json.contains("runoff") && !json.at("runoff").is_null()) {
     result.runoff = json.at("runoff").get<Runoff>();
   } else {
@@ -216,9 +240,80 @@ void rethrow_if_context_lost() {
 
 }  // namespace
 
+namespace {
+
+// Verifies `algo` on a poisoned output and, when it passes, times it; failures are recorded in the result.
+VariantResult verify_and_time(CublasLtBaseline& baseline, const AlgoInfo& algo,
+                              const measure::MeasureOptions& options) {
+  VariantResult variant;
+  variant.label = algo.describe();
+  variant.params = nlohmann::json::parse(algo.to_json());
+  baseline.select_algorithm(algo.heuristic_index);
+  try {
+    variant.verify = baseline.verify();
+  } catch (const Error& error) {
+    rethrow_if_context_lost();
+    variant.verify.passed = false;
+    variant.verify.rel_error = std::numeric_limits<double>::infinity();
+    variant.verify.message = std::string("verification run failed: ") + error.what();
+    variant.error = variant.verify.message;
+    return variant;
+  }
+  if (!variant.verify.passed) {
+    variant.error = "not timed: verification failed";
+    return variant;
+  }
+  try {
+    variant.measurement = measure::measure([&](CUstream stream) { baseline.launch(stream); }, options);
+  } catch (const NoGpuError&) {
+    throw;
+  } catch (const Error& error) {
+    rethrow_if_context_lost();
+    variant.error = std::string("measurement failed: ") + error.what();
+  }
+  return variant;
+}
+
+void append_note(std::string& notes, const std::string& note) {
+  notes += (notes.empty() ? "" : "; ") + note;
+}
+
+// The pinned algorithm alone, when it is listed and verifies and times; otherwise nullopt with `result.pin` and its
+// note saying why.
+std::optional<VariantResult> try_pinned(CublasLtBaseline& baseline, const PinnedAlgorithm& pinned,
+                                        const measure::MeasureOptions& options, TargetResult& result) {
+  const std::vector<AlgoInfo>& algorithms = baseline.algorithms();
+  const std::string was = "h" + std::to_string(pinned.algorithm.heuristic_index);
+  const std::optional<size_t> found = find_algorithm(algorithms, pinned.algorithm);
+  if (!found) {
+    result.pin = PinOutcome::NotListed;
+    std::string chosen = pinned.algorithm.describe();
+    chosen = chosen.substr(chosen.find(' ') + 1);  // without its old "hN"
+    append_note(result.notes, "pin: the algorithm of " + pinned.origin + " (" + chosen + ") is not among the " +
+                                  std::to_string(algorithms.size()) + " cuBLASLt lists now; top-k + run-off decided");
+    return std::nullopt;
+  }
+  const AlgoInfo& algo = algorithms[*found];
+  VariantResult variant = verify_and_time(baseline, algo, options);
+  if (!variant.verify.passed || !variant.measurement) {
+    result.pin = PinOutcome::NotVerified;
+    append_note(result.notes, "pin: the algorithm of " + pinned.origin + " (h" + std::to_string(algo.heuristic_index) +
+                                  " now) failed: " + variant.error + "; top-k + run-off decided");
+    return std::nullopt;
+  }
+  result.pin = PinOutcome::Pinned;
+  append_note(result.notes, "pinned h" + std::to_string(algo.heuristic_index) + " from " + pinned.origin + " (" + was +
+                                " then; no run-off)");
+  return variant;
+}
+
+}  // namespace
+
 TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options,
-                           const RunoffOptions& runoff_options) {
+                           const RunoffOptions& runoff_options, const std::optional<PinnedAlgorithm>& pinned,
+                           int top_k) {
   validate(runoff_options);
+  if (top_k < 0) QTUNE_INPUT_ERROR("top_k: must be >= 0 (0: every listed algorithm), got " + std::to_string(top_k));
   TargetResult result;
   result.target = baseline.id();
   result.problem = baseline.problem();
@@ -228,38 +323,19 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
   result.notes = baseline.notes();
   if (!baseline.supported()) return result;
 
-  for (const AlgoInfo& algo : baseline.algorithms()) {
-    VariantResult variant;
-    variant.label = algo.describe();
-    variant.params = nlohmann::json::parse(algo.to_json());
-    baseline.select_algorithm(algo.heuristic_index);
-    try {
-      variant.verify = baseline.verify();
-    } catch (const Error& error) {
-      rethrow_if_context_lost();
-      variant.verify.passed = false;
-      variant.verify.rel_error = std::numeric_limits<double>::infinity();
-      variant.verify.message = std::string("verification run failed: ") + error.what();
-      variant.error = variant.verify.message;
-      result.variants.push_back(std::move(variant));
-      continue;
+  const std::vector<AlgoInfo>& algorithms = baseline.algorithms();
+  if (pinned) {
+    if (std::optional<VariantResult> variant = try_pinned(baseline, *pinned, options, result)) {
+      result.variants.push_back(std::move(*variant));
+      result.best = 0;  // the pinned algorithm is selected: try_pinned timed it last
+      return result;
     }
-    if (!variant.verify.passed) {
-      variant.error = "not timed: verification failed";
-      result.variants.push_back(std::move(variant));
-      continue;
-    }
-    try {
-      variant.measurement = measure::measure([&](CUstream stream) { baseline.launch(stream); }, options);
-    } catch (const NoGpuError&) {
-      throw;
-    } catch (const Error& error) {
-      rethrow_if_context_lost();
-      variant.error = std::string("measurement failed: ") + error.what();
-    }
-    result.variants.push_back(std::move(variant));
   }
-  const std::vector<AlgoInfo>& algorithms = baseline.algorithms();  // variants[i] is algorithms[i]
+
+  const size_t timed_count =
+      top_k > 0 ? std::min(algorithms.size(), static_cast<size_t>(top_k)) : algorithms.size();
+  for (size_t i = 0; i < timed_count; ++i) result.variants.push_back(verify_and_time(baseline, algorithms[i], options));
+  // variants[i] is algorithms[i] from here on.
   result.best = best_variant_index(result.variants);
   const std::optional<std::pair<int, int>> pair =
       runoff_options.rounds > 0 ? runoff_pair(result.variants) : std::nullopt;
@@ -294,34 +370,23 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
 
 TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
                             const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options,
-                            const RunoffOptions& runoff_options) {
-  CublasLtBaseline baseline(kind, baseline_options);
+                            const RunoffOptions& runoff_options, const std::optional<PinnedAlgorithm>& pinned) {
+  BaselineOptions listing = baseline_options;
+  if (pinned) {
+    if (pinned->search_depth < 1) {
+      QTUNE_INPUT_ERROR("pinned.search_depth: must be at least 1, got " + std::to_string(pinned->search_depth));
+    }
+    listing.top_k = std::max(listing.top_k, pinned->search_depth);
+  }
+  CublasLtBaseline baseline(kind, listing);
   baseline.prepare(problem, seed);
-  TargetResult result = tune_baseline(baseline, measure_options, runoff_options);
+  TargetResult result = tune_baseline(baseline, measure_options, runoff_options, pinned, baseline_options.top_k);
   result.problem = problem;
   result.device = runtime::Device::get(baseline_options.device).info();
   return result;
 }
 
 // ---------------------------------------------------------------- worker job
-
-nlohmann::json measure_options_to_json(const measure::MeasureOptions& options) {
-  return nlohmann::json{{"device", options.device},
-                        {"warm_l2", options.warm_l2},
-                        {"flush_bytes", options.flush_bytes},
-                        {"target_relative_ci", options.target_relative_ci},
-                        {"confidence", options.confidence},
-                        {"min_repetitions", options.min_repetitions},
-                        {"max_repetitions", options.max_repetitions},
-                        {"time_budget_s", options.time_budget_s},
-                        {"batch_repetitions", options.batch_repetitions},
-                        {"min_warmup_s", options.min_warmup_s},
-                        {"max_warmup_s", options.max_warmup_s},
-                        {"warmup_window", options.warmup_window},
-                        {"warmup_tolerance", options.warmup_tolerance},
-                        {"throttle_retries", options.throttle_retries},
-                        {"throttle_cooldown_s", options.throttle_cooldown_s}};
-}
 
 namespace {
 
@@ -337,30 +402,9 @@ T field(const nlohmann::json& json, const char* name, const T& fallback, const s
 
 }  // namespace
 
-measure::MeasureOptions measure_options_from_json(const nlohmann::json& json) {
-  measure::MeasureOptions options;
-  const std::string prefix = "measure.";
-  options.device = field(json, "device", options.device, prefix);
-  options.warm_l2 = field(json, "warm_l2", options.warm_l2, prefix);
-  options.flush_bytes = field(json, "flush_bytes", options.flush_bytes, prefix);
-  options.target_relative_ci = field(json, "target_relative_ci", options.target_relative_ci, prefix);
-  options.confidence = field(json, "confidence", options.confidence, prefix);
-  options.min_repetitions = field(json, "min_repetitions", options.min_repetitions, prefix);
-  options.max_repetitions = field(json, "max_repetitions", options.max_repetitions, prefix);
-  options.time_budget_s = field(json, "time_budget_s", options.time_budget_s, prefix);
-  options.batch_repetitions = field(json, "batch_repetitions", options.batch_repetitions, prefix);
-  options.min_warmup_s = field(json, "min_warmup_s", options.min_warmup_s, prefix);
-  options.max_warmup_s = field(json, "max_warmup_s", options.max_warmup_s, prefix);
-  options.warmup_window = field(json, "warmup_window", options.warmup_window, prefix);
-  options.warmup_tolerance = field(json, "warmup_tolerance", options.warmup_tolerance, prefix);
-  options.throttle_retries = field(json, "throttle_retries", options.throttle_retries, prefix);
-  options.throttle_cooldown_s = field(json, "throttle_cooldown_s", options.throttle_cooldown_s, prefix);
-  measure::validate(options);
-  return options;
-}
 
 nlohmann::json to_job_params(const BenchBaselineRequest& request) {
-  return nlohmann::json{{"baseline", baseline_id(request.kind)},
+  nlohmann::json params{{"baseline", baseline_id(request.kind)},
                         {"m", request.problem.m},
                         {"n", request.problem.n},
                         {"k", request.problem.k},
@@ -369,11 +413,17 @@ nlohmann::json to_job_params(const BenchBaselineRequest& request) {
                         {"workspace_bytes", request.baseline.workspace_bytes},
                         {"max_verify_rows", request.baseline.max_verify_rows},
                         {"fp8_output", to_string(request.baseline.fp8_output)},
-                        {"measure", measure_options_to_json(request.measure)},
+                        {"measure", measure::measure_options_to_json(request.measure)},
                         {"runoff",
                          {{"rounds", request.runoff.rounds},
                           {"tie_tolerance", request.runoff.tie_tolerance},
                           {"round_time_budget_s", request.runoff.round_time_budget_s}}}};
+  if (request.pinned) {
+    params["pinned"] = {{"algorithm", nlohmann::json::parse(request.pinned->algorithm.to_json())},
+                        {"origin", request.pinned->origin},
+                        {"search_depth", request.pinned->search_depth}};
+  }
+  return params;
 }
 
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
@@ -389,21 +439,38 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
   request.baseline.fp8_output =
       parse_output_type(field(params, "fp8_output", to_string(request.baseline.fp8_output)), "fp8_output");
   if (request.baseline.top_k < 1) QTUNE_INPUT_ERROR("top_k: must be at least 1");
-  request.measure = measure_options_from_json(params.value("measure", nlohmann::json::object()));
+  request.measure = measure::measure_options_from_json(params.value("measure", nlohmann::json::object()));
   request.baseline.device = request.measure.device;
   const nlohmann::json runoff = params.value("runoff", nlohmann::json::object());
   request.runoff.rounds = field(runoff, "rounds", request.runoff.rounds, "runoff.");
   request.runoff.tie_tolerance = field(runoff, "tie_tolerance", request.runoff.tie_tolerance, "runoff.");
   request.runoff.round_time_budget_s = field(runoff, "round_time_budget_s", request.runoff.round_time_budget_s, "runoff.");
   validate(request.runoff);
+  if (params.contains("pinned") && !params.at("pinned").is_null()) {
+    const nlohmann::json& pinned = params.at("pinned");
+    if (!pinned.is_object()) QTUNE_INPUT_ERROR("pinned: expected an object, got " + pinned.dump());
+    if (!pinned.contains("algorithm")) QTUNE_INPUT_ERROR("pinned.algorithm: missing");
+    PinnedAlgorithm pin;
+    try {
+      pin.algorithm = algo_info_from_json(pinned.at("algorithm").dump());
+    } catch (const InputError& error) {
+      QTUNE_INPUT_ERROR(std::string("pinned.") + error.what());
+    }
+    pin.origin = field(pinned, "origin", std::string("an earlier run"), "pinned.");
+    pin.search_depth = field(pinned, "search_depth", kDefaultPinSearchDepth, "pinned.");
+    if (pin.search_depth < 1) {
+      QTUNE_INPUT_ERROR("pinned.search_depth: must be at least 1, got " + std::to_string(pin.search_depth));
+    }
+    request.pinned = std::move(pin);
+  }
   return request;
 }
 
 void register_baseline_jobs() {
   measure::register_job(kBenchBaselineJob, [](const nlohmann::json& params) {
     const BenchBaselineRequest request = request_from_job_params(params);
-    return nlohmann::json(
-        bench_baseline(request.kind, request.problem, request.seed, request.baseline, request.measure, request.runoff));
+    return nlohmann::json(bench_baseline(request.kind, request.problem, request.seed, request.baseline, request.measure,
+                                         request.runoff, request.pinned));
   });
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,31 @@ std::optional<std::pair<int, int>> runoff_pair(const std::vector<VariantResult>&
 Runoff run_off(int first, int second, const RunoffOptions& options, const std::function<double(int)>& measure_median_us);
 void validate(const RunoffOptions& options);
 
+// Re-timing the algorithm an earlier run chose instead of deciding again among near-tied ones
+// (qtune bench --pin-algorithm): it is looked up in the fresh heuristic list by its identifying fields
+// (same_algorithm), verified and timed alone, with no run-off.
+struct PinnedAlgorithm {
+  AlgoInfo algorithm;           // as stored by the earlier run; its heuristic_index is the position it had then
+  std::string origin;           // where it was chosen, for the row's note: "run 12 of 2026-11-30T00:12:03.123Z"
+  int search_depth = 32;        // heuristic results listed to find it (at least the top k)
+};
+inline constexpr int kDefaultPinSearchDepth = 32;
+
+// What became of a pinned algorithm.
+enum class PinOutcome {
+  NotAsked,     // no pinning
+  Pinned,       // found, verified and timed alone: it is `best`
+  NotListed,    // not among the listed algorithms: the top k and the run-off decided
+  NotVerified,  // found, but it failed verification or timing: the top k and the run-off decided
+};
+std::string_view to_string(PinOutcome outcome);
+PinOutcome parse_pin_outcome(std::string_view text);  // InputError naming "pin"
+
+// The measurement phases `qtune bench` stores: the decided algorithm, the others of the top k, a pinned one.
+inline constexpr const char* kBestOfTopKPhase = "best-of-top-k";
+inline constexpr const char* kTopKPhase = "top-k";
+inline constexpr const char* kPinnedPhase = "pinned";
+
 struct TargetResult {
   std::string target;  // "cublaslt-f16"
   GemmProblem problem;
@@ -69,6 +95,7 @@ struct TargetResult {
   int best = -1;          // index into variants of the winner (fastest verified, or the run-off's); -1 when none
   std::optional<Runoff> runoff;  // when two or more algorithms were timed and a run-off was asked for
   nlohmann::json device;  // runtime::DeviceInfo of the GPU it ran on (null when unknown)
+  PinOutcome pin = PinOutcome::NotAsked;  // Pinned: variants holds the pinned algorithm alone
 
   const VariantResult* best_variant() const {
     return best >= 0 && best < static_cast<int>(variants.size()) ? &variants[static_cast<size_t>(best)] : nullptr;
@@ -87,15 +114,20 @@ void from_json(const nlohmann::json& json, TargetResult& result);
 // The verified variant with the lowest median, -1 when none has a measurement.
 int best_variant_index(const std::vector<VariantResult>& variants);
 
-// On a prepared baseline: verifies each listed algorithm on a poisoned output, times the verified ones (a launch
-// error is recorded, not thrown), decides between the two fastest in a run-off (RunoffOptions), records the winner
-// as `best` and leaves it selected.
+// On a prepared baseline: verifies each of the first `top_k` listed algorithms (0: all listed) on a poisoned output,
+// times the verified ones (a launch error is recorded, not thrown), decides between the two fastest in a run-off
+// (RunoffOptions), records the winner as `best` and leaves it selected.
+// With `pinned`: when the pinned algorithm is listed (anywhere in the list) and verifies and times, it is the only
+// variant and `best`, with no run-off; otherwise the note says why and the top k decide as above. `pin` tells which.
 TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options,
-                           const RunoffOptions& runoff_options = {});
-// prepare + tune_baseline; an unsupported baseline comes back with supported == false and the reason.
+                           const RunoffOptions& runoff_options = {},
+                           const std::optional<PinnedAlgorithm>& pinned = std::nullopt, int top_k = 0);
+// prepare + tune_baseline; an unsupported baseline comes back with supported == false and the reason. With `pinned`,
+// cuBLASLt lists max(top_k, pinned->search_depth) algorithms to find it; the top k are timed if it is not used.
 TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
                             const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options,
-                            const RunoffOptions& runoff_options = {});
+                            const RunoffOptions& runoff_options = {},
+                            const std::optional<PinnedAlgorithm>& pinned = std::nullopt);
 
 // ---- The worker job (containment: a faulting cuBLASLt kernel kills the worker, not the run) ----
 inline constexpr const char* kBenchBaselineJob = "bench-baseline";
@@ -106,11 +138,10 @@ struct BenchBaselineRequest {
   BaselineOptions baseline;
   measure::MeasureOptions measure;
   RunoffOptions runoff;
+  std::optional<PinnedAlgorithm> pinned;  // travels as "pinned": {"algorithm": AlgoInfo JSON, "origin", "search_depth"}
 };
 nlohmann::json to_job_params(const BenchBaselineRequest& request);
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params);  // InputError naming a bad field
-nlohmann::json measure_options_to_json(const measure::MeasureOptions& options);
-measure::MeasureOptions measure_options_from_json(const nlohmann::json& json);
 // Registers kBenchBaselineJob (runs bench_baseline, returns the TargetResult as JSON). Idempotent.
 void register_baseline_jobs();
 

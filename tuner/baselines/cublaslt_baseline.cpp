@@ -143,6 +143,57 @@ std::string AlgoInfo::to_json() const {
   return json.dump();
 }
 
+bool same_algorithm(const AlgoInfo& a, const AlgoInfo& b) {
+  return a.algo_id == b.algo_id && a.tile_id == b.tile_id && a.stages_id == b.stages_id && a.splitk == b.splitk &&
+         a.reduction_scheme == b.reduction_scheme && a.cta_swizzling == b.cta_swizzling &&
+         a.custom_option == b.custom_option && a.inner_shape_id == b.inner_shape_id &&
+         a.cluster_shape_id == b.cluster_shape_id;
+}
+
+std::optional<size_t> find_algorithm(const std::vector<AlgoInfo>& algorithms, const AlgoInfo& wanted) {
+  for (size_t i = 0; i < algorithms.size(); ++i) {
+    if (same_algorithm(algorithms[i], wanted)) return i;
+  }
+  return std::nullopt;
+}
+
+AlgoInfo algo_info_from_json(std::string_view json_text) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& error) {
+    QTUNE_INPUT_ERROR(std::string("algorithm: not JSON: ") + error.what());
+  }
+  if (!json.is_object()) QTUNE_INPUT_ERROR("algorithm: expected a JSON object, got " + json.dump());
+  const auto required_int = [&](const char* name) {
+    if (!json.contains(name)) QTUNE_INPUT_ERROR(std::string("algorithm.") + name + ": missing");
+    const nlohmann::json& value = json.at(name);
+    if (!value.is_number_integer()) {
+      QTUNE_INPUT_ERROR(std::string("algorithm.") + name + ": not an integer: " + value.dump());
+    }
+    return value.get<int>();
+  };
+  AlgoInfo info;
+  info.algo_id = required_int("algo_id");
+  info.tile_id = required_int("tile_id");
+  info.stages_id = required_int("stages_id");
+  info.splitk = required_int("splitk");
+  info.reduction_scheme = required_int("reduction_scheme");
+  info.cta_swizzling = required_int("cta_swizzling");
+  info.custom_option = required_int("custom_option");
+  info.inner_shape_id = required_int("inner_shape_id");
+  info.cluster_shape_id = required_int("cluster_shape_id");
+  // Descriptive fields of the listing it came from: kept when present.
+  try {
+    info.heuristic_index = json.value("heuristic_index", 0);
+    info.workspace_bytes = json.value("workspace_bytes", size_t{0});
+    info.waves_count = json.value("waves_count", 0.0f);
+  } catch (const nlohmann::json::exception& error) {
+    QTUNE_INPUT_ERROR(std::string("algorithm: ") + error.what());
+  }
+  return info;
+}
+
 struct CublasLtBaseline::State {
   bool prepared = false;
   bool supported = false;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/format.hpp"
@@ -45,6 +46,16 @@ struct AlgoInfo {
   // The same fields as a JSON object text (stored with measurements).
   std::string to_json() const;
 };
+
+// Whether two AlgoInfo name the same cuBLASLt algorithm: equal in every configuration attribute (algo_id, tile_id,
+// stages_id, splitk, reduction_scheme, cta_swizzling, custom_option, inner_shape_id, cluster_shape_id). The list
+// position, workspace need and wave estimate describe one listing, not the algorithm, and are ignored.
+bool same_algorithm(const AlgoInfo& a, const AlgoInfo& b);
+// The position in `algorithms` of the first one that is the same_algorithm as `wanted`; nullopt when none is.
+std::optional<size_t> find_algorithm(const std::vector<AlgoInfo>& algorithms, const AlgoInfo& wanted);
+// Reads AlgoInfo::to_json() text back (as stored in the database's config params). The identifying fields are
+// required; throws InputError naming the field when one is missing or not an integer, or the text is not JSON.
+AlgoInfo algo_info_from_json(std::string_view json_text);
 
 class CublasLtBaseline {
  public:

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -22,8 +23,10 @@
 #include "search/gpu_profile.hpp"
 #include "tuner/baselines/baseline.hpp"
 #include "tuner/baselines/baseline_bench.hpp"
+#include "tuner/baselines/baseline_pin.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/measure/worker.hpp"
+#include "tuner/runtime/device.hpp"
 
 namespace qtune::cli {
 
@@ -31,6 +34,7 @@ namespace {
 
 using baselines::BaselineKind;
 using baselines::GemmProblem;
+using baselines::PinnedAlgorithm;
 using baselines::TargetResult;
 using baselines::TrafficModel;
 
@@ -41,8 +45,10 @@ struct BenchOptions {
   std::string m_list;
   int top_k = 8;
   bool warm_l2 = false;
+  std::string l2_flush = "read";
   std::string db_path = "qtune.db";
   bool no_db = false;
+  bool pin_algorithm = false;
   std::string output = "table";
   uint64_t seed = 1;
   double time_budget_s = 2.0;
@@ -60,7 +66,8 @@ struct BenchOptions {
 struct BenchTarget {
   std::string label;
   std::string job;
-  std::function<nlohmann::json(const GemmProblem&)> job_params;
+  // The job's params; `pinned`: re-time this algorithm alone (see baselines::PinnedAlgorithm).
+  std::function<nlohmann::json(const GemmProblem&, const std::optional<PinnedAlgorithm>& pinned)> job_params;
   std::function<TrafficModel(const GemmProblem&)> traffic;
   search::TensorType tensor_type = search::TensorType::F16;
   std::string problem_format;  // the database problem's format text
@@ -100,13 +107,15 @@ BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
   baseline_options.fp8_output = parse_output_type(options.fp8_output, "--fp8-output");
   baseline_options.device = options.device;
   const uint64_t seed = options.seed;
-  target.job_params = [kind, seed, baseline_options, measure_options](const GemmProblem& problem) {
+  target.job_params = [kind, seed, baseline_options, measure_options](const GemmProblem& problem,
+                                                                      const std::optional<PinnedAlgorithm>& pinned) {
     baselines::BenchBaselineRequest request;
     request.kind = kind;
     request.problem = problem;
     request.seed = seed;
     request.baseline = baseline_options;
     request.measure = measure_options;
+    request.pinned = pinned;
     return baselines::to_job_params(request);
   };
   target.traffic = [kind](const GemmProblem& problem) { return baselines::traffic(kind, problem); };
@@ -142,8 +151,10 @@ class JobRunner {
     try {
       if (job == baselines::kBenchBaselineJob) {
         const auto request = baselines::request_from_job_params(params);
-        outcome.result =
-            baselines::bench_baseline(request.kind, request.problem, request.seed, request.baseline, request.measure);
+        outcome.result = baselines::bench_baseline(request.kind, request.problem, request.seed, request.baseline,
+                                                   request.measure, request.runoff, request.pinned);
+      } else if (job == "selftest-device") {
+        outcome.result = runtime::Device::get(params.value("device", 0)).info();
       } else if (job == "selftest-copy") {
         measure::MeasureOptions copy_options;
         copy_options.device = params.value("device", 0);
@@ -184,15 +195,18 @@ struct Row {
   GemmProblem problem;
   std::optional<TargetResult> result;
   std::string failure;  // the job failed (crash, timeout, error): why
+  std::string pin_note;  // --pin-algorithm found nothing to pin: why (the worker's result notes say the rest)
 };
 
 std::string fixed(double value, int decimals) { return reports::format_fixed(value, decimals); }
 
 std::string short_note(const Row& row) {
-  if (!row.failure.empty()) return "job failed: " + row.failure;
+  const std::string pin_prefix = row.pin_note.empty() ? "" : row.pin_note + "; ";
+  if (!row.failure.empty()) return pin_prefix + "job failed: " + row.failure;
   const TargetResult& result = *row.result;
-  if (!result.supported) return "unsupported: " + result.unsupported_reason;
-  std::string note = result.notes;
+  if (!result.supported) return pin_prefix + "unsupported: " + result.unsupported_reason;
+  std::string note = row.pin_note;
+  if (!result.notes.empty()) note += (note.empty() ? "" : "; ") + result.notes;
   if (result.best < 0) {
     int failed = 0;
     for (const auto& variant : result.variants) failed += variant.verify.passed ? 0 : 1;
@@ -325,7 +339,12 @@ void store_results(const BenchOptions& options, const std::vector<Row>& rows, co
       measurement.problem = problem;
       measurement.config = config;
       measurement.l2_mode = options.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
-      measurement.phase = static_cast<int>(i) == row.result->best ? "best-of-top-k" : "top-k";
+      if (static_cast<int>(i) != row.result->best) {
+        measurement.phase = baselines::kTopKPhase;
+      } else {
+        measurement.phase =
+            row.result->pin == baselines::PinOutcome::Pinned ? baselines::kPinnedPhase : baselines::kBestOfTopKPhase;
+      }
       if (variant.measurement) {
         const auto& m = *variant.measurement;
         measurement.status = db::MeasurementStatus::Ok;
@@ -359,7 +378,42 @@ std::string describe_command(const BenchOptions& options) {
   if (!options.format.empty()) text += " --format " + options.format;
   text += " --shape " + options.shape + " --m " + options.m_list + " --top-k " + std::to_string(options.top_k);
   if (options.warm_l2) text += " --warm-l2";
+  if (!options.warm_l2 && options.l2_flush != "read") text += " --l2-flush " + options.l2_flush;
+  if (options.pin_algorithm) text += " --pin-algorithm";
   return text;
+}
+
+// --pin-algorithm: the algorithm each target's earlier bench chose for `problem` on this GPU, or nullopt with `note`
+// saying why there is none. `store` is null when the database file does not exist yet.
+std::optional<PinnedAlgorithm> stored_pin(db::Store* store, const BenchTarget& target, const GemmProblem& problem,
+                                          const BenchOptions& options, const nlohmann::json& device,
+                                          std::string& note) {
+  const std::string fallback = "; top-k + run-off decided";
+  const std::string gpu_name = device.is_object() ? device.value("name", std::string()) : std::string();
+  if (gpu_name.empty()) {
+    note = "pin: the GPU is unknown, so no stored choice applies" + fallback;
+    return std::nullopt;
+  }
+  std::optional<baselines::StoredChoice> choice;
+  if (store) {
+    baselines::StoredChoiceQuery query;
+    query.problem = {target.problem_format, problem.m, problem.n, problem.k};
+    query.family = target.config_family;
+    query.gpu_name = gpu_name;
+    query.l2_mode = options.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
+    choice = baselines::latest_stored_choice(*store, query);
+  }
+  if (!choice) {
+    note = "pin: no earlier " + std::string(options.warm_l2 ? "warm" : "cold") +
+           "-L2 bench of this baseline and problem on " + gpu_name + " in " + options.db_path + fallback;
+    return std::nullopt;
+  }
+  PinnedAlgorithm pinned;
+  pinned.algorithm = choice->algorithm;
+  pinned.origin = choice->origin();
+  if (choice->gpu_uuid != device.value("uuid", std::string())) pinned.origin += " on another " + gpu_name;
+  pinned.search_depth = std::max(baselines::kDefaultPinSearchDepth, options.top_k);
+  return pinned;
 }
 
 void run_bench(const BenchOptions& options) {
@@ -373,6 +427,10 @@ void run_bench(const BenchOptions& options) {
     QTUNE_INPUT_ERROR("--bandwidth: expected measured or datasheet, got '" + options.bandwidth + "'");
   }
   parse_output_type(options.fp8_output, "--fp8-output");
+  if (options.pin_algorithm && options.no_db) {
+    QTUNE_INPUT_ERROR(
+        "--pin-algorithm: reads the earlier run's choice from the database, so it cannot go with --no-db");
+  }
 
   std::optional<FormatSpec> format;
   if (!options.format.empty()) {
@@ -396,6 +454,7 @@ void run_bench(const BenchOptions& options) {
   measure::MeasureOptions measure_options;
   measure_options.device = options.device;
   measure_options.warm_l2 = options.warm_l2;
+  measure_options.l2_flush = measure::l2_flush_from_text(options.l2_flush, "--l2-flush");
   measure_options.time_budget_s = options.time_budget_s;
   measure::validate(measure_options);
 
@@ -419,13 +478,30 @@ void run_bench(const BenchOptions& options) {
     }
   }
 
+  // Pinning looks the earlier choice up by GPU: learn which one this is before the first target.
+  std::optional<db::Store> pin_store;
+  if (options.pin_algorithm) {
+    if (context.device.is_null()) {
+      const measure::JobOutcome outcome = runner.run("selftest-device", {{"device", options.device}}, 120);
+      stop_on_fatal(outcome, "selftest-device");
+      if (outcome.ok()) context.device = outcome.result;
+    }
+    if (std::filesystem::exists(options.db_path)) pin_store = db::Store::open_read_only(options.db_path);
+  }
+
   std::vector<Row> rows;
   for (const BenchTarget& target : targets) {
     for (const int64_t m : m_values) {
       Row row;
       row.target = &target;
       row.problem = {m, shape[0], shape[1]};
-      const measure::JobOutcome outcome = runner.run(target.job, target.job_params(row.problem), options.timeout_s);
+      std::optional<PinnedAlgorithm> pinned;
+      if (options.pin_algorithm) {
+        pinned = stored_pin(pin_store ? &*pin_store : nullptr, target, row.problem, options, context.device,
+                            row.pin_note);
+      }
+      const measure::JobOutcome outcome =
+          runner.run(target.job, target.job_params(row.problem, pinned), options.timeout_s);
       stop_on_fatal(outcome, target.job);
       if (outcome.ok()) {
         row.result = outcome.result.get<TargetResult>();
@@ -443,6 +519,7 @@ void run_bench(const BenchOptions& options) {
       rows.push_back(std::move(row));
     }
   }
+  pin_store.reset();  // the results are stored through a connection of their own
 
   if (context.device.is_object()) {
     try {
@@ -495,9 +572,19 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--top-k", options->top_k, "cuBLASLt heuristic algorithms to verify and time")
       ->capture_default_str();
   command->add_flag("--warm-l2", options->warm_l2, "keep L2 warm between repetitions (default: flushed, cold)");
+  command->add_option("--l2-flush", options->l2_flush,
+                      "how cold L2 is made between repetitions: read (a 2x L2 buffer is read, leaving clean lines) or "
+                      "write (the buffer is written, leaving dirty lines the kernel pays to write back)")
+      ->capture_default_str();
   command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")
       ->envname("QTUNE_DB");
   command->add_flag("--no-db", options->no_db, "do not store the results");
+  command->add_flag("--pin-algorithm", options->pin_algorithm,
+                    "re-time, per baseline and M, the cuBLASLt algorithm the latest earlier bench in --db chose on "
+                    "a GPU of this name (same problem, L2 mode): found in cuBLASLt's list by its configuration "
+                    "(searching the top " + std::to_string(baselines::kDefaultPinSearchDepth) +
+                        "), verified and timed alone, no run-off; the note says \"pinned hN from run R of DATE\". "
+                        "With nothing stored, or the algorithm not listed, the note says so and top-k + run-off decide");
   command->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();
   command->add_option("--seed", options->seed, "seed of the random operands")->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per algorithm at most")

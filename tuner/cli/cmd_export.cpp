@@ -98,7 +98,18 @@ std::string chosen_gpu(const ExportOptions& options, const reports::TuningData& 
   QTUNE_INPUT_ERROR("--gpu: required" + (known.empty() ? std::string(" (the database has no winners)") : " (GPUs with winners: " + known + ")"));
 }
 
-void print_regret(const reports::FallbackRegret& regret) {
+void print_regret(const reports::FallbackRegret& regret, const std::map<std::string, reports::FallbackMethod>& methods) {
+  // Per format: both fallbacks' leave-one-shape-out regret, and the one the table uses.
+  auto text = [](const std::map<std::string, reports::MethodRegret>& by_format, const std::string& format) {
+    const auto found = by_format.find(format);
+    if (found == by_format.end() || !found->second.geomean_regret) return std::string("not measured");
+    return "geomean " + percent(*found->second.geomean_regret) + ", max " + percent(*found->second.max_regret) + " over " +
+           std::to_string(found->second.cells) + " cells";
+  };
+  for (const auto& [format, method] : methods) {
+    std::cout << "fallback for untuned shapes of " << format << ": " << reports::to_string(method) << " (nearest shape: "
+              << text(regret.nearest_by_format, format) << "; heuristic: " << text(regret.heuristic_by_format, format) << ")\n";
+  }
   if (!regret.geomean_regret) {
     std::cout << "fallback regret: not measurable (no format has two tuned shapes with measurements)\n";
     return;
@@ -139,6 +150,7 @@ void run_export(const ExportOptions& options) {
   }
   reports::SelectionTable table = reports::build_selection_table(data, gpu);
   table.fallback_regret = reports::evaluate_fallback(table, data, data.gpus.at(gpu));
+  table.fallback_methods = reports::choose_fallback_methods(table, *table.fallback_regret);
 
   for (std::size_t i = 0; i < options.outputs.size(); ++i) {
     const std::string text = kinds[i] == ArtefactKind::Json ? table.to_json().dump(2) + "\n" : table.to_cpp_header(options.namespace_name);
@@ -196,7 +208,7 @@ void run_export(const ExportOptions& options) {
   }
   summary.print_text(std::cout);
   std::cout << "\n";
-  print_regret(*table.fallback_regret);
+  print_regret(*table.fallback_regret, table.fallback_methods);
   for (const auto& output : options.outputs) std::cout << "wrote " << output << "\n";
   if (cubins) {
     std::cout << "wrote " << cubins->written << " cubin(s) for " << options.archs << " and their manifest into " << options.cubins << "\n";

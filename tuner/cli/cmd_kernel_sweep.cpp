@@ -31,6 +31,7 @@ struct KernelSweepOptions {
   bool no_default = false;
   bool bias = false;
   bool warm_l2 = false;
+  std::string l2_flush = "read";
   double time_budget_s = 0.3;
   int device = 0;
   uint64_t seed = 1;
@@ -85,6 +86,7 @@ void run(const KernelSweepOptions& options) {
   sweep.device = options.device;
   sweep.measure.device = options.device;
   sweep.measure.warm_l2 = options.warm_l2;
+  sweep.measure.l2_flush = measure::l2_flush_from_text(options.l2_flush, "--l2-flush");
   sweep.measure.time_budget_s = options.time_budget_s;
   sweep.measure.max_warmup_s = std::min(0.5, options.time_budget_s);
 
@@ -136,7 +138,7 @@ void run(const KernelSweepOptions& options) {
   table.print(std::cout, style);
   if (style == reports::OutputStyle::Text) {
     std::cout << rows.size() << " configurations, " << failures << " failed; CUPTI kernel time, "
-              << (options.warm_l2 ? "warm" : "cold") << " L2, format " << sweep.format.to_string() << ", N=" << sweep.n
+              << (options.warm_l2 ? "warm L2" : "cold L2 (" + options.l2_flush + " flush)") << ", format " << sweep.format.to_string() << ", N=" << sweep.n
               << " K=" << sweep.k << "\n";
   }
 }
@@ -161,6 +163,10 @@ void add_kernel_sweep_command(CLI::App& app) {
   command->add_flag("--no-default", options->no_default, "do not add the family's default configuration");
   command->add_flag("--bias", options->bias, "add a bias vector");
   command->add_flag("--warm-l2", options->warm_l2, "do not flush L2 between repetitions");
+  command->add_option("--l2-flush", options->l2_flush,
+                      "how cold L2 is made between repetitions: read (a 2x L2 buffer is read, leaving clean lines) or "
+                      "write (the buffer is written, leaving dirty lines the kernel pays to write back)")
+      ->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per configuration")->capture_default_str();
   command->add_option("--device", options->device, "CUDA device ordinal")->capture_default_str();
   command->add_option("--seed", options->seed, "random data seed")->capture_default_str();

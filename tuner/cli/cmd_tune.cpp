@@ -23,6 +23,7 @@
 #include "search/model_shapes.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/jit/kernel_cache.hpp"
+#include "tuner/production/selector.hpp"
 #include "tuner/tune/devices.hpp"
 #include "tuner/tune/problem_set.hpp"
 #include "tuner/tune/progress.hpp"
@@ -57,6 +58,8 @@ struct TuneCommandOptions {
   double timeout_ms = 30000;
   double time_budget_s = 1.0;
   bool warm_l2 = false;
+  std::string l2_flush = "read";
+  std::string compare_table;
   bool dry_run = false;
   bool retune = false;
   std::uint64_t seed = 1;
@@ -130,18 +133,30 @@ void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputS
     }
     table.print(std::cout, style);
   } else {
-    reports::Table table({"format", "m", "n", "k", "candidates", "evaluated", "measured", "stored", "invalid", "winner_us",
-                          "heuristic_us", "speedup", "seconds", "winner", "reason"});
+    // The table column appears with --compare-table only.
+    const bool with_table = std::any_of(report.reports.begin(), report.reports.end(),
+                                        [](const tune::ProblemReport& problem) { return problem.table.has_value(); });
+    std::vector<std::string> header{"format", "m", "n", "k", "candidates", "evaluated", "measured", "stored", "invalid",
+                                    "winner_us", "heuristic_us", "speedup"};
+    if (with_table) header.insert(header.end(), {"table_us", "table_vs_winner"});
+    header.insert(header.end(), {"seconds", "winner", "reason"});
+    reports::Table table(header);
     for (const tune::ProblemReport& problem : report.reports) {
       const bool has_winner = problem.winner.has_value();
-      table.add_row({problem.problem.format.to_string(), std::to_string(problem.problem.m), std::to_string(problem.problem.n),
-                     std::to_string(problem.problem.k), std::to_string(problem.after_compile),
-                     std::to_string(problem.evaluations), std::to_string(problem.measured), std::to_string(problem.reused),
-                     std::to_string(problem.invalid), has_winner ? fixed(problem.winner_us, 3) : "",
-                     problem.heuristic_us ? fixed(*problem.heuristic_us, 3) : "",
-                     has_winner && problem.heuristic_us ? fixed(*problem.heuristic_us / problem.winner_us, 3) : "",
-                     fixed(problem.seconds, 1), has_winner ? problem.winner->to_string() : "",
-                     problem.skipped_final ? "final (skipped)" : problem.interrupted ? "interrupted" : problem.winner_reason});
+      std::vector<std::string> row{problem.problem.format.to_string(), std::to_string(problem.problem.m),
+                                   std::to_string(problem.problem.n), std::to_string(problem.problem.k),
+                                   std::to_string(problem.after_compile), std::to_string(problem.evaluations),
+                                   std::to_string(problem.measured), std::to_string(problem.reused),
+                                   std::to_string(problem.invalid), has_winner ? fixed(problem.winner_us, 3) : "",
+                                   problem.heuristic_us ? fixed(*problem.heuristic_us, 3) : "",
+                                   has_winner && problem.heuristic_us ? fixed(*problem.heuristic_us / problem.winner_us, 3) : ""};
+      if (with_table) {
+        row.push_back(problem.table_us ? fixed(*problem.table_us, 3) : "");
+        row.push_back(has_winner && problem.table_us ? fixed(*problem.table_us / problem.winner_us, 3) : "");
+      }
+      row.insert(row.end(), {fixed(problem.seconds, 1), has_winner ? problem.winner->to_string() : "",
+                             problem.skipped_final ? "final (skipped)" : problem.interrupted ? "interrupted" : problem.winner_reason});
+      table.add_row(row);
     }
     table.print(std::cout, style);
   }
@@ -220,6 +235,12 @@ void run(const TuneCommandOptions& options) {
   tune_options.strategy_options.cost_model = options.cost_model;
   search::make_cost_model(options.cost_model);  // an unknown name fails here, naming the field
   tune_options.command_line = command_line();
+  if (!options.compare_table.empty()) {
+    auto table = std::make_shared<const reports::SelectionTable>(production::read_selection_table(options.compare_table));
+    tune_options.table_selection = [table](const Problem& problem, const ArchLimits& limits) -> std::optional<KernelConfig> {
+      return production::select_config(table.get(), problem, limits).config;
+    };
+  }
 
   const tune::TuneTarget target = tune::resolve_target(options.gpu, options.devices, options.dry_run);
   std::cerr << "qtune tune: " << tune_options.problems.size() << " problems";
@@ -237,6 +258,8 @@ void run(const TuneCommandOptions& options) {
   measure.full_fidelity.warm_l2 = options.warm_l2;
   measure.short_fidelity.time_budget_s = std::min(measure.short_fidelity.time_budget_s, options.time_budget_s);
   measure.short_fidelity.warm_l2 = options.warm_l2;
+  measure.full_fidelity.l2_flush = measure::l2_flush_from_text(options.l2_flush, "--l2-flush");
+  measure.short_fidelity.l2_flush = measure.full_fidelity.l2_flush;
   measure.seed = options.seed;
   tune::TuneServices services;
   services.compiler = &compiler;
@@ -298,6 +321,14 @@ void add_tune_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per candidate")->capture_default_str();
   command->add_flag("--warm-l2", options->warm_l2, "do not flush L2 between repetitions (default: cold L2)");
+  command->add_option("--compare-table", options->compare_table,
+                      "also measure what this exported table (qtune export -o table.json) picks for each problem, as "
+                      "production would run it (tuned range, else nearest tuned shape, else heuristic): phase 'table'")
+      ->check(CLI::ExistingFile);
+  command->add_option("--l2-flush", options->l2_flush,
+                      "how cold L2 is made between repetitions: read (a 2x L2 buffer is read, leaving clean lines) or "
+                      "write (the buffer is written, leaving dirty lines the kernel pays to write back)")
+      ->capture_default_str();
   command->add_flag("--dry-run", options->dry_run, "enumerate, prune and compile, store the counts, but measure nothing");
   command->add_flag("--retune", options->retune, "search problems again even when their stored winner is final");
   command->add_option("--seed", options->seed, "seed of the problem data and of randomised strategies")->capture_default_str();

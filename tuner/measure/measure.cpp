@@ -4,11 +4,14 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "kernels/error.hpp"
 #include "tuner/measure/cupti_timer.hpp"
+#include "tuner/measure/selftest_jobs.hpp"
 #include "tuner/measure/statistics.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/memory.hpp"
@@ -185,6 +188,102 @@ Measurement measure_until_unthrottled(const std::function<Measurement()>& measur
   return kept;
 }
 
+nlohmann::json measure_options_to_json(const MeasureOptions& options) {
+  return nlohmann::json{{"device", options.device},
+                        {"warm_l2", options.warm_l2},
+                        {"l2_flush", to_string(options.l2_flush)},
+                        {"flush_bytes", options.flush_bytes},
+                        {"target_relative_ci", options.target_relative_ci},
+                        {"confidence", options.confidence},
+                        {"min_repetitions", options.min_repetitions},
+                        {"max_repetitions", options.max_repetitions},
+                        {"time_budget_s", options.time_budget_s},
+                        {"batch_repetitions", options.batch_repetitions},
+                        {"min_warmup_s", options.min_warmup_s},
+                        {"max_warmup_s", options.max_warmup_s},
+                        {"warmup_window", options.warmup_window},
+                        {"warmup_tolerance", options.warmup_tolerance},
+                        {"throttle_retries", options.throttle_retries},
+                        {"throttle_cooldown_s", options.throttle_cooldown_s}};
+}
+
+namespace {
+
+template <typename T>
+T option_field(const nlohmann::json& json, const char* name, const T& fallback) {
+  if (!json.contains(name)) return fallback;
+  try {
+    return json.at(name).get<T>();
+  } catch (const nlohmann::json::exception& error) {
+    QTUNE_INPUT_ERROR(std::string("measure.") + name + ": " + error.what());
+  }
+}
+
+}  // namespace
+
+MeasureOptions measure_options_from_json(const nlohmann::json& json) {
+  if (!json.is_object()) QTUNE_INPUT_ERROR("measure: expected an object, got " + json.dump());
+  MeasureOptions options;
+  options.device = option_field(json, "device", options.device);
+  options.warm_l2 = option_field(json, "warm_l2", options.warm_l2);
+  options.l2_flush = l2_flush_from_text(option_field(json, "l2_flush", std::string(to_string(options.l2_flush))),
+                                        "measure.l2_flush");
+  options.flush_bytes = option_field(json, "flush_bytes", options.flush_bytes);
+  options.target_relative_ci = option_field(json, "target_relative_ci", options.target_relative_ci);
+  options.confidence = option_field(json, "confidence", options.confidence);
+  options.min_repetitions = option_field(json, "min_repetitions", options.min_repetitions);
+  options.max_repetitions = option_field(json, "max_repetitions", options.max_repetitions);
+  options.time_budget_s = option_field(json, "time_budget_s", options.time_budget_s);
+  options.batch_repetitions = option_field(json, "batch_repetitions", options.batch_repetitions);
+  options.min_warmup_s = option_field(json, "min_warmup_s", options.min_warmup_s);
+  options.max_warmup_s = option_field(json, "max_warmup_s", options.max_warmup_s);
+  options.warmup_window = option_field(json, "warmup_window", options.warmup_window);
+  options.warmup_tolerance = option_field(json, "warmup_tolerance", options.warmup_tolerance);
+  options.throttle_retries = option_field(json, "throttle_retries", options.throttle_retries);
+  options.throttle_cooldown_s = option_field(json, "throttle_cooldown_s", options.throttle_cooldown_s);
+  validate(options);
+  return options;
+}
+
+std::string_view to_string(L2Flush flush) { return flush == L2Flush::Read ? "read" : "write"; }
+
+L2Flush l2_flush_from_text(std::string_view text, std::string_view field) {
+  if (text == "read") return L2Flush::Read;
+  if (text == "write") return L2Flush::Write;
+  QTUNE_INPUT_ERROR(std::string(field) + ": '" + std::string(text) + "' is not one of read, write");
+}
+
+namespace {
+
+// Reads every 16-byte word once through L2 (ld.global.cg); the conditional store only keeps the loads alive.
+const char* const kL2FlushReadSource = R"(
+extern "C" __global__ void qtune_l2_flush_read(const uint4* __restrict__ data, unsigned long long count,
+                                               unsigned int* sink) {
+  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  unsigned int folded = 0;
+  for (unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const uint4 word = __ldcg(data + i);
+    folded ^= word.x ^ word.y ^ word.z ^ word.w;
+  }
+  if (folded == 0x9E3779B9u) *sink = folded;
+}
+)";
+
+// The read-flush kernel of each device, compiled once per process.
+const runtime::Kernel& l2_flush_read_kernel(int device) {
+  static std::mutex mutex;
+  static std::map<int, runtime::Kernel> kernels;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto found = kernels.find(device);
+  if (found == kernels.end()) {
+    found = kernels.emplace(device, compile_kernel_for_device(kL2FlushReadSource, "qtune_l2_flush_read", device)).first;
+  }
+  return found->second;
+}
+
+}  // namespace
+
 Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options) {
   validate(options);
   return measure_until_unthrottled([&] { return measure_single(launch_operation, options); }, options, [](double seconds) {
@@ -209,13 +308,34 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
   measurement.device_uuid = info.uuid;
   measurement.warm_l2 = options.warm_l2;
   runtime::DeviceBuffer flush_buffer;
+  runtime::DeviceBuffer flush_sink;
+  const runtime::Kernel* flush_kernel = nullptr;
+  runtime::LaunchConfig flush_launch;
   if (!options.warm_l2) {
     constexpr std::size_t fallback_bytes = 256u << 20;  // for a device that reports no L2 size
+    measurement.l2_flush = std::string(to_string(options.l2_flush));
     measurement.flush_bytes = options.flush_bytes > 0  ? options.flush_bytes
                               : info.l2_cache_bytes > 0 ? 2 * static_cast<std::size_t>(info.l2_cache_bytes)
                                                         : fallback_bytes;
+    measurement.flush_bytes = (measurement.flush_bytes + 15) / 16 * 16;  // whole 16-byte words for the read kernel
     flush_buffer = runtime::DeviceBuffer(measurement.flush_bytes);
+    if (options.l2_flush == L2Flush::Read) {
+      flush_kernel = &l2_flush_read_kernel(options.device);
+      flush_launch = selftest_copy_launch(options.device);
+      flush_sink = runtime::DeviceBuffer(sizeof(unsigned int));
+      flush_buffer.fill_bytes_async(0x5A, stream.get());
+    }
   }
+  std::size_t flush_launches = 0;
+  const auto flush_l2 = [&](unsigned char fill_value) {
+    if (flush_kernel != nullptr) {
+      const unsigned long long words = measurement.flush_bytes / 16;
+      flush_kernel->launch_with(flush_launch, stream.get(), flush_buffer.get(), words, flush_sink.get());
+      ++flush_launches;  // CUPTI sees it outside every repetition: not the operation's, so not "unattributed"
+    } else {
+      flush_buffer.fill_bytes_async(fill_value, stream.get());
+    }
+  };
 
   Nvml& nvml = Nvml::instance();
   const std::optional<Nvml::DeviceHandle> nvml_device = nvml.find_device(info.uuid, info.pci_bus_id);
@@ -231,7 +351,7 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
     std::vector<std::uint64_t> ids;
     ids.reserve(static_cast<std::size_t>(count));
     for (int i = 0; i < count; ++i) {
-      if (!options.warm_l2) flush_buffer.fill_bytes_async(++fill_value, stream.get());
+      if (!options.warm_l2) flush_l2(++fill_value);
       ids.push_back(timer.begin_repetition());
       try {
         launch_operation(stream.get());
@@ -268,7 +388,7 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
   measurement.nvml_end = nvml_sample();
   measurement.throttled = measurement.nvml_start.throttled || measurement.nvml_end.throttled;
   measurement.kernels_per_repetition = kernels_per_repetition;
-  measurement.unattributed_kernels = timer.unattributed_kernels();
+  measurement.unattributed_kernels = timer.unattributed_kernels() - std::min(timer.unattributed_kernels(), flush_launches);
 
   const Summary summary = summarize(loop.samples_us, options.confidence);
   measurement.median_us = summary.median;
@@ -314,6 +434,7 @@ void to_json(nlohmann::json& json, const Measurement& m) {
                         {"warmup_seconds", m.warmup_seconds},
                         {"total_seconds", m.total_seconds},
                         {"warm_l2", m.warm_l2},
+                        {"l2_flush", m.l2_flush},
                         {"flush_bytes", m.flush_bytes},
                         {"nvml_start", m.nvml_start},
                         {"nvml_end", m.nvml_end},
@@ -348,6 +469,8 @@ void from_json(const nlohmann::json& json, Measurement& m) {
   json.at("warmup_seconds").get_to(m.warmup_seconds);
   json.at("total_seconds").get_to(m.total_seconds);
   json.at("warm_l2").get_to(m.warm_l2);
+  // Absent in measurements made before the read flush existed: those flushed by writing.
+  m.l2_flush = json.value("l2_flush", std::string(m.warm_l2 ? "" : "write"));
   json.at("flush_bytes").get_to(m.flush_bytes);
   json.at("nvml_start").get_to(m.nvml_start);
   json.at("nvml_end").get_to(m.nvml_end);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,11 +17,25 @@
 
 namespace qtune::measure {
 
+// How a cold-L2 measurement evicts what the previous repetition left in L2 (the flush itself is never timed).
+enum class L2Flush {
+  // A kernel reads a buffer of flush_bytes: L2 is left holding clean lines of that buffer, so the timed kernel finds
+  // none of its operands in L2 and has nothing of the harness's to write back.
+  Read,
+  // cuMemsetD8Async writes the buffer (what Triton's do_bench does with its cache buffer): L2 is left full of dirty
+  // lines, which the timed kernel pays to write back to DRAM as its own reads evict them.
+  Write,
+};
+std::string_view to_string(L2Flush flush);
+// "read" or "write"; anything else is an InputError naming `field`.
+L2Flush l2_flush_from_text(std::string_view text, std::string_view field);
+
 struct MeasureOptions {
   int device = 0;
-  // Cold L2 (default): before every repetition a buffer of flush_bytes (0: twice the L2 size) is written with
-  // cuMemsetD8Async, evicting whatever the previous repetition left in L2. warm_l2 skips the flush.
+  // Cold L2 (default): before every repetition a buffer of flush_bytes (0: twice the L2 size) is read (or written,
+  // l2_flush), evicting whatever the previous repetition left in L2. warm_l2 skips the flush.
   bool warm_l2 = false;
+  L2Flush l2_flush = L2Flush::Read;
   std::size_t flush_bytes = 0;
   // Stop when the `confidence` interval of the median lies within median * (1 +- target_relative_ci) ...
   double target_relative_ci = 0.01;
@@ -51,6 +66,11 @@ struct MeasureOptions {
 // Throws InputError naming the field (e.g. "min_repetitions") when options are inconsistent.
 void validate(const MeasureOptions& options);
 
+// The options as worker-job JSON, and back: absent fields keep their defaults; a field of the wrong type or value is
+// an InputError naming it ("measure.l2_flush: ..."); the result is validated.
+nlohmann::json measure_options_to_json(const MeasureOptions& options);
+MeasureOptions measure_options_from_json(const nlohmann::json& json);
+
 struct Measurement {
   // Statistics of samples_us (microseconds); percentiles interpolate linearly (statistics.hpp).
   double median_us = 0;
@@ -72,6 +92,7 @@ struct Measurement {
   double warmup_seconds = 0;
   double total_seconds = 0;     // host wall time of the whole measurement
   bool warm_l2 = false;
+  std::string l2_flush;         // "read" or "write"; empty with warm_l2
   std::size_t flush_bytes = 0;  // 0 with warm_l2
   NvmlSample nvml_start;        // before warm-up
   NvmlSample nvml_end;          // after the last repetition

@@ -168,6 +168,77 @@ runtime::LaunchConfig selftest_copy_launch(int device) {
   return runtime::LaunchConfig{{static_cast<unsigned>(info.sm_count) * blocks_per_sm, 1, 1}, {threads, 1, 1}, 0};
 }
 
+namespace {
+
+std::string mma_peak_source(const MmaPeakKernel& kernel, const std::string& accumulator_type, char constraint_letter) {
+  const std::string chains = std::to_string(kernel.chains);
+  const std::string c = std::string("+") + constraint_letter;
+  return "extern \"C\" __global__ void " + kernel.kernel_name + R"((int iterations, unsigned* sink) {
+  // Operands vary by thread so nothing folds; small values keep f16/fp8 products finite.
+  const unsigned seed = (threadIdx.x & 7u) * 0x00010001u;
+  const unsigned a0 = 0x3C003C00u ^ seed, a1 = 0x3C013C01u ^ seed, a2 = 0x3C023C02u ^ seed, a3 = 0x3C033C03u ^ seed;
+  const unsigned b0 = 0x38003800u ^ seed, b1 = 0x38013801u ^ seed;
+  )" + accumulator_type + " acc[" + chains + R"(][4];
+#pragma unroll
+  for (int c = 0; c < )" + chains + R"(; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0;
+  for (int i = 0; i < iterations; ++i) {
+#pragma unroll
+    for (int c = 0; c < )" + chains + R"(; ++c) {
+      asm volatile(")" + kernel.instruction + R"( {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                   : ")" + c + R"("(acc[c][0]), ")" + c + R"("(acc[c][1]), ")" + c + R"("(acc[c][2]), ")" + c + R"("(acc[c][3])
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+  }
+  unsigned folded = 0;
+#pragma unroll
+  for (int c = 0; c < )" + chains + R"(; ++c)
+    for (int e = 0; e < 4; ++e) folded ^= static_cast<unsigned>(acc[c][e]);
+  if (folded == 0x9E3779B9u) *sink = folded;  // keeps the MMAs alive
+}
+)";
+}
+
+MmaPeakKernel make_peak_kernel(std::string type, std::string instruction, int k, int min_sm, bool integer) {
+  MmaPeakKernel kernel;
+  kernel.kernel_name = "qtune_mma_peak_" + type;
+  kernel.type = std::move(type);
+  kernel.instruction = std::move(instruction);
+  kernel.k = k;
+  kernel.min_sm = min_sm;
+  kernel.source = mma_peak_source(kernel, integer ? "int" : "float", integer ? 'r' : 'f');
+  return kernel;
+}
+
+}  // namespace
+
+const std::vector<MmaPeakKernel>& mma_peak_kernels() {
+  static const std::vector<MmaPeakKernel> kernels{
+      make_peak_kernel("f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16, 80, false),
+      make_peak_kernel("bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16, 80, false),
+      make_peak_kernel("int8", "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", 32, 80, true),
+      make_peak_kernel("fp8_e4m3", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", 32, 89, false)};
+  return kernels;
+}
+
+const MmaPeakKernel& mma_peak_kernel(const std::string& type) {
+  for (const MmaPeakKernel& kernel : mma_peak_kernels()) {
+    if (kernel.type == type) return kernel;
+  }
+  QTUNE_INPUT_ERROR("type: '" + type + "' is not one of f16, bf16, int8, fp8_e4m3");
+}
+
+runtime::LaunchConfig mma_peak_launch(int device) {
+  const runtime::DeviceInfo& info = runtime::Device::get(device).info();
+  constexpr unsigned threads = 128;
+  constexpr unsigned blocks_per_sm = 8;
+  return runtime::LaunchConfig{{static_cast<unsigned>(info.sm_count) * blocks_per_sm, 1, 1}, {threads, 1, 1}, 0};
+}
+
+double mma_peak_operations(const MmaPeakKernel& kernel, const runtime::LaunchConfig& launch) {
+  const double warps = static_cast<double>(launch.grid.x) * launch.block.x / 32.0;
+  return warps * kernel.iterations * kernel.chains * 2.0 * 16 * 8 * kernel.k;
+}
+
 void register_selftest_jobs() {
   register_job("selftest-echo", [](const nlohmann::json& params) { return params; });
   register_job("selftest-throw", [](const nlohmann::json& params) -> nlohmann::json {

@@ -44,19 +44,6 @@ constexpr std::size_t kMaxCachedPlans = 4096;
 // Workspaces grow in whole MiB so that a slowly growing M does not reallocate on every call.
 constexpr std::uint64_t kWorkspaceGranule = std::uint64_t{1} << 20;
 
-reports::SelectionTable read_table(const fs::path& path) {
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) QTUNE_INPUT_ERROR("table: cannot read " + path.string() + " (write it with `qtune export -o table.json`)");
-  const std::string text{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    QTUNE_INPUT_ERROR("table: " + path.string() + " is not JSON: " + error.what());
-  }
-  return reports::SelectionTable::from_json(json, path.string());
-}
-
 std::uint64_t address(const void* pointer) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(pointer)); }
 
 }  // namespace
@@ -218,7 +205,7 @@ struct Runtime::Impl {
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& impl = *impl_;
   impl.options = std::move(options);
-  if (!impl.options.table.empty()) impl.table = read_table(impl.options.table);
+  if (!impl.options.table.empty()) impl.table = production::read_selection_table(impl.options.table);
   if (!impl.options.cubin_directory.empty()) impl.manifest = production::CubinManifest::read(impl.options.cubin_directory);
   if (!impl.options.arch.empty()) {
     const production::ArchTarget target = production::ArchTarget::parse(impl.options.arch, "arch");

@@ -1,6 +1,10 @@
 #include "tuner/production/selector.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
 
@@ -13,6 +17,19 @@ std::string range_text(const reports::MRange& range) {
 }
 
 }  // namespace
+
+reports::SelectionTable read_selection_table(const std::filesystem::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) QTUNE_INPUT_ERROR("table: cannot read " + path.string() + " (write it with `qtune export -o table.json`)");
+  const std::string text{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    QTUNE_INPUT_ERROR("table: " + path.string() + " is not JSON: " + error.what());
+  }
+  return reports::SelectionTable::from_json(json, path.string());
+}
 
 const KernelFamily& family_for(const FormatSpec& format, int sm) {
   std::string reasons;
@@ -57,7 +74,12 @@ Selection select_config(const reports::SelectionTable* table, const Problem& pro
     const std::string format = problem.format.to_string();
     const reports::SelectionTable::Selection found = table->select(format, problem.m, problem.n, problem.k);
     if (found.config == nullptr) {
-      why_not_table = "the table has no shape of " + format;
+      const auto method = table->fallback_methods.find(format);
+      const bool heuristic_fallback = table->formats.count(format) > 0 && method != table->fallback_methods.end() &&
+                                      method->second == reports::FallbackMethod::Heuristic;
+      why_not_table = heuristic_fallback ? "n=" + std::to_string(problem.n) + " k=" + std::to_string(problem.k) +
+                                               " is not tuned and the table's fallback for " + format + " is the heuristic"
+                                         : "the table has no shape of " + format;
     } else {
       const reports::MRange& range = found.shape->range_for(problem.m);
       const std::string origin = (found.tuned_shape ? "tuned shape n=" : "nearest tuned shape n=") + std::to_string(found.shape->n) +

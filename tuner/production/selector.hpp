@@ -2,6 +2,7 @@
 // How the production runtime picks a configuration (internal to libqtune_runtime and `qtune export --cubins`):
 // the tuned table (exact shape, then the nearest shape), checked against the family's rules on the target, else the
 // family heuristic.
+#include <filesystem>
 #include <string>
 
 #include "kernels/family.hpp"
@@ -9,6 +10,9 @@
 #include "tuner/production/qtune_runtime.hpp"
 
 namespace qtune::production {
+
+// An exported table (`qtune export -o table.json`); InputError naming the file when it cannot be read or parsed.
+reports::SelectionTable read_selection_table(const std::filesystem::path& path);
 
 // The family that runs `format` on compute capability `sm`: the first of kernel_families() that supports it.
 // Throws UnsupportedError with every family's reason.

@@ -206,6 +206,7 @@ struct PreparedProblem {
   std::vector<CandidateEntry> entries;  // every candidate that passed the static rules, then the heuristic if apart
   std::vector<std::size_t> searchable;  // entries the strategy searches (compiled, not pruned after compiling)
   std::optional<std::size_t> heuristic;
+  std::optional<std::size_t> table;  // TuneOptions::table_selection's pick, when there is one
 };
 
 struct InstantiationRecord {
@@ -529,6 +530,11 @@ void measure_problem(const RunContext& context, Shared& shared, PreparedProblem&
       const search::Evaluation heuristic = objective.evaluate_entry(*prepared.heuristic, search::Fidelity::Full);
       if (heuristic.valid) report.heuristic_us = heuristic.time_us;
     }
+    if (prepared.table) {
+      objective.set_phase("table");
+      const search::Evaluation table = objective.evaluate_entry(*prepared.table, search::Fidelity::Full);
+      if (table.valid) report.table_us = table.time_us;
+    }
     if (!prepared.searchable.empty()) {
       const std::uint64_t seed = context.options.strategy_options.seed ^ fnv1a(problem_key(report.problem));
       search::StrategyOptions strategy_options = context.options.strategy_options;
@@ -559,8 +565,8 @@ void measure_problem(const RunContext& context, Shared& shared, PreparedProblem&
   std::vector<search::ScoredCandidate> scored;
   std::vector<std::size_t> scored_entry;
   std::vector<std::size_t> eligible = prepared.searchable;
-  if (prepared.heuristic && std::find(eligible.begin(), eligible.end(), *prepared.heuristic) == eligible.end()) {
-    eligible.push_back(*prepared.heuristic);
+  for (const std::optional<std::size_t>& reference : {prepared.heuristic, prepared.table}) {
+    if (reference && std::find(eligible.begin(), eligible.end(), *reference) == eligible.end()) eligible.push_back(*reference);
   }
   for (std::size_t index : eligible) {
     const CandidateEntry& entry = prepared.entries[index];
@@ -731,20 +737,28 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
           if (observer != nullptr) observer->note(problem_key(problem) + ": no heuristic configuration: " + error.what());
         }
       }
-      if (default_config) {
-        const KernelConfig& heuristic = *default_config;
-        problem_report.heuristic = heuristic;
+      // The entry of a reference configuration (heuristic, table pick): an enumerated candidate, or one added apart.
+      // The table pick is not checked again: the selection already applied production's own rule check.
+      const auto reference_entry = [&](const KernelConfig& config, bool check) -> std::optional<std::size_t> {
         auto found = std::find_if(item.entries.begin(), item.entries.end(),
-                                  [&](const CandidateEntry& entry) { return entry.config == heuristic; });
-        if (found != item.entries.end()) {
-          item.heuristic = static_cast<std::size_t>(found - item.entries.begin());
-        } else if (family.base().check(heuristic, problem, target.limits).valid) {
-          CandidateEntry entry;
-          entry.config = heuristic;
-          entry.instantiation = instantiation_of(heuristic, problem.format);
-          item.entries.push_back(std::move(entry));
-          item.heuristic = item.entries.size() - 1;
+                                  [&](const CandidateEntry& entry) { return entry.config == config; });
+        if (found != item.entries.end()) return static_cast<std::size_t>(found - item.entries.begin());
+        if (check && !family.base().check(config, problem, target.limits).valid) return std::nullopt;
+        CandidateEntry entry;
+        entry.config = config;
+        entry.instantiation = instantiation_of(config, problem.format);
+        item.entries.push_back(std::move(entry));
+        return item.entries.size() - 1;
+      };
+      if (options.table_selection && support.supported) {
+        if (const std::optional<KernelConfig> pick = options.table_selection(problem, target.limits)) {
+          problem_report.table = *pick;
+          item.table = reference_entry(*pick, false);
         }
+      }
+      if (default_config) {
+        problem_report.heuristic = *default_config;
+        item.heuristic = reference_entry(*default_config, true);
       } else if (!support.supported && observer != nullptr && noted_reasons.insert(support.reason).second) {
         observer->note(support.reason);
       }
@@ -804,7 +818,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
         entry.config_id = record.config_id;
         entry.compiled = record.result.ok;
         entry.cache_key = record.result.cache_key;
-        // A heuristic outside the enumerated space is measured for comparison but not searched or counted.
+        // A heuristic (or table pick) outside the enumerated space is measured for comparison but not searched or counted.
         if (i >= item.report.after_static_rules) continue;
         if (!entry.compiled) {
           ++item.report.pruned_post_compile["compile-failed"];
@@ -829,7 +843,8 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
       }
       transaction.commit();
       expected_evaluations +=
-          std::min(problem_budget(options, item.searchable.size()).max_evaluations, item.searchable.size()) + (item.heuristic ? 1 : 0);
+          std::min(problem_budget(options, item.searchable.size()).max_evaluations, item.searchable.size()) + (item.heuristic ? 1 : 0) +
+          (item.table && item.table != item.heuristic ? 1 : 0);
     }
 
     if (options.dry_run) {

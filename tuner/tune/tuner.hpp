@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,6 +71,9 @@ struct TuneOptions {
   Shard shard;
   std::string command_line;
   std::string source_hash;  // of the kernel sources; "" = kernel_source_hash(family)
+  // When set: what a production selection (an exported table) picks for a problem, measured beside the heuristic in
+  // phase "table" and eligible as a winner, so a table's regret can be measured on shapes it never saw.
+  std::function<std::optional<KernelConfig>(const Problem&, const ArchLimits&)> table_selection;
 };
 
 // The evaluation budget of a problem with `candidates` searchable candidates.
@@ -94,6 +98,8 @@ struct ProblemReport {
   std::size_t invalid = 0;      // failed verification, errors, crashes, timeouts (now or before)
   std::optional<KernelConfig> heuristic;
   std::optional<double> heuristic_us;
+  std::optional<KernelConfig> table;  // TuneOptions::table_selection's pick
+  std::optional<double> table_us;
   std::optional<KernelConfig> winner;
   double winner_us = 0;
   std::string winner_reason;

@@ -90,40 +90,6 @@ std::int64_t count_non_finite(const std::vector<std::uint16_t>& output_bits, Out
   return count;
 }
 
-nlohmann::json measure_options_to_json(const measure::MeasureOptions& options) {
-  return {{"device", options.device},
-          {"warm_l2", options.warm_l2},
-          {"flush_bytes", options.flush_bytes},
-          {"target_relative_ci", options.target_relative_ci},
-          {"confidence", options.confidence},
-          {"min_repetitions", options.min_repetitions},
-          {"max_repetitions", options.max_repetitions},
-          {"time_budget_s", options.time_budget_s},
-          {"batch_repetitions", options.batch_repetitions},
-          {"min_warmup_s", options.min_warmup_s},
-          {"max_warmup_s", options.max_warmup_s},
-          {"warmup_window", options.warmup_window},
-          {"warmup_tolerance", options.warmup_tolerance}};
-}
-
-measure::MeasureOptions measure_options_from_json(const nlohmann::json& json) {
-  measure::MeasureOptions options;
-  options.device = json.value("device", options.device);
-  options.warm_l2 = json.value("warm_l2", options.warm_l2);
-  options.flush_bytes = json.value("flush_bytes", options.flush_bytes);
-  options.target_relative_ci = json.value("target_relative_ci", options.target_relative_ci);
-  options.confidence = json.value("confidence", options.confidence);
-  options.min_repetitions = json.value("min_repetitions", options.min_repetitions);
-  options.max_repetitions = json.value("max_repetitions", options.max_repetitions);
-  options.time_budget_s = json.value("time_budget_s", options.time_budget_s);
-  options.batch_repetitions = json.value("batch_repetitions", options.batch_repetitions);
-  options.min_warmup_s = json.value("min_warmup_s", options.min_warmup_s);
-  options.max_warmup_s = json.value("max_warmup_s", options.max_warmup_s);
-  options.warmup_window = json.value("warmup_window", options.warmup_window);
-  options.warmup_tolerance = json.value("warmup_tolerance", options.warmup_tolerance);
-  return options;
-}
-
 // ---------------------------------------------------------------- worker side
 
 namespace {
@@ -276,7 +242,7 @@ nlohmann::json candidate_job(const nlohmann::json& params) {
                              {"unwritten", unwritten},
                              {"summary", summary}}}};
   if (!passed) return result;
-  const measure::MeasureOptions options = measure_options_from_json(params.at("measure"));
+  const measure::MeasureOptions options = measure::measure_options_from_json(params.at("measure"));
   const measure::Measurement measurement =
       measure::measure([&](CUstream launch_stream) { device_data.launch(kernel, launch_stream); }, options);
   result["measurement"] = measurement;
@@ -340,7 +306,7 @@ CandidateResult WorkerBackend::evaluate(const CandidateRequest& request) {
   }
   params["arch"] = request.arch;
   params["cache_key"] = request.cache_key;
-  params["measure"] = measure_options_to_json(request.fidelity == search::Fidelity::Full ? options_.measure.full_fidelity
+  params["measure"] = measure::measure_options_to_json(request.fidelity == search::Fidelity::Full ? options_.measure.full_fidelity
                                                                                         : options_.measure.short_fidelity);
   const measure::JobOutcome outcome = worker_.run(kCandidateJob, params, request.timeout_s);
   // A worker that faulted, crashed or was killed is gone (or going): the next candidate prepares a fresh one first.

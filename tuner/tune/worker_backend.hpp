@@ -65,7 +65,4 @@ QuantizedActivations select_rows(const QuantizedActivations& activations, const 
 // Output elements that are NaN or infinite (the poison left where the kernel wrote nothing shows up here).
 std::int64_t count_non_finite(const std::vector<std::uint16_t>& output_bits, OutputType output);
 
-nlohmann::json measure_options_to_json(const measure::MeasureOptions& options);
-measure::MeasureOptions measure_options_from_json(const nlohmann::json& json);
-
 }  // namespace qtune::tune

@@ -123,15 +123,15 @@ TEST(JobParams, BadFieldsAreInputErrorsNamingThem) {
   } catch (const InputError& error) {
     EXPECT_NE(std::string(error.what()).find("baseline"), std::string::npos) << error.what();
   }
-  params = to_job_params(BenchBaselineRequest{BaselineKind::F16, {4, 8, 8}, 1, {}, {}, {}});
+  params = to_job_params(BenchBaselineRequest{BaselineKind::F16, {4, 8, 8}, 1, {}, {}, {}, {}});
   params["top_k"] = 0;
   EXPECT_THROW(request_from_job_params(params), InputError);
   params["top_k"] = "many";
   EXPECT_THROW(request_from_job_params(params), InputError);
-  params = to_job_params(BenchBaselineRequest{BaselineKind::F16, {4, 8, 8}, 1, {}, {}, {}});
+  params = to_job_params(BenchBaselineRequest{BaselineKind::F16, {4, 8, 8}, 1, {}, {}, {}, {}});
   params["m"] = 0;
   EXPECT_THROW(request_from_job_params(params), InputError);
-  params = to_job_params(BenchBaselineRequest{BaselineKind::F16, {4, 8, 8}, 1, {}, {}, {}});
+  params = to_job_params(BenchBaselineRequest{BaselineKind::F16, {4, 8, 8}, 1, {}, {}, {}, {}});
   params["measure"]["min_repetitions"] = -1;
   EXPECT_THROW(request_from_job_params(params), InputError);
 }

@@ -7,11 +7,14 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "tuner/baselines/baseline_bench.hpp"
+#include "tuner/baselines/baseline_pin.hpp"
 #include "tuner/baselines/cublaslt_baseline.hpp"
 #include "tuner/baselines/lt_layout.hpp"
 #include "tuner/cli/cli.hpp"
@@ -340,6 +343,78 @@ TEST(BenchCommandGpu, RunsInAWorkerProcess) {
     }
   }
   EXPECT_EQ(best, 1);
+}
+
+// --pin-algorithm end to end: a first bench decides among the top k, a second one re-times exactly that algorithm.
+TEST(BenchCommandGpu, PinnedRunRetimesTheStoredChoice) {
+  QTUNE_REQUIRE_GPU();
+  const std::filesystem::path db = std::filesystem::path(testing::TempDir()) / "bench_pin_test.db";
+  std::filesystem::remove(db);
+  const std::filesystem::path qtune = qtune::test_support::qtune_executable();
+  // Through a worker when the executable is built (the pin travels in the job params), else in this process.
+  const std::string worker = std::filesystem::exists(qtune) ? qtune.string() : std::string();
+  const auto bench = [&](bool pin) {
+    std::vector<std::string> arguments{"qtune",         "bench", "--baseline", "cublaslt-f16", "--shape",
+                                       "1024,1024",     "--m",   "64",         "--top-k",      "4",
+                                       "--time-budget", "0.2",   "--db",       db.string(),    "--output",
+                                       "json"};
+    if (worker.empty()) {
+      arguments.push_back("--in-process");
+    } else {
+      arguments.insert(arguments.end(), {"--worker-executable", worker});
+    }
+    if (pin) arguments.push_back("--pin-algorithm");
+    std::vector<char*> argv;
+    for (auto& argument : arguments) argv.push_back(argument.data());
+    testing::internal::CaptureStdout();
+    const int status = cli::run_cli(static_cast<int>(argv.size()), argv.data());
+    const std::string out = testing::internal::GetCapturedStdout();
+    std::cout << out;
+    EXPECT_EQ(status, 0);
+    return nlohmann::json::parse(out);
+  };
+  const nlohmann::json first = bench(false);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].at("note").get<std::string>().find("pinned"), std::string::npos) << first.dump();
+
+  const db::Problem problem{"f16", 64, 1024, 1024};
+  std::optional<StoredChoice> chosen;
+  std::string gpu_name;
+  {
+    db::Store store = db::Store::open_read_only(db);
+    const auto runs = store.list_runs();
+    ASSERT_EQ(runs.size(), 1u);
+    gpu_name = runs.front().gpu_name;
+    chosen = latest_stored_choice(store, {problem, "cublaslt-f16", gpu_name, db::L2Mode::Cold});
+  }
+  ASSERT_TRUE(chosen.has_value()) << "the first run stored no choice";
+  std::cout << "[ chosen   ] " << chosen->algorithm.describe() << " (" << chosen->origin() << ")\n";
+
+  const nlohmann::json second = bench(true);
+  ASSERT_EQ(second.size(), 1u);
+  const std::string note = second[0].at("note").get<std::string>();
+  EXPECT_NE(note.find("pinned h"), std::string::npos) << note;
+  EXPECT_NE(note.find(chosen->origin()), std::string::npos) << note;
+
+  db::Store store = db::Store::open_read_only(db);
+  const auto runs = store.list_runs();
+  ASSERT_EQ(runs.size(), 2u);
+  db::RowFilter filter;
+  filter.run = runs.back().id;
+  const auto measurements = store.list_measurements(filter);
+  ASSERT_EQ(measurements.size(), 1u) << "a pinned row times only the pinned algorithm";
+  EXPECT_EQ(measurements.front().phase, kPinnedPhase);
+  EXPECT_EQ(measurements.front().status, db::MeasurementStatus::Ok);
+  const auto config = store.get_config(measurements.front().config);
+  ASSERT_TRUE(config.has_value());
+  const AlgoInfo timed = algo_info_from_json(config->params_json);
+  EXPECT_TRUE(same_algorithm(timed, chosen->algorithm))
+      << "timed " << timed.describe() << ", chosen before " << chosen->algorithm.describe();
+  // The pinned run's choice is what a third run would pin.
+  const auto again = latest_stored_choice(store, {problem, "cublaslt-f16", gpu_name, db::L2Mode::Cold});
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->run, runs.back().id);
+  EXPECT_TRUE(same_algorithm(again->algorithm, chosen->algorithm));
 }
 
 }  // namespace

@@ -219,6 +219,7 @@ TEST(Measurement, RoundTripsThroughJson) {
   measurement.warmup_settled = true;
   measurement.warmup_seconds = 0.06;
   measurement.total_seconds = 0.1;
+  measurement.l2_flush = "read";
   measurement.flush_bytes = 104857600;
   measurement.nvml_start.valid = true;
   measurement.nvml_start.sm_mhz = 1980;
@@ -230,6 +231,51 @@ TEST(Measurement, RoundTripsThroughJson) {
   const Measurement back = json.get<Measurement>();
   EXPECT_EQ(nlohmann::json(back), json);
   EXPECT_NEAR(back.relative_ci_half_width(), 0.1 / 12.5, 1e-12);
+}
+
+TEST(Measurement, StoredBeforeTheReadFlushReadsAsWriteFlushed) {
+  Measurement measurement;
+  nlohmann::json json = measurement;
+  json.erase("l2_flush");
+  EXPECT_EQ(json.get<Measurement>().l2_flush, "write");
+  json["warm_l2"] = true;
+  EXPECT_EQ(json.get<Measurement>().l2_flush, "");
+}
+
+TEST(MeasureOptionsJson, RoundTripsEveryField) {
+  MeasureOptions options;
+  options.device = 1;
+  options.warm_l2 = true;
+  options.l2_flush = L2Flush::Write;
+  options.flush_bytes = 1 << 20;
+  options.time_budget_s = 0.25;
+  options.min_repetitions = 7;
+  options.target_relative_ci = 0.03;
+  options.throttle_retries = 0;
+  const nlohmann::json json = measure_options_to_json(options);
+  EXPECT_EQ(json.at("l2_flush"), "write");
+  const MeasureOptions back = measure_options_from_json(json);
+  EXPECT_EQ(measure_options_to_json(back), json);
+  EXPECT_EQ(back.l2_flush, L2Flush::Write);
+  EXPECT_EQ(back.min_repetitions, 7);
+  // Absent fields keep their defaults: the read flush.
+  EXPECT_EQ(measure_options_from_json(nlohmann::json::object()).l2_flush, L2Flush::Read);
+}
+
+TEST(MeasureOptionsJson, BadFieldsAreNamed) {
+  const auto message_for = [](const nlohmann::json& json) {
+    try {
+      measure_options_from_json(json);
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message_for({{"l2_flush", "evict"}}).find("measure.l2_flush: 'evict' is not one of read, write"),
+            std::string::npos);
+  EXPECT_NE(message_for({{"min_repetitions", "many"}}).find("measure.min_repetitions:"), std::string::npos);
+  EXPECT_NE(message_for({{"min_repetitions", 0}}).find("min_repetitions:"), std::string::npos);
+  EXPECT_NE(message_for(nlohmann::json::array()).find("measure: expected an object"), std::string::npos);
 }
 
 TEST(Measure, WithoutAGpuIsNoGpuError) {

@@ -330,6 +330,36 @@ TEST(Tuner, ABudgetFractionCapsEachProblemAtItsShareOfTheCandidates) {
   EXPECT_THROW(run_fake_tune(options, dir / "q2.db", backend), InputError);
 }
 
+TEST(Tuner, ATableSelectionIsMeasuredInItsOwnPhaseAndCanWin) {
+  TempDir dir;
+  TuneOptions options = small_options({1, 16});
+  options.strategy = "random";
+  options.budget.max_evaluations = 1;  // the search alone would rarely find the table's pick
+  // Outside the searched space (bn=32): a pick the search never sees, measured all the same.
+  const KernelConfig pick = KernelConfig::parse("bm=16,bn=32,bk=128,wm=1,wn=2,wk=1,stages=3,split=1,raster=0");
+  std::atomic<int> asked{0};
+  options.table_selection = [&](const Problem&, const ArchLimits&) -> std::optional<KernelConfig> {
+    ++asked;
+    return pick;
+  };
+  FakeBackend backend;
+  const TuneReport report = run_fake_tune(options, dir / "q.db", backend);
+  EXPECT_EQ(asked.load(), static_cast<int>(options.problems.size()));
+  db::Store store = db::Store::open(dir / "q.db");
+  for (const ProblemReport& problem : report.reports) {
+    SCOPED_TRACE(problem_key(problem.problem));
+    ASSERT_TRUE(problem.table.has_value());
+    EXPECT_EQ(*problem.table, pick);
+    ASSERT_TRUE(problem.table_us.has_value());
+    EXPECT_NEAR(*problem.table_us, fake_time_us(problem.problem, pick), 1e-9);
+    // Eligible as a winner: the winner is never slower than the measured table pick.
+    ASSERT_TRUE(problem.winner.has_value());
+    EXPECT_LE(problem.winner_us, *problem.table_us * (1 + options.tie_tolerance));
+    const auto measurements = store.list_measurements(db::RowFilter{.problem = problem.problem_id});
+    EXPECT_EQ(std::count_if(measurements.begin(), measurements.end(), [](const auto& m) { return m.phase == "table"; }), 1);
+  }
+}
+
 TEST(Tuner, RefusesBadOptions) {
   TempDir dir;
   TuneOptions options = small_options({1});

@@ -76,18 +76,5 @@ TEST(WorkerOptions, PinsTheWorkerToOneGpuThroughEnv) {
   EXPECT_EQ(worker_options_for_device(base, "").executable, base.executable);
 }
 
-TEST(MeasureOptionsJson, RoundTrips) {
-  measure::MeasureOptions options;
-  options.warm_l2 = true;
-  options.time_budget_s = 0.25;
-  options.min_repetitions = 7;
-  options.target_relative_ci = 0.03;
-  const measure::MeasureOptions back = measure_options_from_json(measure_options_to_json(options));
-  EXPECT_TRUE(back.warm_l2);
-  EXPECT_DOUBLE_EQ(back.time_budget_s, 0.25);
-  EXPECT_EQ(back.min_repetitions, 7);
-  EXPECT_DOUBLE_EQ(back.target_relative_ci, 0.03);
-}
-
 }  // namespace
 }  // namespace qtune::tune
