@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 
 #include "kernels/error.hpp"
 #include "tuner/measure/selftest_jobs.hpp"
@@ -108,7 +109,8 @@ void to_json(nlohmann::json& json, const TargetResult& result) {
                         {"variants", result.variants},
                         {"best", result.best},
                         {"device", result.device},
-                        {"pin", to_string(result.pin)}};
+                        {"pin", to_string(result.pin)},
+                        {"placement_medians_us", result.placement_medians_us}};
   json["runoff"] = result.runoff ? nlohmann::json(*result.runoff) : nlohmann::json();
 }
 
@@ -121,6 +123,7 @@ void from_json(const nlohmann::json& json, TargetResult& result) {
   result.notes = json.value("notes", std::string());
   result.variants = json.value("variants", std::vector<VariantResult>{});
   result.best = json.value("best", -1);
+  result.placement_medians_us = json.value("placement_medians_us", std::vector<double>{});
   result.device = json.value("device", nlohmann::json());
   result.pin = parse_pin_outcome(json.value("pin", std::string(to_string(PinOutcome::NotAsked))));
   if (json.contains("runoff") && !json.at("runoff").is_null()) {
@@ -370,7 +373,9 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
 
 TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
                             const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options,
-                            const RunoffOptions& runoff_options, const std::optional<PinnedAlgorithm>& pinned) {
+                            const RunoffOptions& runoff_options, const std::optional<PinnedAlgorithm>& pinned,
+                            int placements) {
+  if (placements < 1 || placements > 16) QTUNE_INPUT_ERROR("placements: must be 1..16, got " + std::to_string(placements));
   BaselineOptions listing = baseline_options;
   if (pinned) {
     if (pinned->search_depth < 1) {
@@ -383,6 +388,40 @@ TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint6
   TargetResult result = tune_baseline(baseline, measure_options, runoff_options, pinned, baseline_options.top_k);
   result.problem = problem;
   result.device = runtime::Device::get(baseline_options.device).info();
+  VariantResult* best = result.best >= 0 ? &result.variants[static_cast<size_t>(result.best)] : nullptr;
+  if (placements > 1 && best != nullptr && best->measurement) {
+    // Operands land in other physical memory when other allocations sit before them; every set stays alive until
+    // the end so that the allocator cannot hand the same pages back.
+    const AlgoInfo chosen = algo_info_from_json(best->params.dump());
+    std::vector<runtime::DeviceBuffer> spacers;
+    std::vector<std::unique_ptr<CublasLtBaseline>> copies;
+    result.placement_medians_us.push_back(best->measurement->median_us);
+    for (int placement = 1; placement < placements; ++placement) {
+      spacers.emplace_back(static_cast<std::size_t>(placement) * (std::size_t{7} << 20) + (std::size_t{3} << 20));
+      auto copy = std::make_unique<CublasLtBaseline>(kind, listing);
+      copy->prepare(problem, seed);
+      const std::optional<size_t> position = find_algorithm(copy->algorithms(), chosen);
+      if (!position) QTUNE_THROW(Error, "placements: cuBLASLt did not list the chosen algorithm again (" + chosen.describe() + ")");
+      copy->select_algorithm(copy->algorithms()[*position].heuristic_index);
+      const VerifyResult verified = copy->verify();
+      if (!verified.passed) QTUNE_THROW(Error, "placements: the chosen algorithm failed verification on placement " + std::to_string(placement) + ": " + verified.message);
+      CublasLtBaseline& target = *copy;
+      result.placement_medians_us.push_back(measure::measure([&](CUstream stream) { target.launch(stream); }, measure_options).median_us);
+      copies.push_back(std::move(copy));
+    }
+    std::vector<double> sorted = result.placement_medians_us;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t middle = sorted.size() / 2;
+    best->measurement->median_us = sorted.size() % 2 == 1 ? sorted[middle] : 0.5 * (sorted[middle - 1] + sorted[middle]);
+    std::string medians;
+    for (const double median : result.placement_medians_us) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f", median);
+      medians += (medians.empty() ? "" : " / ") + std::string(text);
+    }
+    result.notes += (result.notes.empty() ? "" : "; ") + std::string("median of ") + std::to_string(placements) +
+                    " operand placements: " + medians + " us";
+  }
   return result;
 }
 
@@ -418,6 +457,7 @@ nlohmann::json to_job_params(const BenchBaselineRequest& request) {
                          {{"rounds", request.runoff.rounds},
                           {"tie_tolerance", request.runoff.tie_tolerance},
                           {"round_time_budget_s", request.runoff.round_time_budget_s}}}};
+  params["placements"] = request.placements;
   if (request.pinned) {
     params["pinned"] = {{"algorithm", nlohmann::json::parse(request.pinned->algorithm.to_json())},
                         {"origin", request.pinned->origin},
@@ -433,6 +473,10 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
   request.problem = {field(params, "m", int64_t{0}), field(params, "n", int64_t{0}), field(params, "k", int64_t{0})};
   validate_problem(request.problem, "m, n, k");
   request.seed = field(params, "seed", request.seed);
+  request.placements = field(params, "placements", request.placements);
+  if (request.placements < 1 || request.placements > 16) {
+    QTUNE_INPUT_ERROR("placements: must be 1..16, got " + std::to_string(request.placements));
+  }
   request.baseline.top_k = field(params, "top_k", request.baseline.top_k);
   request.baseline.workspace_bytes = field(params, "workspace_bytes", request.baseline.workspace_bytes);
   request.baseline.max_verify_rows = field(params, "max_verify_rows", request.baseline.max_verify_rows);
@@ -470,7 +514,7 @@ void register_baseline_jobs() {
   measure::register_job(kBenchBaselineJob, [](const nlohmann::json& params) {
     const BenchBaselineRequest request = request_from_job_params(params);
     return nlohmann::json(bench_baseline(request.kind, request.problem, request.seed, request.baseline, request.measure,
-                                         request.runoff, request.pinned));
+                                         request.runoff, request.pinned, request.placements));
   });
 }
 

@@ -96,6 +96,9 @@ struct TargetResult {
   std::optional<Runoff> runoff;  // when two or more algorithms were timed and a run-off was asked for
   nlohmann::json device;  // runtime::DeviceInfo of the GPU it ran on (null when unknown)
   PinOutcome pin = PinOutcome::NotAsked;  // Pinned: variants holds the pinned algorithm alone
+  // With placements > 1: the chosen algorithm's median on each set of operands, the first set's first; the best
+  // variant's median is then their median.
+  std::vector<double> placement_medians_us;
 
   const VariantResult* best_variant() const {
     return best >= 0 && best < static_cast<int>(variants.size()) ? &variants[static_cast<size_t>(best)] : nullptr;
@@ -124,10 +127,11 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
                            const std::optional<PinnedAlgorithm>& pinned = std::nullopt, int top_k = 0);
 // prepare + tune_baseline; an unsupported baseline comes back with supported == false and the reason. With `pinned`,
 // cuBLASLt lists max(top_k, pinned->search_depth) algorithms to find it; the top k are timed if it is not used.
+// With placements > 1 the chosen algorithm is timed again on placements - 1 more sets of operands (BenchBaselineRequest).
 TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
                             const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options,
                             const RunoffOptions& runoff_options = {},
-                            const std::optional<PinnedAlgorithm>& pinned = std::nullopt);
+                            const std::optional<PinnedAlgorithm>& pinned = std::nullopt, int placements = 1);
 
 // ---- The worker job (containment: a faulting cuBLASLt kernel kills the worker, not the run) ----
 inline constexpr const char* kBenchBaselineJob = "bench-baseline";
@@ -139,6 +143,9 @@ struct BenchBaselineRequest {
   measure::MeasureOptions measure;
   RunoffOptions runoff;
   std::optional<PinnedAlgorithm> pinned;  // travels as "pinned": {"algorithm": AlgoInfo JSON, "origin", "search_depth"}
+  // Sets of operands the chosen algorithm is timed on (1..16), each allocated beside the others behind a spacer, so
+  // that they land elsewhere in memory; the reported median is the median of their medians.
+  int placements = 1;
 };
 nlohmann::json to_job_params(const BenchBaselineRequest& request);
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params);  // InputError naming a bad field

@@ -49,6 +49,7 @@ struct BenchOptions {
   std::string db_path = "qtune.db";
   bool no_db = false;
   bool pin_algorithm = false;
+  int placements = 1;
   std::string output = "table";
   uint64_t seed = 1;
   double time_budget_s = 2.0;
@@ -107,8 +108,9 @@ BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
   baseline_options.fp8_output = parse_output_type(options.fp8_output, "--fp8-output");
   baseline_options.device = options.device;
   const uint64_t seed = options.seed;
-  target.job_params = [kind, seed, baseline_options, measure_options](const GemmProblem& problem,
-                                                                      const std::optional<PinnedAlgorithm>& pinned) {
+  const int placements = options.placements;
+  target.job_params = [kind, seed, baseline_options, measure_options, placements](
+                          const GemmProblem& problem, const std::optional<PinnedAlgorithm>& pinned) {
     baselines::BenchBaselineRequest request;
     request.kind = kind;
     request.problem = problem;
@@ -116,6 +118,7 @@ BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
     request.baseline = baseline_options;
     request.measure = measure_options;
     request.pinned = pinned;
+    request.placements = placements;
     return baselines::to_job_params(request);
   };
   target.traffic = [kind](const GemmProblem& problem) { return baselines::traffic(kind, problem); };
@@ -152,7 +155,7 @@ class JobRunner {
       if (job == baselines::kBenchBaselineJob) {
         const auto request = baselines::request_from_job_params(params);
         outcome.result = baselines::bench_baseline(request.kind, request.problem, request.seed, request.baseline,
-                                                   request.measure, request.runoff, request.pinned);
+                                                   request.measure, request.runoff, request.pinned, request.placements);
       } else if (job == "selftest-device") {
         outcome.result = runtime::Device::get(params.value("device", 0)).info();
       } else if (job == "selftest-copy") {
@@ -380,6 +383,7 @@ std::string describe_command(const BenchOptions& options) {
   if (options.warm_l2) text += " --warm-l2";
   if (!options.warm_l2 && options.l2_flush != "read") text += " --l2-flush " + options.l2_flush;
   if (options.pin_algorithm) text += " --pin-algorithm";
+  if (options.placements > 1) text += " --placements " + std::to_string(options.placements);
   return text;
 }
 
@@ -585,6 +589,11 @@ void add_bench_command(CLI::App& app) {
                     "(searching the top " + std::to_string(baselines::kDefaultPinSearchDepth) +
                         "), verified and timed alone, no run-off; the note says \"pinned hN from run R of DATE\". "
                         "With nothing stored, or the algorithm not listed, the note says so and top-k + run-off decide");
+  command->add_option("--placements", options->placements,
+                      "time the chosen algorithm on this many sets of operands, each allocated beside the others "
+                      "behind a spacer (other memory), and report the median of their medians")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   command->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();
   command->add_option("--seed", options->seed, "seed of the random operands")->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per algorithm at most")

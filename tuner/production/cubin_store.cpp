@@ -11,6 +11,7 @@
 #include "kernels/error.hpp"
 #include "tuner/jit/sha256.hpp"
 #include "tuner/production/selector.hpp"
+#include "tuner/production/selector.hpp"
 
 namespace qtune::production {
 
@@ -129,16 +130,7 @@ CubinManifest CubinManifest::from_json(const nlohmann::json& json, std::string_v
 
 CubinManifest CubinManifest::read(const fs::path& directory) {
   const fs::path file = directory / kManifestName;
-  std::ifstream stream(file, std::ios::binary);
-  if (!stream) QTUNE_INPUT_ERROR("cubins: cannot read " + file.string() + " (write it with `qtune export --cubins DIR --arch ...`)");
-  const std::string text{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    QTUNE_INPUT_ERROR("cubins: " + file.string() + " is not JSON: " + error.what());
-  }
-  return from_json(json, file.string());
+  return from_json(production::read_json_file(file, "cubins", "write it with `qtune export --cubins DIR --arch ...`"), file.string());
 }
 
 const CubinEntry* CubinManifest::find(std::string_view format, const KernelConfig& config, int device_sm,

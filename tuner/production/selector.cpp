@@ -18,17 +18,20 @@ std::string range_text(const reports::MRange& range) {
 
 }  // namespace
 
-reports::SelectionTable read_selection_table(const std::filesystem::path& path) {
+nlohmann::json read_json_file(const std::filesystem::path& path, const std::string& field, const std::string& hint) {
   std::ifstream stream(path, std::ios::binary);
-  if (!stream) QTUNE_INPUT_ERROR("table: cannot read " + path.string() + " (write it with `qtune export -o table.json`)");
+  if (!stream) QTUNE_INPUT_ERROR(field + ": cannot read " + path.string() + " (" + hint + ")");
   const std::string text{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
-  nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& error) {
-    QTUNE_INPUT_ERROR("table: " + path.string() + " is not JSON: " + error.what());
+    QTUNE_INPUT_ERROR(field + ": " + path.string() + " is not JSON: " + error.what());
   }
-  return reports::SelectionTable::from_json(json, path.string());
+}
+
+reports::SelectionTable read_selection_table(const std::filesystem::path& path) {
+  return reports::SelectionTable::from_json(read_json_file(path, "table", "write it with `qtune export -o table.json`"),
+                                            path.string());
 }
 
 const KernelFamily& family_for(const FormatSpec& format, int sm) {

@@ -5,11 +5,16 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/family.hpp"
 #include "reports/selection_table.hpp"
 #include "tuner/production/qtune_runtime.hpp"
 
 namespace qtune::production {
+
+// A JSON file production reads; InputError "<field>: cannot read <path> (<hint>)" or "<field>: <path> is not JSON".
+nlohmann::json read_json_file(const std::filesystem::path& path, const std::string& field, const std::string& hint);
 
 // An exported table (`qtune export -o table.json`); InputError naming the file when it cannot be read or parsed.
 reports::SelectionTable read_selection_table(const std::filesystem::path& path);

@@ -148,6 +148,24 @@ TEST(PinJobParams, PinnedAlgorithmTravelsToTheWorker) {
   EXPECT_FALSE(request_from_job_params(unpinned).pinned.has_value());
 }
 
+TEST(PlacementJobParams, PlacementsTravelAndAreBounded) {
+  BenchBaselineRequest request;
+  request.problem = {4096, 8192, 8192};
+  EXPECT_EQ(request_from_job_params(to_job_params(request)).placements, 1);
+  request.placements = 5;
+  nlohmann::json params = to_job_params(request);
+  EXPECT_EQ(request_from_job_params(nlohmann::json::parse(params.dump())).placements, 5);
+  for (const int bad : {0, 17}) {
+    params["placements"] = bad;
+    try {
+      request_from_job_params(params);
+      FAIL() << "no InputError for " << bad;
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find("placements"), std::string::npos) << error.what();
+    }
+  }
+}
+
 TEST(PinJobParams, BadPinnedFieldsAreInputErrorsNamingThem) {
   BenchBaselineRequest request;
   request.problem = {16, 256, 256};

@@ -182,6 +182,25 @@ std::vector<GpuCase> correctness_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Gpu, BaselineCorrectness, testing::ValuesIn(correctness_cases()), case_name);
 
+// More placements: the chosen algorithm is timed on other operands too, and the median of the medians is reported.
+TEST(BaselineGpu, PlacementsTimeTheChosenAlgorithmOnEverySetOfOperands) {
+  QTUNE_REQUIRE_GPU();
+  BaselineOptions options;
+  options.top_k = 2;
+  measure::MeasureOptions measure_options;
+  measure_options.time_budget_s = 0.2;
+  const TargetResult result = bench_baseline(BaselineKind::F16, {256, 2048, 2048}, 7, options, measure_options, {}, std::nullopt, 3);
+  ASSERT_TRUE(result.supported) << result.unsupported_reason;
+  const VariantResult* best = result.best_variant();
+  ASSERT_NE(best, nullptr);
+  ASSERT_EQ(result.placement_medians_us.size(), 3u);
+  std::vector<double> sorted = result.placement_medians_us;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_DOUBLE_EQ(best->measurement->median_us, sorted[1]);
+  for (const double median : sorted) EXPECT_GT(median, 0.0);
+  EXPECT_NE(result.notes.find("median of 3 operand placements"), std::string::npos) << result.notes;
+}
+
 class BaselineTopK : public testing::TestWithParam<GpuCase> {};
 
 // Timing the top k gives a best algorithm: verified, measured, and no slower than any other measured one.
