@@ -254,6 +254,13 @@ void add_variant_row(reports::Table& table, const Row& row, const baselines::Var
   if (variant.measurement && variant.measurement->throttled) {
     full_note += std::string(full_note.empty() ? "" : "; ") + "clocks throttled";
   }
+  // What NVML saw while the repetitions ran: the clocks moved, or a slowdown was reported.
+  if (const auto& m = variant.measurement; m && m->busy_samples > 0 &&
+                                          (m->busy_sm_mhz_min < m->busy_sm_mhz_max || m->throttled_while_busy)) {
+    full_note += std::string(full_note.empty() ? "" : "; ") + "busy SM " + std::to_string(m->busy_sm_mhz_min) + "-" +
+                 std::to_string(m->busy_sm_mhz_max) + " MHz, " + std::to_string(static_cast<int>(m->busy_power_w_max)) +
+                 " W max, " + measure::describe_clock_event_reasons(m->busy_clock_event_reasons);
+  }
   cells.push_back(full_note);
   table.add_row(std::move(cells));
 }

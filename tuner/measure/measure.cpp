@@ -284,6 +284,20 @@ const runtime::Kernel& l2_flush_read_kernel(int device) {
 
 }  // namespace
 
+void record_busy_samples(Measurement& measurement, const std::vector<NvmlSample>& samples) {
+  for (const NvmlSample& sample : samples) {
+    if (!sample.valid) continue;
+    ++measurement.busy_samples;
+    if (sample.sm_mhz > 0) {
+      measurement.busy_sm_mhz_min = measurement.busy_sm_mhz_min < 0 ? sample.sm_mhz : std::min(measurement.busy_sm_mhz_min, sample.sm_mhz);
+      measurement.busy_sm_mhz_max = std::max(measurement.busy_sm_mhz_max, sample.sm_mhz);
+    }
+    measurement.busy_power_w_max = std::max(measurement.busy_power_w_max, sample.power_w);
+    measurement.busy_clock_event_reasons |= sample.throttle_reasons;
+  }
+  measurement.throttled_while_busy = is_throttled(measurement.busy_clock_event_reasons);
+}
+
 Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options) {
   validate(options);
   return measure_until_unthrottled([&] { return measure_single(launch_operation, options); }, options, [](double seconds) {
@@ -347,6 +361,8 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
   CuptiTimer timer;
   unsigned char fill_value = 0;
   int kernels_per_repetition = -1;
+  int repetitions_launched = 0;
+  std::vector<std::pair<int, NvmlSample>> busy_samples;  // (repetitions launched by the end of the batch, NVML read)
   const auto run_batch = [&](int count) {
     std::vector<std::uint64_t> ids;
     ids.reserve(static_cast<std::size_t>(count));
@@ -361,6 +377,8 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
       }
       timer.end_repetition();
     }
+    if (nvml_device) busy_samples.push_back({repetitions_launched + count, nvml_sample()});  // the batch still runs
+    repetitions_launched += count;
     device.synchronize();  // a faulting kernel surfaces here
     const std::vector<RepetitionTiming> timings = timer.collect(ids);
     std::vector<double> durations;
@@ -387,6 +405,11 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
   LoopResult loop = run_measurement_loop(run_batch, options, now_s, sm_clock);
   measurement.nvml_end = nvml_sample();
   measurement.throttled = measurement.nvml_start.throttled || measurement.nvml_end.throttled;
+  std::vector<NvmlSample> measured_batches;  // warm-up batches are left out: their clocks are still settling
+  for (const auto& [launched, sample] : busy_samples) {
+    if (launched > loop.warmup_repetitions) measured_batches.push_back(sample);
+  }
+  record_busy_samples(measurement, measured_batches);
   measurement.kernels_per_repetition = kernels_per_repetition;
   measurement.unattributed_kernels = timer.unattributed_kernels() - std::min(timer.unattributed_kernels(), flush_launches);
 
@@ -439,6 +462,12 @@ void to_json(nlohmann::json& json, const Measurement& m) {
                         {"nvml_start", m.nvml_start},
                         {"nvml_end", m.nvml_end},
                         {"throttled", m.throttled},
+                        {"busy_samples", m.busy_samples},
+                        {"busy_sm_mhz_min", m.busy_sm_mhz_min},
+                        {"busy_sm_mhz_max", m.busy_sm_mhz_max},
+                        {"busy_power_w_max", m.busy_power_w_max},
+                        {"busy_clock_event_reasons", m.busy_clock_event_reasons},
+                        {"throttled_while_busy", m.throttled_while_busy},
                         {"throttle_retries", m.throttle_retries},
                         {"cooldown_seconds", m.cooldown_seconds},
                         {"throttled_medians_us", m.throttled_medians_us},
@@ -475,6 +504,13 @@ void from_json(const nlohmann::json& json, Measurement& m) {
   json.at("nvml_start").get_to(m.nvml_start);
   json.at("nvml_end").get_to(m.nvml_end);
   json.at("throttled").get_to(m.throttled);
+  // Absent in measurements made before NVML was read during the batches.
+  m.busy_samples = json.value("busy_samples", 0);
+  m.busy_sm_mhz_min = json.value("busy_sm_mhz_min", -1);
+  m.busy_sm_mhz_max = json.value("busy_sm_mhz_max", -1);
+  m.busy_power_w_max = json.value("busy_power_w_max", -1.0);
+  m.busy_clock_event_reasons = json.value("busy_clock_event_reasons", std::uint64_t{0});
+  m.throttled_while_busy = json.value("throttled_while_busy", false);
   // Absent in measurements stored before throttled ones were retried.
   m.throttle_retries = json.value("throttle_retries", 0);
   m.cooldown_seconds = json.value("cooldown_seconds", 0.0);

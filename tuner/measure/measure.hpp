@@ -97,6 +97,15 @@ struct Measurement {
   NvmlSample nvml_start;        // before warm-up
   NvmlSample nvml_end;          // after the last repetition
   bool throttled = false;       // either sample flags throttling
+  // NVML read while each measured batch was still running (after its launches, before synchronising): how many
+  // reads, the range of SM clocks, the highest power, and every clock-event reason seen (OR). The retry rule above
+  // looks at nvml_start/nvml_end only; these say what the clocks did during the repetitions.
+  int busy_samples = 0;
+  int busy_sm_mhz_min = -1;
+  int busy_sm_mhz_max = -1;
+  double busy_power_w_max = -1;
+  std::uint64_t busy_clock_event_reasons = 0;
+  bool throttled_while_busy = false;  // is_throttled(busy_clock_event_reasons)
   int throttle_retries = 0;     // measurements repeated because an earlier one was throttled
   double cooldown_seconds = 0;  // idled before those repetitions
   std::vector<double> throttled_medians_us;  // medians of the throttled measurements set aside, in order
@@ -126,6 +135,9 @@ Measurement measure(const std::function<void(CUstream)>& launch_operation, const
 // of the throttled measurements it replaced.
 Measurement measure_until_unthrottled(const std::function<Measurement()>& measure_once, const MeasureOptions& options,
                                       const std::function<void(double seconds)>& cool_down);
+
+// Folds the NVML reads taken while batches ran into measurement's busy_* fields (invalid reads are skipped).
+void record_busy_samples(Measurement& measurement, const std::vector<NvmlSample>& samples);
 
 // The warm-up and repetition logic of measure(), separated from the GPU so it can be tested on the CPU.
 // run_batch(n) runs n repetitions and returns their durations (us); now_s() is a monotonic clock in seconds;

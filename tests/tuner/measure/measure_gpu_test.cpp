@@ -14,6 +14,7 @@
 #include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/measure/cupti_timer.hpp"
 #include "tuner/measure/measure.hpp"
+#include "tuner/measure/nvml.hpp"
 #include "tuner/measure/selftest_jobs.hpp"
 #include "tuner/measure/statistics.hpp"
 #include "tuner/measure/worker.hpp"
@@ -42,7 +43,8 @@ void print(const std::string& label, const Measurement& m) {
             << m.warmup_settled << "), stop: " << m.stop_reason << ", " << m.total_seconds << " s, kernels/rep "
             << m.kernels_per_repetition << ", unattributed " << m.unattributed_kernels << ", flush " << m.flush_bytes
             << " B, NVML start " << nlohmann::json(m.nvml_start).dump() << ", end " << nlohmann::json(m.nvml_end).dump()
-            << "\n";
+            << ", busy " << m.busy_samples << " reads SM " << m.busy_sm_mhz_min << "-" << m.busy_sm_mhz_max << " MHz, "
+            << m.busy_power_w_max << " W max, reasons " << describe_clock_event_reasons(m.busy_clock_event_reasons) << "\n";
 }
 
 // Source and destination buffers and the copy kernel; copy(stream, offset, bytes) launches one copy kernel.
@@ -238,6 +240,13 @@ TEST(MeasureGpu, RepeatedMeasurementsAgreeWithinOnePercent) {
   const double change = std::abs(second.median_us - first.median_us) / first.median_us;
   std::cout << "medians differ by " << 100 * change << "%\n";
   EXPECT_LE(change, 0.01);
+  // NVML was read while the measured batches ran: the copies keep the GPU busy, so the SM clock is above idle.
+  if (Nvml::instance().available()) {
+    EXPECT_GE(first.busy_samples, 1);
+    EXPECT_GT(first.busy_sm_mhz_min, 0);
+    EXPECT_GE(first.busy_sm_mhz_max, first.busy_sm_mhz_min);
+    EXPECT_GT(first.busy_power_w_max, 0);
+  }
 }
 
 TEST(MeasureGpu, KernelsOutsideARepetitionAreNotAttributed) {

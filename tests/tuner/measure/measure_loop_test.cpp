@@ -233,6 +233,33 @@ TEST(Measurement, RoundTripsThroughJson) {
   EXPECT_NEAR(back.relative_ci_half_width(), 0.1 / 12.5, 1e-12);
 }
 
+TEST(Measurement, BusySamplesGiveTheClockRangeAndTheReasonsSeen) {
+  Measurement measurement;
+  NvmlSample fast;
+  fast.valid = true;
+  fast.sm_mhz = 1980;
+  fast.power_w = 650;
+  NvmlSample capped = fast;
+  capped.sm_mhz = 1755;
+  capped.power_w = 700;
+  capped.throttle_reasons = clock_event::kSwPowerCap;
+  NvmlSample unread;  // NVML could not read: skipped
+  record_busy_samples(measurement, {fast, unread, capped, fast});
+  EXPECT_EQ(measurement.busy_samples, 3);
+  EXPECT_EQ(measurement.busy_sm_mhz_min, 1755);
+  EXPECT_EQ(measurement.busy_sm_mhz_max, 1980);
+  EXPECT_DOUBLE_EQ(measurement.busy_power_w_max, 700);
+  EXPECT_EQ(measurement.busy_clock_event_reasons, clock_event::kSwPowerCap);
+  EXPECT_TRUE(measurement.throttled_while_busy);
+  EXPECT_FALSE(measurement.throttled);  // the retry rule still reads the start and end samples only
+  const nlohmann::json json = measurement;
+  EXPECT_EQ(nlohmann::json(json.get<Measurement>()), json);
+  Measurement quiet;
+  record_busy_samples(quiet, {fast, fast});
+  EXPECT_FALSE(quiet.throttled_while_busy);
+  EXPECT_EQ(quiet.busy_sm_mhz_min, 1980);
+}
+
 TEST(Measurement, StoredBeforeTheReadFlushReadsAsWriteFlushed) {
   Measurement measurement;
   nlohmann::json json = measurement;
