@@ -1,17 +1,40 @@
 #include "tuner/cli/cli.hpp"
 
 #include <iostream>
+#include <sstream>
 
 #include "kernels/error.hpp"
 #include "tuner/cli/commands.hpp"
+#include "tuner/runtime/build_info.hpp"
 #include "tuner/runtime/crash_report.hpp"
 
 namespace qtune::cli {
 
+std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const std::string& field) {
+  std::vector<std::int64_t> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    std::size_t used = 0;
+    std::int64_t value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || value <= 0) {
+      QTUNE_INPUT_ERROR(field + ": '" + item + "' is not a positive integer (in '" + text + "')");
+    }
+    values.push_back(value);
+  }
+  if (values.empty() || text.back() == ',') QTUNE_INPUT_ERROR(field + ": expected a comma-separated list, got '" + text + "'");
+  return values;
+}
+
 int run_cli(int argc, char** argv) {
   runtime::install_crash_report("qtune");
   CLI::App app{"qtune: autotuning and benchmarking of quantized GEMM kernels on NVIDIA GPUs", "qtune"};
-  app.set_version_flag("--version", std::string(QTUNE_VERSION) + " (" + QTUNE_GIT_SHA + ")");
+  app.set_version_flag("--version", std::string(QTUNE_VERSION) + " (" + build_git_sha() + ")");
   app.require_subcommand(1);
   app.fallthrough();
   add_formats_command(app);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tuner/runtime/build_info.hpp"
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
@@ -76,26 +77,6 @@ struct BenchTarget {
   std::string config_family;  // the database config family
 };
 
-std::vector<int64_t> parse_int_list(const std::string& text, const std::string& field) {
-  std::vector<int64_t> values;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    size_t used = 0;
-    int64_t value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      QTUNE_INPUT_ERROR(field + ": '" + item + "' is not an integer (in '" + text + "')");
-    }
-    if (used != item.size()) QTUNE_INPUT_ERROR(field + ": '" + item + "' is not an integer (in '" + text + "')");
-    if (value <= 0) QTUNE_INPUT_ERROR(field + ": " + std::to_string(value) + " must be positive");
-    values.push_back(value);
-  }
-  if (values.empty() || text.back() == ',')
-    QTUNE_INPUT_ERROR(field + ": expected a comma-separated list, got '" + text + "'");
-  return values;
-}
 
 BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
                                  const std::optional<FormatSpec>& format,
@@ -305,7 +286,7 @@ void store_results(const BenchOptions& options, const std::vector<Row>& rows, co
   db::RunInfo info;
   info.kind = "bench";
   info.tool_version = QTUNE_VERSION;
-  info.git_sha = QTUNE_GIT_SHA;
+  info.git_sha = build_git_sha();
   info.host = host_name();
   info.command_line = command_line;
   const nlohmann::json& device = context.device;
@@ -429,9 +410,9 @@ std::optional<PinnedAlgorithm> stored_pin(db::Store* store, const BenchTarget& t
 
 void run_bench(const BenchOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
-  const std::vector<int64_t> shape = parse_int_list(options.shape, "--shape");
+  const std::vector<int64_t> shape = parse_positive_int_list(options.shape, "--shape");
   if (shape.size() != 2) QTUNE_INPUT_ERROR("--shape: expected N,K, got '" + options.shape + "'");
-  const std::vector<int64_t> m_values = parse_int_list(options.m_list, "--m");
+  const std::vector<int64_t> m_values = parse_positive_int_list(options.m_list, "--m");
   if (options.top_k < 1) QTUNE_INPUT_ERROR("--top-k: must be at least 1, got " + std::to_string(options.top_k));
   if (!(options.time_budget_s > 0)) QTUNE_INPUT_ERROR("--time-budget: must be positive");
   if (options.bandwidth != "measured" && options.bandwidth != "datasheet") {

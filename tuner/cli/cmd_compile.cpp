@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tuner/runtime/build_info.hpp"
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
@@ -230,7 +231,7 @@ void run(const CompileCommandOptions& options) {
     db::RunInfo info;
     info.kind = "compile";
     info.tool_version = QTUNE_VERSION;
-    info.git_sha = QTUNE_GIT_SHA;
+    info.git_sha = build_git_sha();
     info.host = host_name();
     info.sm = sm;
     info.command_line = command_text(options);

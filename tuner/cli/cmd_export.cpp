@@ -53,6 +53,7 @@ struct CubinSummary {
   std::size_t written = 0;
   std::vector<production::CubinSkip> skipped;
   std::vector<production::CubinSkip> failed;
+  std::size_t removed = 0;  // stale cubins of an earlier export
 };
 
 // Precompiles the table's kernels into options.cubins (NVRTC only: no GPU needed).
@@ -62,7 +63,7 @@ CubinSummary export_cubins(const ExportOptions& options, const reports::Selectio
   settings.threads = options.jobs;
   const jit::Compiler compiler(settings);
   const production::CubinExport written = production::write_cubins(plan, options.cubins, compiler);
-  return {written.manifest.kernels.size(), plan.skipped, written.failed};
+  return {written.manifest.kernels.size(), plan.skipped, written.failed, written.removed.size()};
 }
 
 std::string describe(const production::CubinRequest& request) {
@@ -195,7 +196,7 @@ void run_export(const ExportOptions& options) {
         return json;
       };
       out["cubins"] = {{"directory", options.cubins}, {"kernels", cubins->written}, {"skipped", list(cubins->skipped)},
-                       {"failed", list(cubins->failed)}};
+                       {"failed", list(cubins->failed)}, {"removed_stale", cubins->removed}};
     }
     std::cout << out.dump(2) << "\n";
     check_cubins();
@@ -211,7 +212,8 @@ void run_export(const ExportOptions& options) {
   print_regret(*table.fallback_regret, table.fallback_methods);
   for (const auto& output : options.outputs) std::cout << "wrote " << output << "\n";
   if (cubins) {
-    std::cout << "wrote " << cubins->written << " cubin(s) for " << options.archs << " and their manifest into " << options.cubins << "\n";
+    std::cout << "wrote " << cubins->written << " cubin(s) for " << options.archs << " and their manifest into " << options.cubins
+              << (cubins->removed > 0 ? ", removed " + std::to_string(cubins->removed) + " stale cubin(s) of an earlier export" : "") << "\n";
     for (const auto& skip : cubins->skipped) std::cout << "  not built: " << describe(skip.request) << ": " << skip.reason << "\n";
     for (const auto& failure : cubins->failed) std::cout << "  FAILED: " << describe(failure.request) << ": " << failure.reason << "\n";
   }

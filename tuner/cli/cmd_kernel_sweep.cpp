@@ -38,45 +38,24 @@ struct KernelSweepOptions {
   std::string output = "table";
 };
 
-std::vector<int64_t> parse_list(const std::string& text, const std::string& field) {
-  std::vector<int64_t> values;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    size_t used = 0;
-    int64_t value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || value <= 0) {
-      QTUNE_INPUT_ERROR(field + ": '" + item + "' is not a positive integer (in '" + text + "')");
-    }
-    values.push_back(value);
-  }
-  if (values.empty() || text.back() == ',') QTUNE_INPUT_ERROR(field + ": expected a comma-separated list, got '" + text + "'");
-  return values;
-}
-
 std::string fixed(double value, int decimals) { return reports::format_fixed(value, decimals); }
 
 void run(const KernelSweepOptions& options) {
   gemm::SweepOptions sweep;
   sweep.family = options.family;
   sweep.format = FormatSpec::parse(options.format);
-  const std::vector<int64_t> shape = parse_list(options.shape, "--shape");
+  const std::vector<int64_t> shape = parse_positive_int_list(options.shape, "--shape");
   if (shape.size() != 2) QTUNE_INPUT_ERROR("--shape: expected N,K, got '" + options.shape + "'");
   sweep.n = shape[0];
   sweep.k = shape[1];
-  sweep.m_values = parse_list(options.m_list, "--m");
+  sweep.m_values = parse_positive_int_list(options.m_list, "--m");
   sweep.bias = options.bias;
   const KernelFamily& family = find_family(options.family);
   for (const std::string& text : options.configs) sweep.configs.push_back(KernelConfig::parse(text, family.name()));
   for (const auto& [name, text] : options.ranges) {
     if (text.empty()) continue;
     std::vector<int> values;
-    for (int64_t value : parse_list(text, "--" + name)) values.push_back(static_cast<int>(value));
+    for (int64_t value : parse_positive_int_list(text, "--" + name)) values.push_back(static_cast<int>(value));
     sweep.ranges[name] = values;
   }
   sweep.include_default = !options.no_default;

@@ -2,6 +2,10 @@
 // One function per top-level command; each adds its subcommand (and options, and callback) to the app.
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 namespace qtune::cli {
 
 void add_formats_command(CLI::App& app);
@@ -15,5 +19,8 @@ void add_report_command(CLI::App& app);  // `qtune report`: HTML + Markdown + CS
 void add_tune_command(CLI::App& app);  // `qtune tune`: search, verify, measure and store winners
 void add_search_eval_command(CLI::App& app);  // `qtune search-eval`: replay strategies against stored results
 void add_compile_command(CLI::App& app);  // `qtune compile`: compile configurations for an arch, store resources
+
+// "1,16,256" -> {1, 16, 256}; InputError naming `field` for an empty list, a trailing comma or a non-positive item.
+std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const std::string& field);
 
 }  // namespace qtune::cli

@@ -11,7 +11,6 @@
 #include "kernels/error.hpp"
 #include "tuner/jit/sha256.hpp"
 #include "tuner/production/selector.hpp"
-#include "tuner/production/selector.hpp"
 
 namespace qtune::production {
 
@@ -220,6 +219,37 @@ CubinPlan plan_cubins(const reports::SelectionTable& table, const std::vector<st
   return plan;
 }
 
+namespace {
+
+// A file an export writes: <arch dir>/<sha256 hex>.cubin.
+bool is_export_cubin(const fs::path& file) {
+  const std::string stem = file.stem().string();
+  return file.extension() == ".cubin" && stem.size() == 64 &&
+         std::all_of(stem.begin(), stem.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
+// Removes the cubins of earlier exports that `result`'s manifest no longer lists (after the new manifest is written,
+// so a reader never sees a manifest naming a removed file).
+void remove_stale_cubins(const fs::path& directory, CubinExport& result) {
+  std::set<fs::path> listed;
+  for (const CubinEntry& entry : result.manifest.kernels) listed.insert((directory / entry.file).lexically_normal());
+  std::error_code error;
+  for (fs::directory_iterator arch(directory, error), end; !error && arch != end; arch.increment(error)) {
+    if (!arch->is_directory()) continue;
+    for (fs::directory_iterator file(arch->path(), error); !error && file != end; file.increment(error)) {
+      const fs::path path = file->path().lexically_normal();
+      if (!file->is_regular_file() || !is_export_cubin(path) || listed.count(path) > 0) continue;
+      std::error_code removal;
+      if (fs::remove(path, removal)) result.removed.push_back(path);
+      if (removal) QTUNE_LIBRARY_ERROR("system", "cannot remove the stale cubin " + path.string() + ": " + removal.message());
+    }
+  }
+  if (error) QTUNE_LIBRARY_ERROR("system", "cannot list " + directory.string() + ": " + error.message());
+  std::sort(result.removed.begin(), result.removed.end());
+}
+
+}  // namespace
+
 CubinExport write_cubins(const CubinPlan& plan, const fs::path& directory, const jit::Compiler& compiler) {
   CubinExport result;
   std::vector<jit::CompileRequest> requests;
@@ -267,6 +297,7 @@ CubinExport write_cubins(const CubinPlan& plan, const fs::path& directory, const
   std::sort(result.manifest.kernels.begin(), result.manifest.kernels.end(),
             [](const CubinEntry& a, const CubinEntry& b) { return entry_key(a) < entry_key(b); });
   reports::write_file_atomically(directory / kManifestName, result.manifest.to_json().dump(2) + "\n");
+  remove_stale_cubins(directory, result);
   return result;
 }
 

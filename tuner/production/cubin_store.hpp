@@ -88,10 +88,13 @@ CubinPlan plan_cubins(const reports::SelectionTable& table, const std::vector<st
 struct CubinExport {
   CubinManifest manifest;
   std::vector<CubinSkip> failed;  // NVRTC failures, with its message
+  std::vector<std::filesystem::path> removed;  // cubins of an earlier export that the new manifest no longer lists
 };
 
 // Compiles the plan's requests (in parallel, through `compiler` and its cache), writes the cubins and the manifest
-// into `directory` (created if needed). Failed compiles are left out of the manifest and returned.
+// into `directory` (created if needed). Failed compiles are left out of the manifest and returned. Cubins an earlier
+// export left there (files named <arch>/<64 hex digits>.cubin) that the new manifest does not list are removed;
+// nothing else in the directory is touched.
 CubinExport write_cubins(const CubinPlan& plan, const std::filesystem::path& directory, const jit::Compiler& compiler);
 
 }  // namespace qtune::production

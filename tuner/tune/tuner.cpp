@@ -19,13 +19,11 @@
 #include "search/winner.hpp"
 #include "tuner/gemm/sweep.hpp"
 #include "tuner/jit/sha256.hpp"
+#include "tuner/runtime/build_info.hpp"
 #include "tuner/tune/restricted_family.hpp"
 
 #ifndef QTUNE_VERSION
 #define QTUNE_VERSION "unknown"
-#endif
-#ifndef QTUNE_GIT_SHA
-#define QTUNE_GIT_SHA "unknown"
 #endif
 
 namespace qtune::tune {
@@ -649,7 +647,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
   db::RunInfo info;
   info.kind = "tune";
   info.tool_version = QTUNE_VERSION;
-  info.git_sha = QTUNE_GIT_SHA;
+  info.git_sha = build_git_sha();
   info.cuda_version = target.cuda_version;
   info.driver_version = target.driver_version;
   info.host = host_name();

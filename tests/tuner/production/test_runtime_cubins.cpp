@@ -255,6 +255,24 @@ TEST_F(CubinExportTest, WritesACubinPerKernelAndAManifestThatMatchesIt) {
   EXPECT_EQ(file_bytes(again / entry.file), cubin);
 }
 
+TEST_F(CubinExportTest, AReExportRemovesStaleCubinsAndNothingElse) {
+  // An earlier export's cubin that the new plan no longer needs, and files that are not export cubins.
+  const fs::path stale = cubins_ / "sm_80" / (std::string(64, 'a') + ".cubin");
+  const fs::path notes = cubins_ / "sm_90a" / "README.txt";
+  const fs::path short_name = cubins_ / "sm_90a" / "abc.cubin";
+  for (const fs::path& file : {stale, notes, short_name}) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << "x";
+  }
+  const CubinExport again = write_cubins(plan_cubins(one_config_table(), {"sm_90a"}, false), cubins_, jit::Compiler());
+  ASSERT_EQ(again.removed.size(), 1u);
+  EXPECT_EQ(again.removed.front(), stale.lexically_normal());
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(notes));
+  EXPECT_TRUE(fs::exists(short_name));
+  EXPECT_TRUE(fs::exists(cubins_ / entry_.file));  // still listed: kept
+}
+
 TEST_F(CubinExportTest, RuntimePrefersTheCubinOverTheJit) {
   const Runtime hopper = runtime_for("sm_90a");
   EXPECT_EQ(hopper.precompiled_kernel_count(), 1u);
