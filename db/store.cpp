@@ -340,6 +340,19 @@ void bind_filter(Statement& statement, const FilterSql& sql) {
   for (const auto& value : sql.text_values) statement.bind(++index, value);
 }
 
+// The rows of a per-run table (alias x, joined to its run r) that match `filter`, in insertion order.
+template <typename Record>
+std::vector<Record> list_filtered(Connection& connection, std::string_view columns, std::string_view table,
+                                  const RowFilter& filter, bool has_problem_column, Record (*read)(const Statement&)) {
+  const FilterSql where = filter_sql(filter, has_problem_column);
+  Statement statement = connection.prepare("SELECT " + std::string(columns) + " FROM " + std::string(table) +
+                                           " x JOIN runs r ON r.id = x.run_id WHERE 1" + where.where + " ORDER BY x.id");
+  bind_filter(statement, where);
+  std::vector<Record> rows;
+  while (statement.step()) rows.push_back(read(statement));
+  return rows;
+}
+
 }  // namespace
 
 std::string canonical_params(std::string_view params_json) {
@@ -667,33 +680,15 @@ std::vector<KernelConfigRecord> Store::list_configs() {
 }
 
 std::vector<CompileRecord> Store::list_compiles(const RowFilter& filter) {
-  const FilterSql where = filter_sql(filter, false);
-  Statement statement = connection_->prepare("SELECT " + std::string(kCompileColumns) +
-                                             " FROM compiles x JOIN runs r ON r.id = x.run_id WHERE 1" + where.where + " ORDER BY x.id");
-  bind_filter(statement, where);
-  std::vector<CompileRecord> compiles;
-  while (statement.step()) compiles.push_back(read_compile(statement));
-  return compiles;
+  return list_filtered(*connection_, kCompileColumns, "compiles", filter, false, read_compile);
 }
 
 std::vector<VerificationRecord> Store::list_verifications(const RowFilter& filter) {
-  const FilterSql where = filter_sql(filter, true);
-  Statement statement = connection_->prepare("SELECT " + std::string(kVerificationColumns) +
-                                             " FROM verifications x JOIN runs r ON r.id = x.run_id WHERE 1" + where.where + " ORDER BY x.id");
-  bind_filter(statement, where);
-  std::vector<VerificationRecord> verifications;
-  while (statement.step()) verifications.push_back(read_verification(statement));
-  return verifications;
+  return list_filtered(*connection_, kVerificationColumns, "verifications", filter, true, read_verification);
 }
 
 std::vector<MeasurementRecord> Store::list_measurements(const RowFilter& filter) {
-  const FilterSql where = filter_sql(filter, true);
-  Statement statement = connection_->prepare("SELECT " + std::string(kMeasurementColumns) +
-                                             " FROM measurements x JOIN runs r ON r.id = x.run_id WHERE 1" + where.where + " ORDER BY x.id");
-  bind_filter(statement, where);
-  std::vector<MeasurementRecord> measurements;
-  while (statement.step()) measurements.push_back(read_measurement(statement));
-  return measurements;
+  return list_filtered(*connection_, kMeasurementColumns, "measurements", filter, true, read_measurement);
 }
 
 std::optional<MeasurementRecord> Store::best_measurement(ProblemId problem, std::string_view gpu, L2Mode l2_mode) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "db/store.hpp"
+#include "tests/db/db_test_support.hpp"
 #include "kernels/family.hpp"
 
 namespace qtune::reports::testing {
@@ -112,19 +113,8 @@ inline KernelConfig synthetic_heuristic(std::int64_t m) {
   return configs[6];
 }
 
-inline db::TimingStats stats_around(double median) {
-  db::TimingStats stats;
-  stats.min_us = median * 0.98;
-  stats.p10_us = median * 0.99;
-  stats.median_us = median;
-  stats.p90_us = median * 1.02;
-  stats.max_us = median * 1.1;
-  stats.mean_us = median * 1.005;
-  stats.stddev_us = median * 0.01;
-  stats.ci_low_us = median * 0.995;
-  stats.ci_high_us = median * 1.005;
-  return stats;
-}
+// The db tests' spread of statistics around a median.
+using db::testing::stats_around;
 
 inline void add_measurement(db::Store& store, db::RunId run, db::ProblemId problem, db::ConfigId config, double median,
                             const std::string& phase = "") {
