@@ -427,19 +427,7 @@ TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint6
 
 // ---------------------------------------------------------------- worker job
 
-namespace {
-
-template <typename T>
-T field(const nlohmann::json& json, const char* name, const T& fallback, const std::string& prefix = "") {
-  if (!json.contains(name)) return fallback;
-  try {
-    return json.at(name).get<T>();
-  } catch (const nlohmann::json::exception& error) {
-    QTUNE_INPUT_ERROR(prefix + name + ": " + error.what());
-  }
-}
-
-}  // namespace
+using measure::job_field;
 
 
 nlohmann::json to_job_params(const BenchBaselineRequest& request) {
@@ -469,26 +457,26 @@ nlohmann::json to_job_params(const BenchBaselineRequest& request) {
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
   BenchBaselineRequest request;
   if (!params.contains("baseline")) QTUNE_INPUT_ERROR("baseline: missing");
-  request.kind = parse_baseline_id(field(params, "baseline", std::string()), "baseline");
-  request.problem = {field(params, "m", int64_t{0}), field(params, "n", int64_t{0}), field(params, "k", int64_t{0})};
+  request.kind = parse_baseline_id(job_field(params, "baseline", std::string()), "baseline");
+  request.problem = {job_field(params, "m", int64_t{0}), job_field(params, "n", int64_t{0}), job_field(params, "k", int64_t{0})};
   validate_problem(request.problem, "m, n, k");
-  request.seed = field(params, "seed", request.seed);
-  request.placements = field(params, "placements", request.placements);
+  request.seed = job_field(params, "seed", request.seed);
+  request.placements = job_field(params, "placements", request.placements);
   if (request.placements < 1 || request.placements > 16) {
     QTUNE_INPUT_ERROR("placements: must be 1..16, got " + std::to_string(request.placements));
   }
-  request.baseline.top_k = field(params, "top_k", request.baseline.top_k);
-  request.baseline.workspace_bytes = field(params, "workspace_bytes", request.baseline.workspace_bytes);
-  request.baseline.max_verify_rows = field(params, "max_verify_rows", request.baseline.max_verify_rows);
+  request.baseline.top_k = job_field(params, "top_k", request.baseline.top_k);
+  request.baseline.workspace_bytes = job_field(params, "workspace_bytes", request.baseline.workspace_bytes);
+  request.baseline.max_verify_rows = job_field(params, "max_verify_rows", request.baseline.max_verify_rows);
   request.baseline.fp8_output =
-      parse_output_type(field(params, "fp8_output", to_string(request.baseline.fp8_output)), "fp8_output");
+      parse_output_type(job_field(params, "fp8_output", to_string(request.baseline.fp8_output)), "fp8_output");
   if (request.baseline.top_k < 1) QTUNE_INPUT_ERROR("top_k: must be at least 1");
   request.measure = measure::measure_options_from_json(params.value("measure", nlohmann::json::object()));
   request.baseline.device = request.measure.device;
   const nlohmann::json runoff = params.value("runoff", nlohmann::json::object());
-  request.runoff.rounds = field(runoff, "rounds", request.runoff.rounds, "runoff.");
-  request.runoff.tie_tolerance = field(runoff, "tie_tolerance", request.runoff.tie_tolerance, "runoff.");
-  request.runoff.round_time_budget_s = field(runoff, "round_time_budget_s", request.runoff.round_time_budget_s, "runoff.");
+  request.runoff.rounds = job_field(runoff, "rounds", request.runoff.rounds, "runoff.");
+  request.runoff.tie_tolerance = job_field(runoff, "tie_tolerance", request.runoff.tie_tolerance, "runoff.");
+  request.runoff.round_time_budget_s = job_field(runoff, "round_time_budget_s", request.runoff.round_time_budget_s, "runoff.");
   validate(request.runoff);
   if (params.contains("pinned") && !params.at("pinned").is_null()) {
     const nlohmann::json& pinned = params.at("pinned");
@@ -500,8 +488,8 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
     } catch (const InputError& error) {
       QTUNE_INPUT_ERROR(std::string("pinned.") + error.what());
     }
-    pin.origin = field(pinned, "origin", std::string("an earlier run"), "pinned.");
-    pin.search_depth = field(pinned, "search_depth", kDefaultPinSearchDepth, "pinned.");
+    pin.origin = job_field(pinned, "origin", std::string("an earlier run"), "pinned.");
+    pin.search_depth = job_field(pinned, "search_depth", kDefaultPinSearchDepth, "pinned.");
     if (pin.search_depth < 1) {
       QTUNE_INPUT_ERROR("pinned.search_depth: must be at least 1, got " + std::to_string(pin.search_depth));
     }

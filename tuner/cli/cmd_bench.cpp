@@ -2,8 +2,6 @@
 // worker), and prints median/p10/p90 microseconds, GB/s, TFLOP/s and the percentage of the GPU's copy bandwidth and
 // tensor peak. Targets are cuBLASLt baselines today; a kernel configuration of a qtune family is another BenchTarget
 // (a worker job answering with the same TargetResult JSON), added next to make_baseline_target.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -16,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "tuner/runtime/build_info.hpp"
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
@@ -28,6 +25,7 @@
 #include "tuner/cli/commands.hpp"
 #include "tuner/measure/worker.hpp"
 #include "tuner/runtime/device.hpp"
+#include "tuner/tune/tuner.hpp"
 
 namespace qtune::cli {
 
@@ -273,21 +271,11 @@ reports::Table make_table(const std::vector<Row>& rows, const Context& context, 
   return table;
 }
 
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-  return name;
-}
-
 void store_results(const BenchOptions& options, const std::vector<Row>& rows, const Context& context,
                    const std::string& command_line) {
   db::Store store = db::Store::open(options.db_path);
   auto transaction = store.transaction();
-  db::RunInfo info;
-  info.kind = "bench";
-  info.tool_version = QTUNE_VERSION;
-  info.git_sha = build_git_sha();
-  info.host = host_name();
+  db::RunInfo info = tune::run_info_of_this_build("bench");
   info.command_line = command_line;
   const nlohmann::json& device = context.device;
   if (device.is_object()) {
@@ -337,20 +325,7 @@ void store_results(const BenchOptions& options, const std::vector<Row>& rows, co
             row.result->pin == baselines::PinOutcome::Pinned ? baselines::kPinnedPhase : baselines::kBestOfTopKPhase;
       }
       if (variant.measurement) {
-        const auto& m = *variant.measurement;
-        measurement.status = db::MeasurementStatus::Ok;
-        measurement.stats = db::TimingStats{m.median_us, m.p10_us,    m.p90_us,    m.min_us,    m.max_us,
-                                            m.mean_us,   m.stddev_us, m.ci_low_us, m.ci_high_us};
-        measurement.samples_us = m.samples_us;
-        measurement.sample_count = static_cast<int64_t>(m.samples_us.size());
-        const auto& nvml = m.nvml_end;
-        if (nvml.valid) {
-          if (nvml.sm_mhz > 0) measurement.sm_clock_mhz = nvml.sm_mhz;
-          if (nvml.mem_mhz > 0) measurement.mem_clock_mhz = nvml.mem_mhz;
-          if (nvml.temp_c > 0) measurement.temperature_c = nvml.temp_c;
-          if (nvml.power_w > 0) measurement.power_w = nvml.power_w;
-        }
-        measurement.throttled = m.throttled;
+        tune::record_measurement(measurement, *variant.measurement);
         measurement.message = row.result->notes;
       } else {
         measurement.status = db::MeasurementStatus::Failed;

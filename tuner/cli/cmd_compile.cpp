@@ -15,7 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tuner/runtime/build_info.hpp"
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
@@ -105,12 +104,6 @@ std::string first_log_line(const std::string& message) {
     if (line.find("error") != std::string::npos) return line;
   }
   return first.empty() ? message : first;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "";
-  return name;
 }
 
 // One configuration's compile, for the table and the store.
@@ -228,11 +221,7 @@ void run(const CompileCommandOptions& options) {
   db::RunId run{};
   if (!options.no_db) {
     store.emplace(db::Store::open(options.db_path));
-    db::RunInfo info;
-    info.kind = "compile";
-    info.tool_version = QTUNE_VERSION;
-    info.git_sha = build_git_sha();
-    info.host = host_name();
+    db::RunInfo info = tune::run_info_of_this_build("compile");
     info.sm = sm;
     info.command_line = command_text(options);
     const auto [nvrtc_major, nvrtc_minor] = jit::Compiler::nvrtc_version();

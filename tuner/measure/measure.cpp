@@ -13,6 +13,7 @@
 #include "tuner/measure/cupti_timer.hpp"
 #include "tuner/measure/selftest_jobs.hpp"
 #include "tuner/measure/statistics.hpp"
+#include "tuner/measure/worker.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/memory.hpp"
 #include "tuner/runtime/stream.hpp"
@@ -207,40 +208,27 @@ nlohmann::json measure_options_to_json(const MeasureOptions& options) {
                         {"throttle_cooldown_s", options.throttle_cooldown_s}};
 }
 
-namespace {
-
-template <typename T>
-T option_field(const nlohmann::json& json, const char* name, const T& fallback) {
-  if (!json.contains(name)) return fallback;
-  try {
-    return json.at(name).get<T>();
-  } catch (const nlohmann::json::exception& error) {
-    QTUNE_INPUT_ERROR(std::string("measure.") + name + ": " + error.what());
-  }
-}
-
-}  // namespace
-
 MeasureOptions measure_options_from_json(const nlohmann::json& json) {
   if (!json.is_object()) QTUNE_INPUT_ERROR("measure: expected an object, got " + json.dump());
   MeasureOptions options;
-  options.device = option_field(json, "device", options.device);
-  options.warm_l2 = option_field(json, "warm_l2", options.warm_l2);
-  options.l2_flush = l2_flush_from_text(option_field(json, "l2_flush", std::string(to_string(options.l2_flush))),
+  const std::string prefix = "measure.";
+  options.device = job_field(json, "device", options.device, prefix);
+  options.warm_l2 = job_field(json, "warm_l2", options.warm_l2, prefix);
+  options.l2_flush = l2_flush_from_text(job_field(json, "l2_flush", std::string(to_string(options.l2_flush)), prefix),
                                         "measure.l2_flush");
-  options.flush_bytes = option_field(json, "flush_bytes", options.flush_bytes);
-  options.target_relative_ci = option_field(json, "target_relative_ci", options.target_relative_ci);
-  options.confidence = option_field(json, "confidence", options.confidence);
-  options.min_repetitions = option_field(json, "min_repetitions", options.min_repetitions);
-  options.max_repetitions = option_field(json, "max_repetitions", options.max_repetitions);
-  options.time_budget_s = option_field(json, "time_budget_s", options.time_budget_s);
-  options.batch_repetitions = option_field(json, "batch_repetitions", options.batch_repetitions);
-  options.min_warmup_s = option_field(json, "min_warmup_s", options.min_warmup_s);
-  options.max_warmup_s = option_field(json, "max_warmup_s", options.max_warmup_s);
-  options.warmup_window = option_field(json, "warmup_window", options.warmup_window);
-  options.warmup_tolerance = option_field(json, "warmup_tolerance", options.warmup_tolerance);
-  options.throttle_retries = option_field(json, "throttle_retries", options.throttle_retries);
-  options.throttle_cooldown_s = option_field(json, "throttle_cooldown_s", options.throttle_cooldown_s);
+  options.flush_bytes = job_field(json, "flush_bytes", options.flush_bytes, prefix);
+  options.target_relative_ci = job_field(json, "target_relative_ci", options.target_relative_ci, prefix);
+  options.confidence = job_field(json, "confidence", options.confidence, prefix);
+  options.min_repetitions = job_field(json, "min_repetitions", options.min_repetitions, prefix);
+  options.max_repetitions = job_field(json, "max_repetitions", options.max_repetitions, prefix);
+  options.time_budget_s = job_field(json, "time_budget_s", options.time_budget_s, prefix);
+  options.batch_repetitions = job_field(json, "batch_repetitions", options.batch_repetitions, prefix);
+  options.min_warmup_s = job_field(json, "min_warmup_s", options.min_warmup_s, prefix);
+  options.max_warmup_s = job_field(json, "max_warmup_s", options.max_warmup_s, prefix);
+  options.warmup_window = job_field(json, "warmup_window", options.warmup_window, prefix);
+  options.warmup_tolerance = job_field(json, "warmup_tolerance", options.warmup_tolerance, prefix);
+  options.throttle_retries = job_field(json, "throttle_retries", options.throttle_retries, prefix);
+  options.throttle_cooldown_s = job_field(json, "throttle_cooldown_s", options.throttle_cooldown_s, prefix);
   validate(options);
   return options;
 }

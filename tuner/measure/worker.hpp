@@ -17,7 +17,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/error.hpp"
+
 namespace qtune::measure {
+
+// Job parameters: `name` of a JSON object as a T, `fallback` when absent; a value of the wrong type is an InputError
+// naming the field ("<prefix><name>: ...").
+template <typename T>
+T job_field(const nlohmann::json& json, const char* name, const T& fallback, const std::string& prefix = "") {
+  if (!json.contains(name)) return fallback;
+  try {
+    return json.at(name).get<T>();
+  } catch (const nlohmann::json::exception& error) {
+    QTUNE_INPUT_ERROR(prefix + name + ": " + error.what());
+  }
+}
 
 // ---- Inside the worker process ----
 

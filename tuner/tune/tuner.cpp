@@ -49,6 +49,30 @@ ArchLimits limits_of_profile(const search::GpuProfile& profile) {
   return limits;
 }
 
+db::RunInfo run_info_of_this_build(std::string kind) {
+  db::RunInfo info;
+  info.kind = std::move(kind);
+  info.tool_version = QTUNE_VERSION;
+  info.git_sha = build_git_sha();
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) info.host = host;
+  return info;
+}
+
+void record_measurement(db::Measurement& record, const measure::Measurement& m) {
+  record.status = db::MeasurementStatus::Ok;
+  record.stats = db::TimingStats{m.median_us, m.p10_us,    m.p90_us,    m.min_us,    m.max_us,
+                                 m.mean_us,   m.stddev_us, m.ci_low_us, m.ci_high_us};
+  record.samples_us = m.samples_us;
+  record.sample_count = static_cast<std::int64_t>(m.samples_us.size());
+  record.l2_mode = m.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
+  if (m.nvml_end.valid && m.nvml_end.sm_mhz > 0) record.sm_clock_mhz = m.nvml_end.sm_mhz;
+  if (m.nvml_end.valid && m.nvml_end.mem_mhz > 0) record.mem_clock_mhz = m.nvml_end.mem_mhz;
+  if (m.nvml_end.valid && m.nvml_end.temp_c >= 0) record.temperature_c = m.nvml_end.temp_c;
+  if (m.nvml_end.valid && m.nvml_end.power_w >= 0) record.power_w = m.nvml_end.power_w;
+  record.throttled = m.throttled;
+}
+
 TuneTarget target_from_profile(const search::GpuProfile& profile) {
   TuneTarget target;
   target.gpu_profile = profile.name;
@@ -102,11 +126,6 @@ bool is_short_phase(const std::string& phase) {
   return phase.size() >= 6 && phase.compare(phase.size() - 6, 6, "-short") == 0;
 }
 
-std::string host_name() {
-  char buffer[256] = {};
-  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "";
-  return buffer;
-}
 
 // What identifies a search, so that a rerun can tell whether a stored winner is final.
 struct SearchIdentity {
@@ -213,19 +232,6 @@ struct InstantiationRecord {
   db::ConfigId config_id{};
 };
 
-db::TimingStats timing_stats(const measure::Measurement& measurement) {
-  db::TimingStats stats;
-  stats.median_us = measurement.median_us;
-  stats.p10_us = measurement.p10_us;
-  stats.p90_us = measurement.p90_us;
-  stats.min_us = measurement.min_us;
-  stats.max_us = measurement.max_us;
-  stats.mean_us = measurement.mean_us;
-  stats.stddev_us = measurement.stddev_us;
-  stats.ci_low_us = measurement.ci_low_us;
-  stats.ci_high_us = measurement.ci_high_us;
-  return stats;
-}
 
 // State the measuring slots share; every member but the atomics is guarded by `mutex`.
 struct Shared {
@@ -355,18 +361,8 @@ class TuneObjective final : public search::Objective {
         verification.max_rel_error = result.max_rel_error;
         verification.tolerance = result.tolerance;
         verification.message = result.verification_summary;
-        const measure::Measurement& m = result.measurement;
-        measurement.status = db::MeasurementStatus::Ok;
-        measurement.stats = timing_stats(m);
-        measurement.samples_us = m.samples_us;
-        measurement.sample_count = static_cast<std::int64_t>(m.samples_us.size());
-        measurement.l2_mode = m.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
-        if (m.nvml_end.valid && m.nvml_end.sm_mhz > 0) measurement.sm_clock_mhz = m.nvml_end.sm_mhz;
-        if (m.nvml_end.valid && m.nvml_end.mem_mhz > 0) measurement.mem_clock_mhz = m.nvml_end.mem_mhz;
-        if (m.nvml_end.valid && m.nvml_end.temp_c >= 0) measurement.temperature_c = m.nvml_end.temp_c;
-        if (m.nvml_end.valid && m.nvml_end.power_w >= 0) measurement.power_w = m.nvml_end.power_w;
-        measurement.throttled = m.throttled;
-        measurement.message = m.stop_reason;
+        record_measurement(measurement, result.measurement);
+        measurement.message = result.measurement.stop_reason;
         break;
       }
       case CandidateOutcome::VerificationFailed:
@@ -644,13 +640,9 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
   const SearchIdentity identity = search_identity(options, base_family, target);
 
   db::Store store = db::Store::open(database);
-  db::RunInfo info;
-  info.kind = "tune";
-  info.tool_version = QTUNE_VERSION;
-  info.git_sha = build_git_sha();
+  db::RunInfo info = run_info_of_this_build("tune");
   info.cuda_version = target.cuda_version;
   info.driver_version = target.driver_version;
-  info.host = host_name();
   info.gpu_name = target.gpu_name;
   info.gpu_uuid = target.gpu_uuid;
   info.gpu_profile = target.gpu_profile;

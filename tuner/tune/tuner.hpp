@@ -23,6 +23,7 @@
 #include "kernels/family.hpp"
 #include "search/gpu_profile.hpp"
 #include "search/strategy.hpp"
+#include "tuner/measure/measure.hpp"
 #include "tuner/tune/backend.hpp"
 #include "tuner/tune/problem_set.hpp"
 
@@ -50,6 +51,14 @@ struct TuneTarget {
 ArchLimits limits_of_profile(const search::GpuProfile& profile);
 // A target from a profile alone (no device): what `--gpu NAME --dry-run` uses.
 TuneTarget target_from_profile(const search::GpuProfile& profile);
+
+// A run of `kind` ("tune", "bench", "compile") stamped with this build (version, git sha) and this host; the caller
+// fills in the GPU and the command.
+db::RunInfo run_info_of_this_build(std::string kind);
+
+// A successful measurement as the store keeps it: status ok, statistics, raw samples, L2 mode, the NVML sample
+// taken after it (fields NVML could not read stay unset) and the throttle flag. The caller sets the rest.
+void record_measurement(db::Measurement& record, const measure::Measurement& measurement);
 
 struct TuneOptions {
   std::vector<Problem> problems;  // this shard's problems (build_problem_set + select_shard)

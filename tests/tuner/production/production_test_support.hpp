@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/error.hpp"
 #include "kernels/family.hpp"
 #include "reports/selection_table.hpp"
 
@@ -56,6 +57,21 @@ inline reports::SelectionTable sample_table() {
 inline std::filesystem::path write_table(const std::filesystem::path& file, const reports::SelectionTable& table) {
   std::ofstream(file) << table.to_json().dump(2) << "\n";
   return file;
+}
+
+// The message of the InputError `action` throws; fails the test if it throws nothing or something else.
+template <typename Action>
+std::string input_error(Action action) {
+  try {
+    action();
+  } catch (const InputError& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "expected InputError, got: " << error.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected InputError, nothing was thrown";
+  return "";
 }
 
 }  // namespace qtune::production::testing

@@ -41,20 +41,6 @@ std::string file_bytes(const fs::path& file) {
   return {std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
 }
 
-template <typename Action>
-std::string input_error(Action action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "expected InputError, got: " << error.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InputError, nothing was thrown";
-  return "";
-}
-
 int run_qtune(std::vector<std::string> arguments) {
   arguments.insert(arguments.begin(), "qtune");
   std::vector<char*> argv;

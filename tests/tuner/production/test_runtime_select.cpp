@@ -149,21 +149,6 @@ TEST_F(RuntimeSelect, PlanWithoutCubinsIsJitForTheTarget) {
 
 // ---------------------------------------------------------------------------------------------------- bad input
 
-// The message of the InputError `action` throws; fails the test if it throws nothing or something else.
-template <typename Action>
-std::string input_error(Action action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "expected InputError, got: " << error.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InputError, nothing was thrown";
-  return "";
-}
-
 TEST_F(RuntimeSelect, BadShapesAndSpecsNameTheField) {
   EXPECT_EQ(input_error([&] { runtime_->select(kFormat, 0, 4096, 4096); }).rfind("m:", 0), 0u);
   EXPECT_EQ(input_error([&] { runtime_->select(kFormat, 1, -5, 4096); }).rfind("n:", 0), 0u);
