@@ -127,11 +127,9 @@ const db::KernelConfigRecord& TuningData::config(std::int64_t id) const {
 }
 
 std::optional<std::int64_t> TuningData::find_kernel_config(const KernelConfig& wanted) const {
-  for (const auto& [id, record] : configs) {
-    if (record.kind != db::ConfigKind::Kernel || record.family != wanted.family) continue;
-    if (to_kernel_config(record) == wanted) return id;
-  }
-  return std::nullopt;
+  const auto found = kernel_config_ids.find(wanted);
+  if (found == kernel_config_ids.end()) return std::nullopt;
+  return found->second;
 }
 
 namespace {
@@ -151,6 +149,10 @@ Cell& cell_for(CellIndex& index, const std::string& gpu, const db::ProblemRecord
 TuningData load_tuning_data(db::Store& store, const DataFilter& filter) {
   TuningData data;
   for (auto& config : store.list_configs()) data.configs.emplace(db::id_value(config.id), std::move(config));
+  // Parsed once here: the heuristic relabelling and the fallback regret look configs up per cell.
+  for (const auto& [id, record] : data.configs) {
+    if (record.kind == db::ConfigKind::Kernel) data.kernel_config_ids.emplace(to_kernel_config(record), id);
+  }
 
   std::map<std::int64_t, db::ProblemRecord> problems;
   for (auto& problem : store.list_problems()) problems.emplace(db::id_value(problem.id), std::move(problem));

@@ -80,6 +80,7 @@ struct GpuData {
 
 struct TuningData {
   std::map<std::int64_t, db::KernelConfigRecord> configs;  // every config of the store by id
+  std::map<KernelConfig, std::int64_t> kernel_config_ids;   // each kernel config's lowest id (find_kernel_config)
   std::map<std::string, GpuData> gpus;                      // by GPU key
 
   const db::KernelConfigRecord& config(std::int64_t id) const;
