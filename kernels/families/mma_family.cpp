@@ -352,7 +352,8 @@ KernelConfig MmaFamily::default_config(const Problem& problem, const ArchLimits&
   auto wave_efficiency = [&](int64_t tiles) {
     return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, sms) * sms);
   };
-  // How a shape picks its K split: reach `min_ctas`, take at least `min_split` ways, keep >= 4 K tiles per CTA.
+  // How a shape picks its K split (choose_split): the CTA count it aims for, 2 ways at least for streaming shapes
+  // once K >= 4096, never fewer than 4 K tiles per CTA; a shape's own `split` overrides the rule.
   enum class SplitRule { Streaming, HalfWave, TwoPerSm, OneWave, FillWave };
   struct Shape {
     int bm, bn, bk, wm, wn, wk, stages;
