@@ -45,6 +45,9 @@ struct MmaGemm {
   static constexpr int SA_STAGE_BYTES = F::STAGED_ACT_SCALES ? GROUP_ROWS * SA_ROW_BYTES : 0;
   static constexpr int STAGE_BYTES = A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + SA_STAGE_BYTES;
   static constexpr bool FLUSHES = F::FLUSH_K > 0;
+  // With at most 8 live rows the weights can be the m16 operand and the tokens the n8 one (swap-AB): half the MMAs of
+  // padding M to 16. Flushed partial sums are scaled per fragment element, so swapping is kept to formats without.
+  static constexpr bool CAN_SWAP = BM == 16 && T::WARPS_M == 1 && !FLUSHES;
   // f32 partial-sum accumulators live next to the main ones when partial sums are flushed.
   static constexpr int ACCUMULATORS = MT * NT * 4 * (FLUSHES ? 2 : 1);
   static constexpr int PIPELINE_BYTES = T::STAGES * STAGE_BYTES;
@@ -59,8 +62,9 @@ struct MmaGemm {
   static_assert(ACCUMULATORS <= 128, "warp tile too large: more than 128 accumulators (partial sums included) per thread");
 };
 
-template <class F, class T>
-__device__ __forceinline__ void mma_gemm(const GemmParams& p) {
+// SWAP: at most 8 live rows (M <= 8), weights become the m16 operand and tokens the n8 one (see CAN_SWAP).
+template <class F, class T, bool SWAP>
+__device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
   using G = MmaGemm<F, T>;
   using Accumulator = typename F::Accumulator;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
@@ -75,6 +79,13 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
   constexpr int CPR = G::A_CHUNKS_PER_ROW;
   constexpr int GROUP_K = G::GROUP_K;
   constexpr bool SINGLE_M_TILE = BM == 16;  // one m16 tile per CTA: small-M kernels
+  static_assert(!SWAP || G::CAN_SWAP, "swap-AB needs BLOCK_M = 16, WARPS_M = 1 and a format without flushes");
+  // cp.async chunk c of a thread is chunk tid + c * THREADS of the stage; when the run lengths and THREADS divide each
+  // other, every chunk's address is a per-thread base plus a compile-time offset (no per-chunk index arithmetic).
+  constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
+  constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
+  constexpr bool W_REGULAR = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
+  constexpr bool A_REGULAR = (BM * CPR) % THREADS == 0 && THREADS % CPR == 0;
 
   extern __shared__ __align__(128) unsigned char shared[];
   __shared__ int last_split_flag;
@@ -125,6 +136,14 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
   const char* sa_global = reinterpret_cast<const char*>(p.a_scales);
   const long long w_strip_stride = static_cast<long long>(p.k / F::ATOM_K) * F::ATOM_BYTES;
   const u64 stream_policy = evict_first_policy();
+  // Per-thread bases of the regular cp.async patterns (see W_REGULAR and A_REGULAR).
+  const long long w_thread_offset =
+      STRIP_CHUNKS >= THREADS ? tid * 16LL : (tid / STRIP_CHUNKS) * w_strip_stride + (tid % STRIP_CHUNKS) * 16LL;
+  const int a_row0 = tid / CPR;
+  const int a_chunk = tid % CPR;
+  const long long a_row_bytes = static_cast<long long>(p.k) * F::ACT_BITS / 8;
+  const char* a_thread = a_global + (m0 + a_row0) * a_row_bytes + a_chunk * 16;
+  const long long a_pass_stride = (THREADS / CPR) * a_row_bytes;
 
   // Activation rows past M are never loaded: zero them once in every stage.
   if (rows_valid < BM) {
@@ -141,21 +160,45 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     const u32 base = smem + stage * G::STAGE_BYTES;
     const int k0 = kt * BK;
     // Activations: row-major, 16-byte chunk c of row r stored at chunk c ^ (r % 8) (conflict-free ldmatrix).
-    for (int i = tid; i < BM * CPR; i += THREADS) {
-      const int row = i / CPR;
-      const int chunk = i % CPR;
-      if (row < rows_valid) {
-        cp_async_16(base + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16),
-                    a_global + (static_cast<long long>(m0 + row) * p.k + k0) * F::ACT_BITS / 8 + chunk * 16);
+    if constexpr (A_REGULAR) {
+      constexpr int ROWS_PER_PASS = THREADS / CPR;
+      const char* a_source = a_thread + static_cast<long long>(k0) * F::ACT_BITS / 8;
+#pragma unroll
+      for (int c = 0; c < BM * CPR / THREADS; ++c) {
+        const int row = a_row0 + c * ROWS_PER_PASS;
+        if (row < rows_valid) {
+          cp_async_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16), a_source + c * a_pass_stride);
+        }
+      }
+    } else {
+      for (int i = tid; i < BM * CPR; i += THREADS) {
+        const int row = i / CPR;
+        const int chunk = i % CPR;
+        if (row < rows_valid) {
+          cp_async_16(base + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16),
+                      a_global + (static_cast<long long>(m0 + row) * p.k + k0) * F::ACT_BITS / 8 + chunk * 16);
+        }
       }
     }
     // Weights: BLOCK_N / 16 contiguous strip runs.
     const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
-    constexpr int strip_chunks = G::W_STRIP_BYTES / 16;
+    if constexpr (W_REGULAR) {
+      const char* w_source = w_tile + w_thread_offset;
+#pragma unroll
+      for (int c = 0; c < W_CHUNKS / THREADS; ++c) {
+        // The strip and byte of chunk tid + c * THREADS, relative to the thread's first chunk.
+        constexpr int per_strip = STRIP_CHUNKS >= THREADS ? STRIP_CHUNKS / THREADS : 1;
+        const int strip = STRIP_CHUNKS >= THREADS ? c / per_strip : c * (THREADS / STRIP_CHUNKS);
+        const int byte = STRIP_CHUNKS >= THREADS ? (c % per_strip) * THREADS * 16 : 0;
+        cp_async_16_stream(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte,
+                           stream_policy);
+      }
+    } else {
 #pragma unroll 4
-    for (int i = tid; i < G::W_STAGE_BYTES / 16; i += THREADS) {
-      cp_async_16_stream(base + G::A_STAGE_BYTES + i * 16,
-                         w_tile + (i / strip_chunks) * w_strip_stride + (i % strip_chunks) * 16, stream_policy);
+      for (int i = tid; i < W_CHUNKS; i += THREADS) {
+        cp_async_16_stream(base + G::A_STAGE_BYTES + i * 16,
+                           w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16, stream_policy);
+      }
     }
     // Vectors of the tile's K groups: weight scales and zero points [group][n], activation scales [group][m].
     const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
@@ -271,7 +314,7 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     const u32 w_smem = a_smem + G::A_STAGE_BYTES;
     const u32 s_smem = w_smem + G::W_STAGE_BYTES;
     const u32 z_smem = s_smem + G::S_STAGE_BYTES;
-    const u32 sa_smem = z_smem + G::Z_STAGE_BYTES;
+    [[maybe_unused]] const u32 sa_smem = z_smem + G::Z_STAGE_BYTES;
 #pragma unroll
     for (int i = 0; i < G::KAW; ++i) {
       const int atom = warp_k * G::KAW + i;  // atom index within the K tile
@@ -336,7 +379,7 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
         // Activation fragments: ldmatrix.x4 of rows 0-15 and the two 16-byte halves of this k-step; with at most
         // 8 live rows only rows 0-7 are read (half the shared-memory traffic) and rows 8-15 are zero.
         u32 a[MT][4];
-        if (SINGLE_M_TILE && rows_valid <= 8) {
+        if (SWAP || (SINGLE_M_TILE && rows_valid <= 8)) {
           const int row = lane & 7;
           const int chunk = (atom * 4 + ks) * 2 + ((lane >> 3) & 1);
           ldmatrix_x2(a[0][0], a[0][2], a_smem + row * G::A_ROW_BYTES + ((chunk ^ row) * 16));
@@ -352,23 +395,32 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
         }
 #pragma unroll
         for (int j = 0; j < SPW; ++j) {
+          u32 b[2][2];  // [n8 tile][B register] of the strip's 16 columns
 #pragma unroll
           for (int nsub = 0; nsub < 2; ++nsub) {
             const int slot = (ks * 2 + nsub) * 2;  // a constant once the loops are unrolled
-            u32 b0, b1;
             if constexpr (F::QUANTIZED_ACT) {
-              b0 = operand_slot<F>(words[j], slot);
-              b1 = operand_slot<F>(words[j], slot + 1);
+              b[nsub][0] = operand_slot<F>(words[j], slot);
+              b[nsub][1] = operand_slot<F>(words[j], slot + 1);
             } else {
-              b0 = dequant_slot<F>(words[j], slot, zero[j][nsub]);
-              b1 = dequant_slot<F>(words[j], slot + 1, zero[j][nsub]);
+              b[nsub][0] = dequant_slot<F>(words[j], slot, zero[j][nsub]);
+              b[nsub][1] = dequant_slot<F>(words[j], slot + 1, zero[j][nsub]);
               if constexpr (F::SCALES == kScaleDequant) {
-                b0 = apply_scale<F>(b0, scale[j][nsub], zero_raw[j][nsub]);
-                b1 = apply_scale<F>(b1, scale[j][nsub], zero_raw[j][nsub]);
+                b[nsub][0] = apply_scale<F>(b[nsub][0], scale[j][nsub], zero_raw[j][nsub]);
+                b[nsub][1] = apply_scale<F>(b[nsub][1], scale[j][nsub], zero_raw[j][nsub]);
               }
             }
+          }
+          if constexpr (SWAP) {
+            // The strip's four B registers are the A fragment of its 16 columns (rows g and g + 8, k halves 0 and 1);
+            // the activation rows are the B fragment of tokens 0-7. part[0][2j] holds D[column][token].
+            const u32 strip_operand[4] = {b[0][0], b[1][0], b[0][1], b[1][1]};
+            mma_step<F>(part[0][j * 2], strip_operand, a[0][0], a[0][2]);
+          } else {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_step<F>(part[mt][j * 2 + nsub], a[mt], b0, b1);
+            for (int nsub = 0; nsub < 2; ++nsub)
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) mma_step<F>(part[mt][j * 2 + nsub], a[mt], b[nsub][0], b[nsub][1]);
           }
         }
         // A K group ends (or this warp's share of it in this tile, or the CTA's K range): flush its partial sums.
@@ -405,6 +457,26 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     compute_stage(it % T::STAGES, kt_begin + it, it == tile_count - 1);
   }
   cp_async_wait<0>();
+  if constexpr (SWAP) {
+    // Back to the normal fragment layout: element e of n8 tile nsub is D[column nsub * 8 + 2 * quad + e][token group],
+    // held by lane (2 * quad + e) * 4 + group / 2 as its element 2 * nsub + group % 2. Rows 8-15 are dead.
+#pragma unroll
+    for (int j = 0; j < SPW; ++j) {
+      Accumulator d[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[e] = part[0][j * 2][e];
+#pragma unroll
+      for (int nsub = 0; nsub < 2; ++nsub)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int source = (2 * quad + e) * 4 + group / 2;
+          const Accumulator even = __shfl_sync(0xFFFFFFFFu, d[2 * nsub], source);
+          const Accumulator odd = __shfl_sync(0xFFFFFFFFu, d[2 * nsub + 1], source);
+          part[0][j * 2 + nsub][e] = (group & 1) ? odd : even;
+          part[0][j * 2 + nsub][e + 2] = 0;
+        }
+    }
+  }
   if constexpr (!G::FLUSHES) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -533,6 +605,17 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
       }
     }
   }
+}
+
+template <class F, class T>
+__device__ __forceinline__ void mma_gemm(const GemmParams& p) {
+  if constexpr (MmaGemm<F, T>::CAN_SWAP) {
+    if (p.m <= 8) {
+      mma_gemm_tiles<F, T, true>(p);
+      return;
+    }
+  }
+  mma_gemm_tiles<F, T, false>(p);
 }
 
 }  // namespace device

@@ -169,6 +169,20 @@ TEST(MmaGpu, Int4PerChannelAcrossShapesAndConfigs) {
   expect_all_pass(run_cases(cases));
 }
 
+// M <= 8 with BLOCK_M = 16 runs swap-AB (weights on the MMA's m16 side, tokens on n8) and transposes the fragments
+// back: every token row, both n8 halves of each strip, warp-K and split-K reductions, bias, an integer MMA.
+TEST(MmaGpu, SwapAbUpToEightRows) {
+  QTUNE_REQUIRE_GPU();
+  std::vector<Case> cases;
+  for (int64_t m : {2, 5, 8}) {
+    cases.push_back({"w4a16-int4-ch", m, 4096, 4096, "bm=16,bn=64,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0", m == 5});
+    cases.push_back({"w4a16-int4-ch", m, 1024, 2048, "bm=16,bn=32,bk=256,wm=1,wn=1,wk=2,stages=3,split=1,raster=0"});
+    cases.push_back({"w4a16-int4-g128:out=bf16", m, 2048, 4096, "bm=16,bn=128,bk=128,wm=1,wn=8,wk=1,stages=3,split=1,raster=0"});
+    cases.push_back({"w8a8-int8-ch", m, 4096, 4096, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=2,raster=0"});
+  }
+  expect_all_pass(run_cases(cases));
+}
+
 // Every weight-only preset and the extra types: M = 1 at the smallest K the group allows, M not a multiple of 16,
 // and the two large shapes.
 TEST(MmaGpu, EveryWeightOnlyFormat) {
