@@ -7,6 +7,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/wgmma_family.hpp"
 
 namespace qtune {
 
@@ -139,7 +140,7 @@ ArchLimits ArchLimits::for_sm(int sm) {
 }
 
 const std::vector<const KernelFamily*>& kernel_families() {
-  static const std::vector<const KernelFamily*> families = {&mma_family()};
+  static const std::vector<const KernelFamily*> families = {&mma_family(), &wgmma_family()};
   return families;
 }
 

@@ -5,7 +5,7 @@
 
 namespace qtune {
 
-class MmaFamily final : public KernelFamily {
+class MmaFamily : public KernelFamily {
  public:
   std::string name() const override { return "mma"; }
   std::string description() const override;

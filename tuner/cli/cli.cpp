@@ -10,7 +10,7 @@
 
 namespace qtune::cli {
 
-std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const std::string& field) {
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& field, std::int64_t minimum) {
   std::vector<std::int64_t> values;
   std::stringstream stream(text);
   std::string item;
@@ -22,13 +22,18 @@ std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != item.size() || value <= 0) {
-      QTUNE_INPUT_ERROR(field + ": '" + item + "' is not a positive integer (in '" + text + "')");
+    if (used == 0 || used != item.size() || value < minimum) {
+      QTUNE_INPUT_ERROR(field + ": '" + item + "' is not " + (minimum == 1 ? std::string("a positive integer") : "an integer >= " + std::to_string(minimum)) +
+                        " (in '" + text + "')");
     }
     values.push_back(value);
   }
   if (values.empty() || text.back() == ',') QTUNE_INPUT_ERROR(field + ": expected a comma-separated list, got '" + text + "'");
   return values;
+}
+
+std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const std::string& field) {
+  return parse_int_list(text, field, 1);
 }
 
 int run_cli(int argc, char** argv) {

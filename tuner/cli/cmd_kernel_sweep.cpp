@@ -55,7 +55,8 @@ void run(const KernelSweepOptions& options) {
   for (const auto& [name, text] : options.ranges) {
     if (text.empty()) continue;
     std::vector<int> values;
-    for (int64_t value : parse_positive_int_list(text, "--" + name)) values.push_back(static_cast<int>(value));
+    // Parameter values may be 0 (raster=0); the family's check() rejects values outside its domain.
+    for (int64_t value : parse_int_list(text, "--" + name, 0)) values.push_back(static_cast<int>(value));
     sweep.ranges[name] = values;
   }
   sweep.include_default = !options.no_default;

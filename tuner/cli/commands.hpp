@@ -20,7 +20,9 @@ void add_tune_command(CLI::App& app);  // `qtune tune`: search, verify, measure 
 void add_search_eval_command(CLI::App& app);  // `qtune search-eval`: replay strategies against stored results
 void add_compile_command(CLI::App& app);  // `qtune compile`: compile configurations for an arch, store resources
 
-// "1,16,256" -> {1, 16, 256}; InputError naming `field` for an empty list, a trailing comma or a non-positive item.
+// "1,16,256" -> {1, 16, 256}; InputError naming `field` for an empty list, a trailing comma or an item below `minimum`.
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& field, std::int64_t minimum);
+// parse_int_list with minimum 1.
 std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const std::string& field);
 
 }  // namespace qtune::cli

@@ -32,5 +32,16 @@ TEST(PositiveIntList, BadItemsNameTheOptionAndTheItem) {
   EXPECT_EQ(message_of(""), "--m: expected a comma-separated list, got ''");
 }
 
+// Kernel parameter ranges (kernel-sweep --raster 0,2) start at 0.
+TEST(IntList, ZeroIsAllowedWhereTheMinimumIsZero) {
+  EXPECT_EQ(parse_int_list("0,2,3", "--raster", 0), (std::vector<std::int64_t>{0, 2, 3}));
+  try {
+    parse_int_list("0,-1", "--raster", 0);
+    ADD_FAILURE() << "no error for -1";
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()), "--raster: '-1' is not an integer >= 0 (in '0,-1')");
+  }
+}
+
 }  // namespace
 }  // namespace qtune::cli

@@ -8,6 +8,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
 #include "tuner/jit/compiler.hpp"
 
@@ -178,6 +179,48 @@ TEST(MmaCompile, Int4ConfigurationSpread) {
   }
   EXPECT_GE(instantiations.size(), 6u);
   compile_all_or_fail(instantiations);
+}
+
+// The wgmma family compiles every weight-only preset and the further types for sm_90a without spilling, at each
+// token tile it offers, and refuses other architectures and quantized activations by name.
+TEST(WgmmaCompile, WeightOnlyFormatsOnSm90a) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  auto add = [&](const std::string& spec, int64_t m) {
+    const Problem problem{FormatSpec::parse(spec), m, 4096, 4096, false};
+    const KernelConfig config = wgmma_family().default_config(problem, hopper);
+    ASSERT_TRUE(wgmma_family().check(config, problem, hopper).valid) << spec << " " << config.to_string();
+    jit::CompileRequest request;
+    request.source = wgmma_family().instantiation_source(config, problem.format, "sm_90a");
+    request.kernel_name = wgmma_family().kernel_name(config, problem.format);
+    request.arch = "sm_90a";
+    requests.push_back(request);
+    labels.push_back(spec + " m=" + std::to_string(m) + " " + config.to_string());
+  };
+  for (const char* spec : kWeightOnlyEverywhere) add(spec, 64);
+  for (const char* spec : kExtraSpecs) add(spec, 16);
+  for (int64_t m : {1, 32, 128, 4096}) add("w4a16-int4-ch", m);
+  const std::vector<jit::CompileOutcome> outcomes = jit::Compiler().compile_all(requests);
+  ASSERT_EQ(outcomes.size(), requests.size());
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!outcomes[i].ok()) {
+      ADD_FAILURE() << labels[i] << ": " << outcomes[i].error_message.substr(0, 4000);
+      continue;
+    }
+    EXPECT_EQ(outcomes[i].kernel->resources.spill_store_bytes, 0) << labels[i];
+    EXPECT_LE(outcomes[i].kernel->resources.registers, 255) << labels[i];
+  }
+  for (int sm : {80, 89, 100, 120}) {
+    const ArchSupport support = wgmma_family().supports(FormatSpec::parse("w4a16-int4-ch"), sm);
+    EXPECT_FALSE(support.supported) << sm;
+    EXPECT_NE(support.reason.find("sm_" + std::to_string(sm)), std::string::npos) << support.reason;
+  }
+  const ArchSupport quantized = wgmma_family().supports(FormatSpec::parse("w8a8-fp8-ch"), 90);
+  EXPECT_FALSE(quantized.supported);
+  EXPECT_NE(quantized.reason.find("f16/bf16 activations"), std::string::npos) << quantized.reason;
+  const KernelConfig config = KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=1,raster=0", "wgmma");
+  EXPECT_THROW(wgmma_family().instantiation_source(config, FormatSpec::parse("w4a16-int4-ch"), "sm_90"), UnsupportedError);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
 #include "kernels/reference.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
@@ -62,7 +63,7 @@ std::string case_label(const Case& c) {
 }
 
 // Compiles every case's kernel in parallel, then runs the cases one by one; one line per case goes to stdout.
-std::vector<CaseResult> run_cases(const std::vector<Case>& cases) {
+std::vector<CaseResult> run_cases(const std::vector<Case>& cases, const KernelFamily& family = mma_family()) {
   const ArchLimits limits = gemm::device_limits();
   const std::string arch = gemm::nvrtc_arch(limits.sm);
   std::vector<CaseResult> results;
@@ -73,12 +74,12 @@ std::vector<CaseResult> run_cases(const std::vector<Case>& cases) {
     CaseResult result{c, {}, "", false};
     Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
     try {
-      result.config = c.config.empty() ? mma_family().default_config(problem, limits) : KernelConfig::parse(c.config);
-      const RuleVerdict verdict = mma_family().check(result.config, problem, limits);
+      result.config = c.config.empty() ? family.default_config(problem, limits) : KernelConfig::parse(c.config, family.name());
+      const RuleVerdict verdict = family.check(result.config, problem, limits);
       if (!verdict.valid) QTUNE_THROW(Error, "check() rejects the case: " + verdict.rule + ": " + verdict.detail);
       jit::CompileRequest request;
-      request.source = mma_family().instantiation_source(result.config, problem.format, arch);
-      request.kernel_name = mma_family().kernel_name(result.config, problem.format);
+      request.source = family.instantiation_source(result.config, problem.format, arch);
+      request.kernel_name = family.kernel_name(result.config, problem.format);
       request.arch = arch;
       auto [it, inserted] = request_index.emplace(request.source, requests.size());
       if (inserted) requests.push_back(request);
@@ -110,8 +111,8 @@ std::vector<CaseResult> run_cases(const std::vector<Case>& cases) {
       if (cached == data_cache.end()) cached = data_cache.emplace(key, gemm::make_gemm_data(problem, 1234)).first;
       const gemm::GemmData data = gemm::with_new_activations(cached->second, c.m, 99 + static_cast<uint64_t>(c.m));
       const ReferenceResult reference = gemm::reference_for(data);
-      gemm::LoadedKernel kernel(mma_family(), result.config, problem.format, *outcome.kernel);
-      gemm::GemmDeviceData device(mma_family(), result.config, data);
+      gemm::LoadedKernel kernel(family, result.config, problem.format, *outcome.kernel);
+      gemm::GemmDeviceData device(family, result.config, data);
       device.prepare(result.config);
       device.poison_output();
       device.launch(kernel, stream.get());
@@ -181,6 +182,41 @@ TEST(MmaGpu, SwapAbUpToEightRows) {
     cases.push_back({"w8a8-int8-ch", m, 4096, 4096, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=2,raster=0"});
   }
   expect_all_pass(run_cases(cases));
+}
+
+// The wgmma family (sm_90a only): every weight-only preset and a spread of weight types, token counts from 1 to 300
+// (wgmma N = 16..128, M tails inside one tile), split-K, rasterization, bias, both large shapes.
+TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  if (!wgmma_family().supports(FormatSpec::parse("w4a16-int4-ch"), limits.sm).supported) {
+    GTEST_SKIP() << "sm_" << limits.sm << " has no wgmma (the family runs on sm_90 only)";
+  }
+  std::vector<Case> cases;
+  const char* spec = "w4a16-int4-ch";
+  for (int64_t m : {1, 7, 16, 33, 64, 100, 256, 300}) cases.push_back({spec, m, 8192, 8192, "", m == 33});
+  for (int64_t m : {1, 45, 128}) cases.push_back({spec, m, 5120, 13824, ""});
+  for (const char* config : {"bm=16,bn=64,bk=64,stages=2,split=1,raster=0", "bm=16,bn=256,bk=256,stages=3,split=4,raster=0",
+                             "bm=32,bn=128,bk=128,stages=4,split=3,raster=0", "bm=64,bn=64,bk=128,stages=5,split=2,raster=0",
+                             "bm=64,bn=256,bk=64,stages=4,split=1,raster=2", "bm=128,bn=128,bk=64,stages=4,split=2,raster=1",
+                             "bm=128,bn=64,bk=128,stages=3,split=1,raster=3"}) {
+    cases.push_back({spec, 200, 4096, 4096, config, true});
+  }
+  std::vector<std::string> specs;
+  for (const FormatPreset& preset : format_presets()) {
+    const FormatSpec format = FormatSpec::parse(preset.name);
+    if (wgmma_family().supports(format, limits.sm).supported) specs.push_back(preset.name);
+  }
+  for (const char* extra : {"w2a16-int2-g64", "w3a16-int3-g32", "w8a16-int8-g128-bf16", "w5a16-uint5-g32-fzp",
+                            "w8a16-uint8-g64-zp-bf16", "w4a16-e2m1-g32", "w8a16-e4m3-ch", "w6a16-e3m2-ch",
+                            "w4a16-int4-g64:scale=f32", "w4a16-int4-ch:out=bf16", "w4a16-int4-block64x128"}) {
+    specs.push_back(extra);
+  }
+  for (const std::string& format : specs) {
+    cases.push_back({format, 1, 1024, 2048, ""});
+    cases.push_back({format, 77, 2048, 4096, "", true});
+  }
+  expect_all_pass(run_cases(cases, wgmma_family()));
 }
 
 // Every weight-only preset and the extra types: M = 1 at the smallest K the group allows, M not a multiple of 16,

@@ -1,0 +1,374 @@
+#pragma once
+// C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16 activations.
+//
+// Swap-AB: the dequantized weights are wgmma's A operand, in registers, and the activations its B operand, in shared
+// memory. Warp w of a CTA owns the 16 weight columns of strip w; the four B registers the mma family feeds mma.sync
+// for a strip's two n8 tiles are exactly the m16n8k16 A fragment of those 16 columns, which is what a warp contributes
+// to a warpgroup's m64 A. Tokens are wgmma's N (BLOCK_M = 16..256), read K-major from shared memory through a matrix
+// descriptor: activation tiles are stored as 64-deep K slabs of 128-byte rows with the 128-byte swizzle (16-byte chunk c
+// of row r at c ^ (r % 8)). Weights use the mma family's prepacked layout and dequantization; the cp.async pipeline,
+// split-K reduction and epilogue follow mma_gemm.cuh.
+#include "gemm/dequant.cuh"
+#include "gemm/wgmma_ptx.cuh"
+
+namespace qtune {
+namespace device {
+
+template <class F, class T>
+struct WgmmaGemm {
+  static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
+  static constexpr int THREADS = T::THREADS;
+  static constexpr int WARPS = BN / 16;           // one warp per 16-column weight strip, four per warpgroup
+  static constexpr int KA = BK / F::ATOM_K;       // weight atoms along K per tile
+  static constexpr int KSTEPS = BK / F::KSTEP;    // k16 steps per tile
+  static constexpr int A_SLAB_BYTES = BM * 128;   // 64 K of every token row
+  static constexpr int A_STAGE_BYTES = BM * BK * 2;
+  static constexpr int W_STRIP_BYTES = KA * F::ATOM_BYTES;
+  static constexpr int W_STAGE_BYTES = WARPS * W_STRIP_BYTES;
+  static constexpr int GROUP_K = F::STAGE_GROUP_K;
+  static constexpr int GROUP_ROWS = GROUP_K > 0 ? (GROUP_K < BK ? BK / GROUP_K : 1) : 0;
+  static constexpr int S_ROW_BYTES = BN * F::SCALE_BYTES;
+  static constexpr int Z_ROW_BYTES = BN * 2;
+  static constexpr int S_STAGE_BYTES = F::STAGED_SCALES ? GROUP_ROWS * S_ROW_BYTES : 0;
+  static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * Z_ROW_BYTES : 0;
+  // Every stage starts 1024-byte aligned: the swizzle pattern is a function of the shared address.
+  static constexpr int STAGE_BYTES = (A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + 1023) / 1024 * 1024;
+  static constexpr int ALIGNMENT_SLACK = 1024;  // the dynamic shared window is aligned up to 1024 bytes at run time
+  static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
+  static constexpr int ACCUMULATORS = BM / 2;   // m64nBM f32 accumulators per thread
+
+  static_assert(!F::QUANTIZED_ACT, "the wgmma family takes f16/bf16 activations (weights are dequantized to them)");
+  static_assert(F::FLUSH_K == 0, "the wgmma family has no partial-sum flushes");
+  static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BLOCK_M (wgmma N, the tokens) must be 16, 32, 64, 128 or 256");
+  static_assert(BN % 64 == 0, "BLOCK_N must be a multiple of 64: one warpgroup (4 warps x 16 columns) per 64 columns");
+  static_assert(BK % 64 == 0, "BLOCK_K must be a multiple of 64 (one 128-byte swizzled slab of activations)");
+  static_assert(T::WARPS_M == 1 && T::WARPS_K == 1 && T::WARPS_N == WARPS, "the wgmma family runs one warp per weight strip (WARPS_N = BLOCK_N / 16)");
+  static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
+};
+
+// Descriptor of a K-major, 128-byte-swizzled B tile: 8-row core groups 1024 bytes apart (SBO); LBO is unused.
+__device__ __forceinline__ u64 swizzled_tile_descriptor(u32 shared) {
+  return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+template <class F, class T>
+__device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
+  using G = WgmmaGemm<F, T>;
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(sizeof(F) == 0, "wgmma needs sm_90a (compile for the architecture-specific target)");
+#endif
+  constexpr int BM = G::BM, BN = G::BN, BK = G::BK, THREADS = G::THREADS;
+  constexpr int CPR = BK / 8;  // 16-byte activation chunks per token row of a tile
+  constexpr int GROUP_K = G::GROUP_K;
+  constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
+  constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
+  constexpr bool W_REGULAR = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
+  constexpr bool BF16 = F::COMPUTE_TYPE == kElementBF16;
+
+  extern __shared__ __align__(1024) unsigned char shared[];
+  __shared__ int last_split_flag;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;  // the weight strip this warp owns
+  const int group = lane >> 2;
+  const int quad = lane & 3;
+
+  // ---- which output tile and K range ----
+  const int tiles_n = p.n / BN;
+  const int tiles_m = (p.m + BM - 1) / BM;
+  const int tiles = tiles_n * tiles_m;
+  const int split = blockIdx.x / tiles;
+  const int pid = blockIdx.x % tiles;
+  int tile_m, tile_n;
+  if constexpr (T::RASTER == 0) {
+    tile_m = pid / tiles_n;
+    tile_n = pid % tiles_n;
+  } else {
+    constexpr int band = 1 << T::RASTER;
+    const int band_size = band * tiles_n;
+    const int first_m = (pid / band_size) * band;
+    const int band_rows = min(band, tiles_m - first_m);
+    const int in_band = pid % band_size;
+    tile_m = first_m + in_band % band_rows;
+    tile_n = in_band / band_rows;
+  }
+  const int m0 = tile_m * BM;
+  const int n0 = tile_n * BN;
+  const int rows_valid = min(BM, p.m - m0);
+  const int k_tiles = p.k / BK;
+  const int kt_begin = static_cast<int>(static_cast<long long>(split) * k_tiles / T::SPLIT_K);
+  const int kt_end = static_cast<int>(static_cast<long long>(split + 1) * k_tiles / T::SPLIT_K);
+  const int tile_count = kt_end - kt_begin;
+
+  const u32 smem = (shared_address(shared) + 1023u) & ~1023u;
+  const char* a_global = reinterpret_cast<const char*>(p.a);
+  const char* w_global = reinterpret_cast<const char*>(p.weights);
+  const char* s_global = reinterpret_cast<const char*>(p.scales);
+  const char* z_global = reinterpret_cast<const char*>(p.zeros);
+  const long long w_strip_stride = static_cast<long long>(p.k / F::ATOM_K) * F::ATOM_BYTES;
+  const long long w_thread_offset =
+      STRIP_CHUNKS >= THREADS ? tid * 16LL : (tid / STRIP_CHUNKS) * w_strip_stride + (tid % STRIP_CHUNKS) * 16LL;
+  const long long a_row_bytes = static_cast<long long>(p.k) * 2;
+
+  // Token rows past M are never loaded: zero them once in every stage.
+  if (rows_valid < BM) {
+    const int missing = BM - rows_valid;
+    for (int i = tid; i < T::STAGES * missing * CPR; i += THREADS) {
+      const int stage = i / (missing * CPR);
+      const int rest = i % (missing * CPR);
+      const int row = rows_valid + rest / CPR;
+      const int chunk = rest % CPR;
+      st_shared_128(smem + stage * G::STAGE_BYTES + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), 0, 0,
+                    0, 0);
+    }
+  }
+
+  auto load_stage = [&](int stage, int kt) {
+    const u32 base = smem + stage * G::STAGE_BYTES;
+    const int k0 = kt * BK;
+    // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8).
+    const char* a_tile = a_global + static_cast<long long>(m0) * a_row_bytes + k0 * 2;
+#pragma unroll
+    for (int c = 0; c < (BM * CPR + THREADS - 1) / THREADS; ++c) {
+      const unsigned i = tid + c * THREADS;
+      const int row = i / CPR;
+      const int chunk = i % CPR;
+      if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && row < rows_valid) {
+        cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16),
+                    a_tile + row * a_row_bytes + chunk * 16);
+      }
+    }
+    // Weights: BLOCK_N / 16 contiguous strip runs (see mma_gemm.cuh for the per-thread base). No evict-first hint:
+    // with several M tiles the weights are read again, and sm_90a ptxas left the hint's descriptor registers unset
+    // inside this loop (an illegal instruction on the H200, call N).
+    const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
+    if constexpr (W_REGULAR) {
+      const char* w_source = w_tile + w_thread_offset;
+#pragma unroll
+      for (int c = 0; c < W_CHUNKS / THREADS; ++c) {
+        constexpr int per_strip = STRIP_CHUNKS >= THREADS ? STRIP_CHUNKS / THREADS : 1;
+        const int strip = STRIP_CHUNKS >= THREADS ? c / per_strip : c * (THREADS / STRIP_CHUNKS);
+        const int byte = STRIP_CHUNKS >= THREADS ? (c % per_strip) * THREADS * 16 : 0;
+        cp_async_16(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte);
+      }
+    } else {
+      for (int i = tid; i < W_CHUNKS; i += THREADS) {
+        cp_async_16(base + G::A_STAGE_BYTES + i * 16, w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16);
+      }
+    }
+    const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
+    const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+    if constexpr (F::STAGED_SCALES) {
+      constexpr int row_chunks = G::S_ROW_BYTES / 16;
+      for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
+        const int row = i / row_chunks;
+        cp_async_16(s_base + i * 16,
+                    s_global + (static_cast<long long>(first_group + row) * p.n + n0) * F::SCALE_BYTES + (i % row_chunks) * 16);
+      }
+    }
+    if constexpr (F::STAGED_ZEROS) {
+      constexpr int row_chunks = G::Z_ROW_BYTES / 16;
+      for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
+        const int row = i / row_chunks;
+        cp_async_16(s_base + G::S_STAGE_BYTES + i * 16,
+                    z_global + (static_cast<long long>(first_group + row) * p.n + n0) * 2 + (i % row_chunks) * 16);
+      }
+    }
+  };
+
+  // Per-channel vectors of this warp's strip (columns group and group + 8): loaded once.
+  const int strip_column = n0 + warp * 16 + group * 2;
+  u32 channel_scale[2] = {0, 0};
+  u32 channel_zero_raw[2] = {0, 0};
+  ZeroTerm channel_zero[2] = {constant_zero<F>(), constant_zero<F>()};
+  if constexpr (F::SCALES == kScaleDequant && !F::STAGED_SCALES) {
+    const u32 word = ld_global_32(s_global + strip_column * 2LL);
+    channel_scale[0] = prmt(word, word, 0x1010);
+    channel_scale[1] = prmt(word, word, 0x3232);
+  }
+  if constexpr (F::HAS_ZERO && !F::STAGED_ZEROS) {
+    const u32 word = ld_global_32(z_global + strip_column * 2LL);
+    channel_zero_raw[0] = prmt(word, word, 0x1010);
+    channel_zero_raw[1] = prmt(word, word, 0x3232);
+    if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
+      channel_zero[0] = loaded_zero<F>(channel_zero_raw[0]);
+      channel_zero[1] = loaded_zero<F>(channel_zero_raw[1]);
+    }
+  }
+
+  float acc[G::ACCUMULATORS];
+#pragma unroll
+  for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
+
+  // Dequantizes this warp's strip of one K tile into the A fragments of its k16 steps, then runs them on wgmma.
+  auto compute_stage = [&](int stage) {
+    const u32 a_smem = smem + stage * G::STAGE_BYTES;
+    const u32 w_smem = a_smem + G::A_STAGE_BYTES;
+    const u32 s_smem = w_smem + G::W_STAGE_BYTES;
+    const u32 z_smem = s_smem + G::S_STAGE_BYTES;
+    u32 fragment[G::KSTEPS][4];
+#pragma unroll
+    for (int atom = 0; atom < G::KA; ++atom) {
+      u32 words[F::THREAD_WORDS];
+      const u32 atom_base = w_smem + (warp * G::KA + atom) * F::ATOM_BYTES;
+#pragma unroll
+      for (int slice = 0; slice < F::SLICES; ++slice) {
+        const u32 address = atom_base + slice * 32 * F::SLICE_BYTES + lane * F::SLICE_BYTES;
+        u32* target = &words[slice * F::SLICE_BYTES / 4];
+        if constexpr (F::SLICE_BYTES == 16) {
+          ld_shared_128(target, address);
+        } else if constexpr (F::SLICE_BYTES == 8) {
+          ld_shared_64(target, address);
+        } else {
+          ld_shared_32(target, address);
+        }
+      }
+      u32 scale[2] = {channel_scale[0], channel_scale[1]};
+      u32 zero_raw[2] = {channel_zero_raw[0], channel_zero_raw[1]};
+      ZeroTerm zero[2] = {channel_zero[0], channel_zero[1]};
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0) {
+          const bool reload = ks == 0 || (GROUP_K < F::ATOM_K && (ks * F::KSTEP) % GROUP_K == 0);
+          if (reload) {
+            const int row = GROUP_K >= BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
+            const u32 offset = (warp * 16 + group * 2) * 2;
+            if constexpr (F::STAGED_SCALES) {
+              u32 word;
+              ld_shared_32(&word, s_smem + row * G::S_ROW_BYTES + offset);
+              scale[0] = prmt(word, word, 0x1010);
+              scale[1] = prmt(word, word, 0x3232);
+            }
+            if constexpr (F::STAGED_ZEROS) {
+              u32 word;
+              ld_shared_32(&word, z_smem + row * G::Z_ROW_BYTES + offset);
+              zero_raw[0] = prmt(word, word, 0x1010);
+              zero_raw[1] = prmt(word, word, 0x3232);
+              if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
+                zero[0] = loaded_zero<F>(zero_raw[0]);
+                zero[1] = loaded_zero<F>(zero_raw[1]);
+              }
+            }
+          }
+        }
+        u32 b[2][2];  // [n8 tile of the strip = fragment row half][register]
+#pragma unroll
+        for (int nsub = 0; nsub < 2; ++nsub) {
+          const int slot = (ks * 2 + nsub) * 2;
+          b[nsub][0] = dequant_slot<F>(words, slot, zero[nsub]);
+          b[nsub][1] = dequant_slot<F>(words, slot + 1, zero[nsub]);
+          if constexpr (F::SCALES == kScaleDequant) {
+            b[nsub][0] = apply_scale<F>(b[nsub][0], scale[nsub], zero_raw[nsub]);
+            b[nsub][1] = apply_scale<F>(b[nsub][1], scale[nsub], zero_raw[nsub]);
+          }
+        }
+        u32* target = fragment[atom * 4 + ks];
+        target[0] = b[0][0];
+        target[1] = b[1][0];
+        target[2] = b[0][1];
+        target[3] = b[1][1];
+      }
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < G::KSTEPS; ++step) {
+      // k16 step s reads 32 bytes at offset (s % 4) * 32 of every 128-byte row of slab s / 4.
+      const u32 b_tile = a_smem + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32;
+      Wgmma<BM, BF16>::run(acc, fragment[step], swizzled_tile_descriptor(b_tile));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();  // the fragments and this stage's shared memory are reused next
+  };
+
+  // ---- the pipeline ----
+#pragma unroll
+  for (int s = 0; s < T::STAGES - 1; ++s) {
+    if (s < tile_count) load_stage(s, kt_begin + s);
+    cp_async_commit();
+  }
+  for (int it = 0; it < tile_count; ++it) {
+    cp_async_wait<T::STAGES - 2>();
+    fence_proxy_async_shared();  // this thread's copies (and the zeroed rows), visible to wgmma before the barrier
+    __syncthreads();
+    const int next = it + T::STAGES - 1;
+    if (next < tile_count) load_stage(next % T::STAGES, kt_begin + next);
+    cp_async_commit();
+    compute_stage(it % T::STAGES);
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
+
+  // Accumulator acc[4 j + e] is D[column warp * 16 + group + 8 (e / 2)][token 8 j + 2 quad + e % 2].
+  constexpr int OCTETS = BM / 8;
+  // ---- split-K: partial tiles to the workspace; the last CTA of a tile adds them in split order ----
+  if constexpr (T::SPLIT_K > 1) {
+    float* workspace = reinterpret_cast<float*>(p.workspace);
+    int* counters = reinterpret_cast<int*>(workspace + static_cast<long long>(T::SPLIT_K) * tiles * BM * BN);
+    auto partial = [&](int s, int j) {
+      return workspace + (static_cast<long long>(s) * tiles + pid) * (BM * BN) + (((warp * OCTETS + j) * 32) + lane) * 4;
+    };
+    // Token octets wholly past M carry nothing: they are neither written nor read back.
+#pragma unroll
+    for (int j = 0; j < OCTETS; ++j) {
+      if (j * 8 < rows_valid) st_global_f32x4(partial(split, j), acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_split_flag = atomicAdd(&counters[pid], 1) == T::SPLIT_K - 1;
+    __syncthreads();
+    if (!last_split_flag) return;
+    __threadfence();
+#pragma unroll
+    for (int j = 0; j < OCTETS; ++j) {
+      if (j * 8 >= rows_valid) continue;
+      float sum[4];
+      for (int s = 0; s < T::SPLIT_K; ++s) {
+        float part[4];
+        if (s == split) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[e] = acc[4 * j + e];
+        } else {
+          ld_global_cg_f32x4(part, partial(s, j));
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[e] = s == 0 ? part[e] : sum[e] + part[e];
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[4 * j + e] = sum[e];
+    }
+    if (tid == 0) counters[pid] = 0;
+  }
+
+  // ---- epilogue: channel scale, global scale, bias, convert, store (C is [M][N]: columns are contiguous) ----
+  const float global_scale = ld_global_f32(reinterpret_cast<const void*>(p.global_scale));
+  const char* bias = reinterpret_cast<const char*>(p.bias);
+  unsigned short* c_global = reinterpret_cast<unsigned short*>(p.c);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int column = n0 + warp * 16 + group + half * 8;
+    float scale = global_scale;
+    if constexpr (F::SCALES == kScaleEpilogue) scale *= ld_global_f32(reinterpret_cast<const float*>(p.scales) + column);
+    float bias_value = 0.0f;
+    if (p.bias != 0) {
+      const unsigned short bits = *reinterpret_cast<const unsigned short*>(bias + column * 2LL);
+      bias_value = F::OUTPUT == kElementF16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+    }
+#pragma unroll
+    for (int j = 0; j < OCTETS; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int row = m0 + j * 8 + quad * 2 + e;
+        if (row < p.m) {
+          const float value = acc[4 * j + half * 2 + e] * scale + bias_value;
+          const u32 packed = F::OUTPUT == kElementF16 ? pack_f16x2(value, 0.0f) : pack_bf16x2(value, 0.0f);
+          c_global[static_cast<long long>(row) * p.n + column] = static_cast<unsigned short>(packed & 0xFFFFu);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace device
+}  // namespace qtune

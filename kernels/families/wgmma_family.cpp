@@ -1,0 +1,242 @@
+#include "kernels/families/wgmma_family.hpp"
+
+#include <algorithm>
+
+#include "kernels/device/gemm/abi.cuh"
+#include "kernels/error.hpp"
+#include "kernels/families/mma_layout.hpp"
+
+namespace qtune {
+
+namespace dv = qtune::device;
+using mma::DeviceFormat;
+
+namespace {
+
+constexpr const char* kKernelName = "qtune_wgmma_gemm";
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct WgmmaTiles {
+  int bm, bn, bk, stages, split, raster;
+
+  static WgmmaTiles from(const KernelConfig& config) {
+    auto get = [&](const char* name) {
+      auto found = config.params.find(name);
+      if (found == config.params.end()) QTUNE_INPUT_ERROR(std::string("config: the wgmma family needs '") + name + "'");
+      return found->second;
+    };
+    return {get("bm"), get("bn"), get("bk"), get("stages"), get("split"), get("raster")};
+  }
+  int threads() const { return 2 * bn; }  // one warp per 16-column strip
+  // device::Tiles<BM, BN, BK, WARPS_M, WARPS_N, WARPS_K, STAGES, SPLIT, RASTER>
+  std::string template_arguments() const {
+    return std::to_string(bm) + ", " + std::to_string(bn) + ", " + std::to_string(bk) + ", 1, " + std::to_string(bn / 16) +
+           ", 1, " + std::to_string(stages) + ", " + std::to_string(split) + ", " + std::to_string(raster);
+  }
+};
+
+}  // namespace
+
+std::string WgmmaFamily::description() const {
+  return "weight-only quantized GEMM on Hopper wgmma (sm_90a): dequantized weights as the register A operand, "
+         "activations from swizzled shared memory (swap-AB), cp.async pipelines";
+}
+
+std::vector<ParameterDomain> WgmmaFamily::parameter_space() const {
+  return {
+      {"bm", {16, 32, 64, 128}, "BLOCK_M: rows of C (tokens, the wgmma N) per thread block"},
+      {"bn", {64, 128, 256}, "BLOCK_N: columns of C per thread block (64 per warpgroup, one warp per 16)"},
+      {"bk", {64, 128, 256}, "BLOCK_K: depth of one pipeline stage (multiple of 64)"},
+      {"stages", {2, 3, 4, 5, 6}, "STAGES: cp.async pipeline depth (stages in flight + 1)"},
+      {"split", {1, 2, 3, 4, 6, 8, 16}, "SPLIT_K: K ranges per tile, reduced deterministically by the last CTA"},
+      {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
+  };
+}
+
+ArchSupport WgmmaFamily::supports(const FormatSpec& format, int sm) const {
+  ArchSupport support = MmaFamily::supports(format, sm);
+  if (!support.supported) return support;
+  const std::string prefix = format.to_string() + " is unsupported on sm_" + std::to_string(sm) + " by the wgmma family: ";
+  if (sm != 90) {
+    support.supported = false;
+    support.reason = prefix + "wgmma exists only on sm_90 (Hopper, compiled for sm_90a)";
+  } else if (format.activation_is_quantized()) {
+    support.supported = false;
+    support.reason = prefix + "it takes f16/bf16 activations only (weight-only formats)";
+  }
+  return support;
+}
+
+int WgmmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format) {
+  const WgmmaTiles t = WgmmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(format);
+  const int a_stage = t.bm * t.bk * 2;
+  const int w_stage = (t.bn / 16) * (t.bk / device.atom_k()) * device.atom_bytes();
+  const int group = device.stage_group_k();
+  const int group_rows = group > 0 ? (group < t.bk ? t.bk / group : 1) : 0;
+  const int s_stage = device.staged_scales() ? group_rows * t.bn * device.scale_bytes() : 0;
+  const int z_stage = device.staged_zeros() ? group_rows * t.bn * 2 : 0;
+  const int stage = (a_stage + w_stage + s_stage + z_stage + 1023) / 1024 * 1024;
+  return t.stages * stage + 1024;  // + the run-time alignment of the window to 1024 bytes
+}
+
+int WgmmaFamily::estimated_registers(const KernelConfig& config) {
+  const WgmmaTiles t = WgmmaTiles::from(config);
+  // sm_90a ptxas: 71, 95, 121 and 204 registers at bm = 16, 32, 64, 128 with 128-deep tiles; fragments of deeper
+  // tiles add 4 per k16 step.
+  return 50 + 6 * t.bm / 5 + std::max(0, t.bk / 16 - 8) * 4;
+}
+
+RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
+  if (config.family != name()) {
+    return RuleVerdict::fail("family", "config is for family '" + config.family + "', not 'wgmma'");
+  }
+  const std::vector<ParameterDomain> space = parameter_space();
+  for (const ParameterDomain& domain : space) {
+    auto found = config.params.find(domain.name);
+    if (found == config.params.end()) return RuleVerdict::fail("parameter-missing", "no value for '" + domain.name + "'");
+    if (std::find(domain.values.begin(), domain.values.end(), found->second) == domain.values.end()) {
+      return RuleVerdict::fail("parameter-domain", domain.name + "=" + std::to_string(found->second) +
+                                                       " is not one of the family's values");
+    }
+  }
+  for (const auto& [parameter, value] : config.params) {
+    const bool known = std::any_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == parameter; });
+    if (!known) return RuleVerdict::fail("parameter-unknown", "the wgmma family has no parameter '" + parameter + "'");
+  }
+  const ArchSupport support = supports(problem.format, limits.sm);
+  if (!support.supported) return RuleVerdict::fail("format-unsupported-on-arch", support.reason);
+  if (problem.m < 1 || problem.n < 1 || problem.k < 1) {
+    return RuleVerdict::fail("problem-shape", "m, n and k must be positive: " + problem.to_string());
+  }
+  try {
+    problem.format.validate_shape(problem.n, problem.k);
+  } catch (const InputError& error) {
+    return RuleVerdict::fail("format-shape", error.what());
+  }
+  const WgmmaTiles t = WgmmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(problem.format);
+  if (problem.n % t.bn != 0) {
+    return RuleVerdict::fail("bn-divides-n", "N=" + std::to_string(problem.n) + " is not a multiple of bn=" + std::to_string(t.bn));
+  }
+  if (problem.k % t.bk != 0) {
+    return RuleVerdict::fail("bk-divides-k", "K=" + std::to_string(problem.k) + " is not a multiple of bk=" + std::to_string(t.bk));
+  }
+  if (t.bk % device.atom_k() != 0) {
+    return RuleVerdict::fail("bk-atom", "bk=" + std::to_string(t.bk) + " is not a multiple of the weight atom depth " +
+                                            std::to_string(device.atom_k()));
+  }
+  for (const int group : {device.group_k, device.stage_group_k()}) {
+    if (group > 0 && group % t.bk != 0 && t.bk % group != 0) {
+      return RuleVerdict::fail("bk-divides-group", "bk=" + std::to_string(t.bk) +
+                                                       " neither divides nor is a multiple of the scale group " +
+                                                       std::to_string(group));
+    }
+  }
+  const int64_t k_tiles = problem.k / t.bk;
+  if (t.split > k_tiles) {
+    return RuleVerdict::fail("split-exceeds-k", "split=" + std::to_string(t.split) + " exceeds the " + std::to_string(k_tiles) +
+                                                    " K tiles of bk=" + std::to_string(t.bk));
+  }
+  const int shared = shared_bytes(config, problem.format);
+  if (shared + 16 > limits.max_shared_per_block) {
+    return RuleVerdict::fail("smem-per-block", std::to_string(shared + 16) + " bytes of shared memory exceed the " +
+                                                   std::to_string(limits.max_shared_per_block) + " a block may use on sm_" +
+                                                   std::to_string(limits.sm));
+  }
+  const int registers = estimated_registers(config);
+  const int register_cap = std::min(limits.max_registers_per_thread, limits.registers_per_sm / t.threads());
+  if (registers > register_cap) {
+    return RuleVerdict::fail("registers-per-thread", "about " + std::to_string(registers) + " registers per thread needed, " +
+                                                         std::to_string(register_cap) + " available at " +
+                                                         std::to_string(t.threads()) + " threads: it would spill");
+  }
+  const int64_t m_padded = ceil_div(problem.m, 16) * 16;
+  if (t.bm > 16 && t.bm >= 2 * m_padded) {
+    return RuleVerdict::fail("bm-over-m", "bm=" + std::to_string(t.bm) + " is at least twice M=" + std::to_string(problem.m) +
+                                              " rounded to 16: the same work as a smaller tile, slower");
+  }
+  if (t.raster > 0 && ceil_div(problem.m, t.bm) <= 1) {
+    return RuleVerdict::fail("raster-single-m-tile", "raster=" + std::to_string(t.raster) +
+                                                         " reorders M tiles but there is only one: same as raster=0");
+  }
+  return RuleVerdict::ok();
+}
+
+std::string WgmmaFamily::kernel_name(const KernelConfig&, const FormatSpec&) const { return kKernelName; }
+
+std::string WgmmaFamily::instantiation_source(const KernelConfig& config, const FormatSpec& format,
+                                              const std::string& arch) const {
+  const int sm = sm_of_arch(arch);
+  const ArchSupport support = supports(format, sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  if (arch != "sm_90a") QTUNE_THROW(UnsupportedError, "the wgmma family compiles for sm_90a only (wgmma is architecture-specific), not " + arch);
+  const DeviceFormat device = mma::device_format(format);
+  const WgmmaTiles tiles = WgmmaTiles::from(config);
+  std::string source;
+  source += "// qtune wgmma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
+  source += "#include \"gemm/wgmma_gemm.cuh\"\n";
+  source += "namespace qd = qtune::device;\n";
+  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
+  source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
+  source += "static_assert(qd::WgmmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " +
+            std::to_string(shared_bytes(config, format)) + ", \"host and device disagree on the shared memory size\");\n";
+  source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +
+            "(const qd::GemmParams params) {\n";
+  source += "  qd::wgmma_gemm<QtuneFormat, QtuneTiles>(params);\n";
+  source += "}\n";
+  return source;
+}
+
+LaunchGeometry WgmmaFamily::launch_geometry(const KernelConfig& config, const Problem& problem) const {
+  const WgmmaTiles t = WgmmaTiles::from(config);
+  const int64_t tiles = (problem.n / t.bn) * ceil_div(problem.m, t.bm);
+  LaunchGeometry geometry;
+  geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
+  geometry.block = {static_cast<uint32_t>(t.threads()), 1, 1};
+  geometry.dynamic_shared_bytes = static_cast<uint32_t>(shared_bytes(config, problem.format));
+  if (t.split > 1) {
+    geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
+    geometry.workspace_starts_zeroed = true;
+  }
+  return geometry;
+}
+
+KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
+  const ArchSupport support = supports(problem.format, limits.sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  // Tokens fill one wgmma N of up to 128; 128 weight columns (two warpgroups) per CTA, split-K until the CTAs fill
+  // about one wave while each keeps at least 4 K tiles.
+  const int64_t m = problem.m;
+  const int bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
+  const int64_t sms = std::max(1, limits.sm_count);
+  std::string last_failure;
+  for (int bn : {128, 64, 256}) {
+    for (int bk : {128, 64, 256}) {
+      if (problem.n % bn != 0 || problem.k % bk != 0) continue;
+      const int64_t tiles = (problem.n / bn) * ceil_div(m, bm);
+      int split = 1;
+      for (int candidate : {2, 4, 8}) {
+        if (tiles * split >= sms || problem.k / bk / candidate < 4) break;
+        split = candidate;
+      }
+      for (int stages = 4; stages >= 2; --stages) {
+        KernelConfig config;
+        config.family = name();
+        config.params = {{"bm", bm}, {"bn", bn}, {"bk", bk}, {"stages", stages}, {"split", split}, {"raster", 0}};
+        const RuleVerdict verdict = check(config, problem, limits);
+        if (verdict.valid) return config;
+        last_failure = verdict.rule + ": " + verdict.detail;
+      }
+    }
+  }
+  QTUNE_THROW(UnsupportedError, "wgmma family: no configuration fits " + problem.to_string() + " (" + last_failure + ")");
+}
+
+const WgmmaFamily& wgmma_family() {
+  static const WgmmaFamily family;
+  return family;
+}
+
+}  // namespace qtune

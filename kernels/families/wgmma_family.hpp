@@ -1,0 +1,31 @@
+#pragma once
+// The "wgmma" kernel family: weight-only quantized GEMM (f16/bf16 activations) on Hopper's warpgroup MMA (sm_90a).
+// Dequantized weights are wgmma's A operand in registers, activations its B operand in swizzled shared memory (swap-AB).
+// Weights, scales and buffers are the mma family's prepacked layout; only the kernel and its parameter space differ.
+// Device code: kernels/device/gemm/wgmma_gemm.cuh.
+#include "kernels/families/mma_family.hpp"
+
+namespace qtune {
+
+class WgmmaFamily final : public MmaFamily {
+ public:
+  std::string name() const override { return "wgmma"; }
+  std::string description() const override;
+  std::vector<ParameterDomain> parameter_space() const override;
+  ArchSupport supports(const FormatSpec& format, int sm) const override;
+  RuleVerdict check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const override;
+  std::string kernel_name(const KernelConfig& config, const FormatSpec& format) const override;
+  std::string instantiation_source(const KernelConfig& config, const FormatSpec& format,
+                                   const std::string& arch) const override;
+  LaunchGeometry launch_geometry(const KernelConfig& config, const Problem& problem) const override;
+  KernelConfig default_config(const Problem& problem, const ArchLimits& limits) const override;
+
+  // Dynamic shared memory of a configuration, mirroring device::WgmmaGemm::SHARED_BYTES.
+  static int shared_bytes(const KernelConfig& config, const FormatSpec& format);
+  // The number of registers per thread check() assumes (calibrated on ptxas reports of sm_90a builds).
+  static int estimated_registers(const KernelConfig& config);
+};
+
+const WgmmaFamily& wgmma_family();
+
+}  // namespace qtune
