@@ -110,7 +110,8 @@ void to_json(nlohmann::json& json, const TargetResult& result) {
                         {"best", result.best},
                         {"device", result.device},
                         {"pin", to_string(result.pin)},
-                        {"placement_medians_us", result.placement_medians_us}};
+                        {"placement_medians_us", result.placement_medians_us},
+                        {"placement_second_pass_us", result.placement_second_pass_us}};
   json["runoff"] = result.runoff ? nlohmann::json(*result.runoff) : nlohmann::json();
 }
 
@@ -124,6 +125,7 @@ void from_json(const nlohmann::json& json, TargetResult& result) {
   result.variants = json.value("variants", std::vector<VariantResult>{});
   result.best = json.value("best", -1);
   result.placement_medians_us = json.value("placement_medians_us", std::vector<double>{});
+  result.placement_second_pass_us = json.value("placement_second_pass_us", std::vector<double>{});
   result.device = json.value("device", nlohmann::json());
   result.pin = parse_pin_outcome(json.value("pin", std::string(to_string(PinOutcome::NotAsked))));
   if (json.contains("runoff") && !json.at("runoff").is_null()) {
@@ -395,6 +397,7 @@ TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint6
     const AlgoInfo chosen = algo_info_from_json(best->params.dump());
     std::vector<runtime::DeviceBuffer> spacers;
     std::vector<std::unique_ptr<CublasLtBaseline>> copies;
+    std::vector<measure::Measurement> parts = {*best->measurement};
     result.placement_medians_us.push_back(best->measurement->median_us);
     for (int placement = 1; placement < placements; ++placement) {
       spacers.emplace_back(static_cast<std::size_t>(placement) * (std::size_t{7} << 20) + (std::size_t{3} << 20));
@@ -406,21 +409,31 @@ TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint6
       const VerifyResult verified = copy->verify();
       if (!verified.passed) QTUNE_THROW(Error, "placements: the chosen algorithm failed verification on placement " + std::to_string(placement) + ": " + verified.message);
       CublasLtBaseline& target = *copy;
-      result.placement_medians_us.push_back(measure::measure([&](CUstream stream) { target.launch(stream); }, measure_options).median_us);
+      parts.push_back(measure::measure([&](CUstream stream) { target.launch(stream); }, measure_options));
+      result.placement_medians_us.push_back(parts.back().median_us);
       copies.push_back(std::move(copy));
     }
-    std::vector<double> sorted = result.placement_medians_us;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t middle = sorted.size() / 2;
-    best->measurement->median_us = sorted.size() % 2 == 1 ? sorted[middle] : 0.5 * (sorted[middle - 1] + sorted[middle]);
-    std::string medians;
-    for (const double median : result.placement_medians_us) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%.2f", median);
-      medians += (medians.empty() ? "" : " / ") + std::string(text);
+    // A second pass, in reverse order, times every set again: a set that repeats its own time shows that the time
+    // follows where the operands sit, not when they were timed.
+    for (int placement = placements - 1; placement >= 0; --placement) {
+      CublasLtBaseline& target = placement == 0 ? baseline : *copies[static_cast<size_t>(placement - 1)];
+      parts.push_back(measure::measure([&](CUstream stream) { target.launch(stream); }, measure_options));
+      result.placement_second_pass_us.insert(result.placement_second_pass_us.begin(), parts.back().median_us);
     }
-    result.notes += (result.notes.empty() ? "" : "; ") + std::string("median of ") + std::to_string(placements) +
-                    " operand placements: " + medians + " us";
+    // The stored measurement is every sample of both passes on every set: its median weighs each set alike.
+    *best->measurement = measure::pool_measurements(parts, measure_options.confidence);
+    auto list = [](const std::vector<double>& values) {
+      std::string text;
+      for (const double value : values) {
+        char item[32];
+        std::snprintf(item, sizeof item, "%.2f", value);
+        text += (text.empty() ? "" : " / ") + std::string(item);
+      }
+      return text;
+    };
+    const std::string medians = list(result.placement_medians_us) + " us; again, in reverse order: " + list(result.placement_second_pass_us);
+    result.notes += (result.notes.empty() ? "" : "; ") + std::string("all samples of ") + std::to_string(placements) +
+                    " operand placements timed twice, medians " + medians + " us";
   }
   return result;
 }

@@ -96,9 +96,10 @@ struct TargetResult {
   std::optional<Runoff> runoff;  // when two or more algorithms were timed and a run-off was asked for
   nlohmann::json device;  // runtime::DeviceInfo of the GPU it ran on (null when unknown)
   PinOutcome pin = PinOutcome::NotAsked;  // Pinned: variants holds the pinned algorithm alone
-  // With placements > 1: the chosen algorithm's median on each set of operands, the first set's first; the best
-  // variant's median is then their median.
+  // With placements > 1: the chosen algorithm's median on each set of operands, the first set's first, then again
+  // in a second pass (timed in reverse order, stored in set order); the best variant's median is the median of both.
   std::vector<double> placement_medians_us;
+  std::vector<double> placement_second_pass_us;
 
   const VariantResult* best_variant() const {
     return best >= 0 && best < static_cast<int>(variants.size()) ? &variants[static_cast<size_t>(best)] : nullptr;

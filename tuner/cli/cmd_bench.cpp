@@ -554,7 +554,8 @@ void add_bench_command(CLI::App& app) {
                         "With nothing stored, or the algorithm not listed, the note says so and top-k + run-off decide");
   command->add_option("--placements", options->placements,
                       "time the chosen algorithm on this many sets of operands, each allocated beside the others "
-                      "behind a spacer (other memory), and report the median of their medians")
+                      "behind a spacer (other memory), in two passes (the second in reverse order), and report the "
+                      "median of the 2 x R medians; the note lists both passes")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
   command->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();

@@ -286,6 +286,61 @@ void record_busy_samples(Measurement& measurement, const std::vector<NvmlSample>
   measurement.throttled_while_busy = is_throttled(measurement.busy_clock_event_reasons);
 }
 
+void set_statistics(Measurement& measurement, const std::vector<double>& samples_us, double confidence) {
+  const Summary summary = summarize(samples_us, confidence);
+  measurement.median_us = summary.median;
+  measurement.p10_us = summary.p10;
+  measurement.p90_us = summary.p90;
+  measurement.min_us = summary.min;
+  measurement.max_us = summary.max;
+  measurement.mean_us = summary.mean;
+  measurement.stddev_us = summary.stddev;
+  measurement.ci_low_us = summary.median_interval.low;
+  measurement.ci_high_us = summary.median_interval.high;
+  measurement.ci_coverage = summary.median_interval.coverage;
+}
+
+Measurement pool_measurements(const std::vector<Measurement>& parts, double confidence) {
+  if (parts.empty()) QTUNE_INPUT_ERROR("measurements: nothing to pool");
+  Measurement pooled = parts.front();
+  pooled.samples_us.clear();
+  pooled.repetitions = 0;
+  pooled.warmup_repetitions = 0;
+  pooled.warmup_seconds = 0;
+  pooled.total_seconds = 0;
+  pooled.throttle_retries = 0;
+  pooled.throttled_medians_us.clear();
+  pooled.busy_samples = 0;
+  pooled.busy_sm_mhz_min = -1;
+  pooled.busy_sm_mhz_max = -1;
+  pooled.busy_power_w_max = -1;
+  pooled.busy_clock_event_reasons = 0;
+  for (const Measurement& part : parts) {
+    pooled.samples_us.insert(pooled.samples_us.end(), part.samples_us.begin(), part.samples_us.end());
+    pooled.repetitions += part.repetitions;
+    pooled.warmup_repetitions += part.warmup_repetitions;
+    pooled.warmup_seconds += part.warmup_seconds;
+    pooled.total_seconds += part.total_seconds;
+    pooled.converged = pooled.converged && part.converged;
+    pooled.warmup_settled = pooled.warmup_settled && part.warmup_settled;
+    pooled.throttled = pooled.throttled || part.throttled;
+    pooled.throttle_retries += part.throttle_retries;
+    pooled.throttled_medians_us.insert(pooled.throttled_medians_us.end(), part.throttled_medians_us.begin(),
+                                       part.throttled_medians_us.end());
+    pooled.busy_samples += part.busy_samples;
+    if (part.busy_sm_mhz_min >= 0) {
+      pooled.busy_sm_mhz_min = pooled.busy_sm_mhz_min < 0 ? part.busy_sm_mhz_min : std::min(pooled.busy_sm_mhz_min, part.busy_sm_mhz_min);
+    }
+    pooled.busy_sm_mhz_max = std::max(pooled.busy_sm_mhz_max, part.busy_sm_mhz_max);
+    pooled.busy_power_w_max = std::max(pooled.busy_power_w_max, part.busy_power_w_max);
+    pooled.busy_clock_event_reasons |= part.busy_clock_event_reasons;
+    pooled.throttled_while_busy = pooled.throttled_while_busy || part.throttled_while_busy;
+  }
+  pooled.nvml_end = parts.back().nvml_end;
+  set_statistics(pooled, pooled.samples_us, confidence);
+  return pooled;
+}
+
 Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options) {
   validate(options);
   return measure_until_unthrottled([&] { return measure_single(launch_operation, options); }, options, [](double seconds) {
@@ -401,17 +456,7 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
   measurement.kernels_per_repetition = kernels_per_repetition;
   measurement.unattributed_kernels = timer.unattributed_kernels() - std::min(timer.unattributed_kernels(), flush_launches);
 
-  const Summary summary = summarize(loop.samples_us, options.confidence);
-  measurement.median_us = summary.median;
-  measurement.p10_us = summary.p10;
-  measurement.p90_us = summary.p90;
-  measurement.min_us = summary.min;
-  measurement.max_us = summary.max;
-  measurement.mean_us = summary.mean;
-  measurement.stddev_us = summary.stddev;
-  measurement.ci_low_us = summary.median_interval.low;
-  measurement.ci_high_us = summary.median_interval.high;
-  measurement.ci_coverage = summary.median_interval.coverage;
+  set_statistics(measurement, loop.samples_us, options.confidence);
   measurement.samples_us = std::move(loop.samples_us);
   measurement.repetitions = static_cast<int>(measurement.samples_us.size());
   measurement.warmup_repetitions = loop.warmup_repetitions;

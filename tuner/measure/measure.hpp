@@ -129,6 +129,12 @@ void from_json(const nlohmann::json& json, Measurement& measurement);
 // different numbers of kernels.
 Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options = {});
 
+// Median, percentiles, extremes, mean, deviation and the median's interval of `samples_us`, into `measurement`.
+void set_statistics(Measurement& measurement, const std::vector<double>& samples_us, double confidence = 0.95);
+// One measurement of the samples of several (the same operation timed more than once): statistics of all samples,
+// repetitions and times summed, busy NVML ranges merged; the rest (options, device, NVML at start) from the first.
+Measurement pool_measurements(const std::vector<Measurement>& parts, double confidence = 0.95);
+
 // measure()'s answer to throttling, separated from the GPU so it can be tested on the CPU: measures with
 // measure_once(), and while the result is throttled and retries remain, calls cool_down(seconds) and measures again
 // (MeasureOptions::throttle_retries). The kept measurement records the retries, the cool-down time and the medians

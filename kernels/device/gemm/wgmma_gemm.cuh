@@ -270,6 +270,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
         target[3] = b[1][1];
       }
     }
+    // All of the stage's k16 steps in one batch: issued per k-step (a fence each) they measured no faster (call P).
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < G::KSTEPS; ++step) {
