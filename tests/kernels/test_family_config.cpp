@@ -5,6 +5,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
 
 namespace qtune {
@@ -67,14 +68,46 @@ TEST(KernelConfig, MalformedInputNamesTheField) {
             std::string::npos);
 }
 
-TEST(KernelFamilies, RegistryFindsMma) {
-  ASSERT_FALSE(kernel_families().empty());
+TEST(KernelFamilies, RegistryFindsMmaAndWgmma) {
+  ASSERT_EQ(kernel_families().size(), 2u);
+  EXPECT_EQ(kernel_families().front()->name(), "mma");  // production's first choice without a table
   EXPECT_EQ(find_family("mma").name(), "mma");
+  EXPECT_EQ(find_family("wgmma").name(), "wgmma");
   try {
     find_family("nope");
     FAIL() << "expected InputError";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma)"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma, wgmma)"), std::string::npos);
+  }
+}
+
+// The wgmma family's rules: its own parameters only, sm_90 only, weight-only formats, divisibility, shared memory,
+// registers, and the default config passes its own check.
+TEST(WgmmaFamilyRules, RulesNameWhatIsWrong) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  const Problem problem{FormatSpec::parse("w4a16-int4-ch"), 64, 8192, 8192, false};
+  auto verdict = [&](const std::string& text, const Problem& p) {
+    return wgmma_family().check(KernelConfig::parse(text, "wgmma"), p, hopper).rule;
+  };
+  EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0", problem), "");
+  EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,wn=4", problem), "parameter-unknown");
+  EXPECT_EQ(verdict("bm=64,bn=96,bk=128,stages=4,split=2,raster=0", problem), "parameter-domain");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=6,split=1,raster=0", problem), "smem-per-block");
+  EXPECT_EQ(verdict("bm=128,bn=256,bk=128,stages=2,split=1,raster=0", problem), "registers-per-thread");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=3,split=1,raster=0", Problem{problem.format, 16, 8192, 8192, false}), "bm-over-m");
+  EXPECT_EQ(verdict("bm=64,bn=256,bk=128,stages=3,split=1,raster=0", Problem{problem.format, 64, 8320, 8192, false}), "bn-divides-n");
+  EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=3,split=1,raster=0", Problem{FormatSpec::parse("w8a8-fp8-ch"), 64, 8192, 8192, false}),
+            "format-unsupported-on-arch");
+  EXPECT_EQ(wgmma_family().check(KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=2,raster=0", "wgmma"), problem,
+                                 ArchLimits::for_sm(80)).rule,
+            "format-unsupported-on-arch");
+  EXPECT_EQ(wgmma_family().check(KernelConfig::parse("bm=64,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=2,raster=0"), problem, hopper).rule,
+            "family");
+  for (int64_t m : {1, 16, 33, 64, 200, 4096}) {
+    const Problem p{problem.format, m, 8192, 8192, false};
+    const KernelConfig config = wgmma_family().default_config(p, hopper);
+    EXPECT_TRUE(wgmma_family().check(config, p, hopper).valid) << m << " " << config.to_string();
+    EXPECT_EQ(wgmma_family().launch_geometry(config, p).block[0], static_cast<uint32_t>(2 * config.get("bn")));
   }
 }
 

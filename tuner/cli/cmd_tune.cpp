@@ -13,10 +13,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kernels/error.hpp"
+#include "kernels/family.hpp"
 #include "reports/table.hpp"
 #include "search/cost_model.hpp"
 #include "search/m_buckets.hpp"
@@ -52,7 +54,7 @@ struct TuneCommandOptions {
   std::optional<double> budget_fraction;
   std::optional<std::string> shard;
   std::optional<int> shard_count;
-  std::string family = "mma";
+  std::string family = "auto";
   std::string space = "curated";
   std::vector<std::string> params;
   double timeout_ms = 30000;
@@ -185,6 +187,31 @@ void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputS
   std::cout << (report.interrupted ? " -- interrupted; rerun the same command to resume\n" : "\n");
 }
 
+// The kernel families to tune, in order: "auto" is every family that runs one of the formats on the target's
+// architecture; otherwise a comma-separated list of family names.
+std::vector<const KernelFamily*> families_to_tune(const std::string& text, const std::vector<FormatSpec>& formats, int sm) {
+  std::vector<const KernelFamily*> families;
+  if (text == "auto") {
+    for (const KernelFamily* family : kernel_families()) {
+      const bool runs_one = std::any_of(formats.begin(), formats.end(),
+                                        [&](const FormatSpec& format) { return family->supports(format, sm).supported; });
+      if (runs_one) families.push_back(family);
+    }
+    if (families.empty()) families.push_back(&find_family("mma"));  // its refusal names the reason per problem
+    return families;
+  }
+  std::stringstream stream(text);
+  std::string name;
+  while (std::getline(stream, name, ',')) {
+    bool known = false;
+    for (const KernelFamily* family : kernel_families()) known = known || family->name() == name;
+    if (!known) QTUNE_INPUT_ERROR("--family: unknown kernel family '" + name + "' (auto, or a list of: mma, wgmma)");
+    families.push_back(&find_family(name));
+  }
+  if (families.empty()) QTUNE_INPUT_ERROR("--family: expected auto or a comma-separated list of families");
+  return families;
+}
+
 void run(const TuneCommandOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   // The problem set: formats x shapes x M buckets, then this process's shard of it.
@@ -205,7 +232,8 @@ void run(const TuneCommandOptions& options) {
   const std::vector<Problem> all_problems = tune::build_problem_set(formats, shapes, m_values);
 
   tune::TuneOptions tune_options;
-  tune_options.problems = tune::select_shard(all_problems, shard);
+  const std::vector<Problem> shard_problems = tune::select_shard(all_problems, shard);
+  tune_options.problems = shard_problems;
   tune_options.shard = shard;
   tune_options.family = options.family;
   tune_options.space = options.space;
@@ -243,6 +271,7 @@ void run(const TuneCommandOptions& options) {
   }
 
   const tune::TuneTarget target = tune::resolve_target(options.gpu, options.devices, options.dry_run);
+  const std::vector<const KernelFamily*> families = families_to_tune(options.family, formats, target.limits.sm);
   std::cerr << "qtune tune: " << tune_options.problems.size() << " problems";
   if (shard.sharded()) std::cerr << " (shard " << shard.to_string() << " of " << all_problems.size() << ")";
   std::cerr << " on " << target.gpu_key() << " (" << target.arch << ")";
@@ -274,13 +303,39 @@ void run(const TuneCommandOptions& options) {
     return std::make_unique<tune::WorkerBackend>(backend_options);
   };
 
-  tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
   tune::TuneReport report;
-  {
-    StopSignals signals;
-    report = tune::run_tune(tune_options, target, options.db_path, services, &progress, &stop_requested);
+  const std::map<std::string, std::vector<int>> parameter_values = tune_options.parameter_values;
+  for (const auto& [name, values] : parameter_values) {
+    const bool known = std::any_of(families.begin(), families.end(), [&](const KernelFamily* family) {
+      const std::vector<ParameterDomain> space = family->parameter_space();
+      return std::any_of(space.begin(), space.end(), [&](const ParameterDomain& domain) { return domain.name == name; });
+    });
+    if (!known) QTUNE_INPUT_ERROR("--param: no family tuned here has a parameter '" + name + "'");
   }
-  print_report(report, options.dry_run, style);
+  for (const KernelFamily* family : families) {
+    // Each family is its own run; a problem's winner is the fastest over the families (tuner.cpp keeps another
+    // family's faster winner).
+    tune_options.family = family->name();
+    tune_options.parameter_values.clear();
+    for (const auto& [name, values] : parameter_values) {
+      const std::vector<ParameterDomain> space = family->parameter_space();
+      if (std::any_of(space.begin(), space.end(), [&](const ParameterDomain& domain) { return domain.name == name; })) {
+        tune_options.parameter_values[name] = values;
+      }
+    }
+    tune_options.problems = tune::problems_for_family(*family, families, shard_problems, target.limits.sm, options.family == "auto");
+    if (tune_options.problems.empty()) continue;
+    if (families.size() > 1) {
+      std::cerr << "qtune tune: family " << family->name() << ", " << tune_options.problems.size() << " problems\n";
+    }
+    tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);  // counts this family's problems
+    {
+      StopSignals signals;
+      report = tune::run_tune(tune_options, target, options.db_path, services, &progress, &stop_requested);
+    }
+    print_report(report, options.dry_run, style);
+    if (report.interrupted) break;
+  }
   // 130: stopped by a signal, as shells report a Ctrl-C.
   if (report.interrupted) std::exit(130);
 }
@@ -311,7 +366,11 @@ void add_tune_command(CLI::App& app) {
   command->add_option("--shard", options->shard,
                       "tune shard i/n of the problems (default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX)");
   command->add_option("--shard-count", options->shard_count, "number of shards with JOB_COMPLETION_INDEX (else QTUNE_SHARD_COUNT)");
-  command->add_option("--family", options->family, "kernel family")->capture_default_str();
+  command->add_option("--family", options->family,
+                      "kernel families to tune, one run each, in order: auto (every family that runs one of the "
+                      "formats on the GPU; on sm_90 mma for M <= 32 and wgmma for M >= 16, where each can win) or a "
+                      "list such as mma,wgmma (every problem for each); a problem's winner is the fastest of all")
+      ->capture_default_str();
   command->add_option("--space", options->space,
                       "curated: per-M parameter ranges (a few hundred candidates per problem); full: the family's whole "
                       "space (tens of thousands of instantiations to compile)")

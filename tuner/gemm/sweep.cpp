@@ -14,6 +14,17 @@ namespace qtune::gemm {
 std::map<std::string, std::vector<int>> default_sweep_ranges(const KernelFamily& family, int64_t m) {
   std::map<std::string, std::vector<int>> ranges;
   for (const ParameterDomain& domain : family.parameter_space()) ranges[domain.name] = domain.values;
+  if (family.name() == "wgmma") {
+    // One token tile per M (wgmma N), every column and depth tile, split-K only while M tiles are few.
+    const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    ranges = {{"bm", m <= 64 ? std::vector<int>{bm} : std::vector<int>{64, 128}},
+              {"bn", {64, 128, 256}},
+              {"bk", {64, 128, 256}},
+              {"stages", {3, 4}},
+              {"split", m <= 64 ? std::vector<int>{1, 2, 4} : m <= 256 ? std::vector<int>{1, 2} : std::vector<int>{1}},
+              {"raster", m <= 128 ? std::vector<int>{0} : std::vector<int>{0, 2}}};
+    return ranges;
+  }
   if (family.name() != "mma") return ranges;
   if (m <= 16) {
     ranges = {{"bm", {16}}, {"bn", {64, 128, 256}}, {"bk", {128, 256, 512}}, {"wm", {1}}, {"wn", {4, 8}},

@@ -203,4 +203,26 @@ std::vector<Problem> select_shard(const std::vector<Problem>& problems, const Sh
   return selected;
 }
 
+// On the H200 the mma family's swap-AB path is fastest up to M = 8 and the wgmma family from M = 16 on (docs/perf.md,
+// 2026-11-30: Llama-3-70B, both families tuned at every M), so tuning both everywhere would double the time for nothing.
+constexpr std::int64_t kMmaUpToM = 32;
+constexpr std::int64_t kWgmmaFromM = 16;
+
+std::vector<Problem> problems_for_family(const KernelFamily& family, const std::vector<const KernelFamily*>& families,
+                                         const std::vector<Problem>& problems, int sm, bool split_by_m) {
+  const bool split = split_by_m && families.size() > 1 &&
+                     std::any_of(families.begin(), families.end(), [](const KernelFamily* f) { return f->name() == "wgmma"; }) &&
+                     std::any_of(families.begin(), families.end(), [](const KernelFamily* f) { return f->name() == "mma"; });
+  std::vector<Problem> selected;
+  for (const Problem& problem : problems) {
+    if (split) {
+      const bool wgmma_runs_it = find_family("wgmma").supports(problem.format, sm).supported;
+      if (family.name() == "mma" && wgmma_runs_it && problem.m > kMmaUpToM) continue;
+      if (family.name() == "wgmma" && (!wgmma_runs_it || problem.m < kWgmmaFromM)) continue;
+    }
+    selected.push_back(problem);
+  }
+  return selected;
+}
+
 }  // namespace qtune::tune

@@ -53,4 +53,11 @@ std::vector<Problem> select_shard(const std::vector<Problem>& problems, const Sh
 // "w4a16-int4-ch m=16 n=4096 k=4096" without bias; the key problems are sorted and seeded by.
 std::string problem_key(const Problem& problem);
 
+// The problems `family` tunes when `families` are tuned one after another. With split_by_m (tune --family auto) and
+// both the mma and wgmma families, each takes the M range where it can win on Hopper, with one bucket of overlap:
+// mma up to M = 32 (every M for a format wgmma cannot run), wgmma from M = 16 on formats it runs. Otherwise every
+// problem.
+std::vector<Problem> problems_for_family(const KernelFamily& family, const std::vector<const KernelFamily*>& families,
+                                         const std::vector<Problem>& problems, int sm, bool split_by_m);
+
 }  // namespace qtune::tune

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -572,8 +573,12 @@ void measure_problem(const RunContext& context, Shared& shared, PreparedProblem&
   }
   // The incumbent is the previous winner's configuration, even when it was measured with older kernel sources.
   std::optional<std::string> incumbent;
-  if (const auto previous = store.get_winner(report.problem_id, context.gpu)) {
-    if (const auto config = store.get_config(previous->config); config && config->family == context.family.name()) {
+  const std::optional<db::WinnerRecord> previous_winner = store.get_winner(report.problem_id, context.gpu);
+  std::optional<db::KernelConfigRecord> other_family_winner;  // a previous winner of another kernel family
+  if (const auto& previous = previous_winner) {
+    const auto config = store.get_config(previous->config);
+    if (config && config->family != context.family.name()) other_family_winner = config;
+    if (config && config->family == context.family.name()) {
       try {
         incumbent = KernelConfig::from_json(nlohmann::json{{"family", config->family},
                                                            {"params", nlohmann::json::parse(config->params_json)}})
@@ -585,10 +590,26 @@ void measure_problem(const RunContext& context, Shared& shared, PreparedProblem&
   }
   if (const auto choice = search::choose_winner(scored, incumbent, context.options.tie_tolerance)) {
     const CandidateEntry& entry = prepared.entries[scored_entry[choice->index]];
-    store.set_winner(db::Winner{context.run, report.problem_id, entry.config_id, scored[choice->index].median_us, choice->reason});
-    report.winner = entry.config;
-    report.winner_us = scored[choice->index].median_us;
-    report.winner_reason = choice->reason;
+    const double chosen_us = scored[choice->index].median_us;
+    if (other_family_winner && previous_winner->median_us <= chosen_us) {
+      // Families are tuned one after another (tune --family mma,wgmma): another family's faster winner stays.
+      try {
+        report.winner = KernelConfig::from_json(nlohmann::json{{"family", other_family_winner->family},
+                                                               {"params", nlohmann::json::parse(other_family_winner->params_json)}});
+      } catch (const std::exception&) {
+        report.winner.reset();  // parameters this build no longer knows
+      }
+      report.winner_us = previous_winner->median_us;
+      char chosen_text[32];
+      std::snprintf(chosen_text, sizeof chosen_text, "%.2f", chosen_us);
+      report.winner_reason = "kept: the " + other_family_winner->family + " winner is faster than this family's " +
+                             chosen_text + " us";
+    } else {
+      store.set_winner(db::Winner{context.run, report.problem_id, entry.config_id, chosen_us, choice->reason});
+      report.winner = entry.config;
+      report.winner_us = chosen_us;
+      report.winner_reason = choice->reason;
+    }
   }
   report.seconds = elapsed();
   shared.notify([&](TuneObserver& observer) { observer.problem_finished(report); });
@@ -741,7 +762,9 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
         return item.entries.size() - 1;
       };
       if (options.table_selection && support.supported) {
-        if (const std::optional<KernelConfig> pick = options.table_selection(problem, target.limits)) {
+        // A pick of another family is timed when that family is tuned.
+        if (const std::optional<KernelConfig> pick = options.table_selection(problem, target.limits);
+            pick && pick->family == family.name()) {
           problem_report.table = *pick;
           item.table = reference_entry(*pick, false);
         }

@@ -190,8 +190,10 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
         constexpr int per_strip = STRIP_CHUNKS >= THREADS ? STRIP_CHUNKS / THREADS : 1;
         const int strip = STRIP_CHUNKS >= THREADS ? c / per_strip : c * (THREADS / STRIP_CHUNKS);
         const int byte = STRIP_CHUNKS >= THREADS ? (c % per_strip) * THREADS * 16 : 0;
-        cp_async_16_stream(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte,
-                           stream_policy);
+        // No evict-first hint here: in this unrolled loop sm_90a ptxas left the hint's descriptor registers unset for
+        // some tiles (bk=128 with wk=2 at 256 threads raised illegal instructions in the H200 main job, call Q), as it
+        // did in the wgmma kernel (call N).
+        cp_async_16(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte);
       }
     } else {
 #pragma unroll 4

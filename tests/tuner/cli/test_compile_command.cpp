@@ -242,7 +242,9 @@ TEST(CompileCommand, BadInputExitsTwoNamingTheFlag) {
   expect_bad_input(with({"--arch", "sm_90a", "--param", "colour=1"}), "--param");
   expect_bad_input(with({"--arch", "sm_90a", "--config", good, "--param", "bm=16"}), "--param");
   expect_bad_input(with({"--arch", "sm_90a", "--config", good, "--output", "xml"}), "--output");
-  expect_bad_input(with({"--arch", "sm_90a", "--config", good, "--family", "wgmma"}), "--family");
+  expect_bad_input(with({"--arch", "sm_90a", "--config", good, "--family", "tcgen05"}), "--family");
+  // An mma config given to the wgmma family names the parameter it does not have.
+  expect_bad_input(with({"--arch", "sm_90a", "--config", good, "--family", "wgmma"}), "has no parameter 'w");
   // Missing required options are CLI11 parse errors: exit 2 too.
   EXPECT_EQ(run_compile({"--format", "w4a16-int4-g128"}).status, kExitBadInput);
   EXPECT_EQ(run_compile({"--arch", "sm_90a"}).status, kExitBadInput);

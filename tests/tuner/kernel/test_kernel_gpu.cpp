@@ -157,6 +157,11 @@ TEST(MmaGpu, Int4PerChannelAcrossShapesAndConfigs) {
                              "bm=16,bn=16,bk=64,wm=1,wn=1,wk=1,stages=5,split=8,raster=0"}) {
     cases.push_back({spec, 1, 8192, 8192, config});
   }
+  // Tiles that raised illegal instructions in the H200 main job (call Q) while the unrolled weight loads carried the
+  // L2 evict-first hint: bk=128 with wk=2 at 256 threads.
+  for (int64_t m : {4, 16}) cases.push_back({spec, m, 8192, 8192, "bm=16,bn=64,bk=128,wm=1,wn=4,wk=2,stages=4,split=2,raster=0"});
+  cases.push_back({spec, 1, 10240, 8192, "bm=16,bn=64,bk=128,wm=1,wn=4,wk=2,stages=4,split=4,raster=0"});
+  cases.push_back({spec, 32, 8192, 28672, "bm=32,bn=128,bk=128,wm=2,wn=2,wk=2,stages=4,split=4,raster=0"});
   for (const char* config : {"bm=32,bn=128,bk=128,wm=2,wn=2,wk=1,stages=4,split=1,raster=1",
                              "bm=64,bn=128,bk=128,wm=2,wn=4,wk=1,stages=3,split=2,raster=0",
                              "bm=64,bn=64,bk=64,wm=4,wn=1,wk=1,stages=2,split=1,raster=0"}) {

@@ -115,8 +115,11 @@ TEST(CubinManifest, MalformedManifestNamesTheField) {
   json["kernels"][0]["config"] = "bm=sixteen";
   EXPECT_EQ(message(json).rfind("m.json: field 'kernels[0].config': ", 0), 0u);
   json = valid_manifest();
-  json["kernels"][0]["family"] = "wgmma";
+  json["kernels"][0]["family"] = "tcgen05";
   EXPECT_EQ(message(json).rfind("m.json: field 'kernels[0].family': ", 0), 0u);
+  json = valid_manifest();
+  json["kernels"][0]["family"] = "wgmma";  // a known family, but the config has the mma family's parameters
+  EXPECT_EQ(message(json).rfind("m.json: field 'kernels[0].config': ", 0), 0u);
   json = valid_manifest();
   json["kernels"][0]["format"] = "w9a16-nothing";
   EXPECT_EQ(message(json).rfind("m.json: field 'kernels[0].format': ", 0), 0u);

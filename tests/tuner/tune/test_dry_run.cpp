@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,7 +106,8 @@ TEST(TuneCommand, DryRunOnTheCommandLine) {
   ASSERT_EQ(setenv("QTUNE_CACHE_DIR", test_cache().c_str(), 1), 0);
   const TuneOptions options = tiny_options();
   std::vector<std::string> arguments = {"tune", "--gpu", "h200", "--dry-run", "--formats", "w4a16-int4-ch", "--shape",
-                                        "4096,4096", "--m", "1,16", "--db", (dir / "cli.db").string(), "--jobs", "2"};
+                                        "4096,4096", "--m", "1,16", "--db", (dir / "cli.db").string(), "--jobs", "2",
+                                        "--family", "mma"};
   for (const auto& [name, values] : options.parameter_values) {
     std::string text = name + "=";
     for (size_t i = 0; i < values.size(); ++i) text += (i ? "," : "") + std::to_string(values[i]);
@@ -118,6 +120,49 @@ TEST(TuneCommand, DryRunOnTheCommandLine) {
   EXPECT_EQ(store.list_problems().size(), 2u);
   EXPECT_EQ(store.list_runs().at(0).gpu_profile, "h200");
   EXPECT_FALSE(store.list_runs().at(0).command_line.empty());
+}
+
+// --family auto (the default) on Hopper tunes the mma family, then wgmma, one run each; --param narrows each family
+// by the parameters it has.
+TEST(TuneCommand, FamilyAutoTunesMmaThenWgmmaOnHopper) {
+  TempDir dir;
+  ASSERT_EQ(setenv("QTUNE_CACHE_DIR", test_cache().c_str(), 1), 0);
+  const std::vector<std::string> arguments = {
+      "tune", "--gpu", "h200", "--dry-run", "--formats", "w4a16-int4-ch", "--shape", "4096,4096", "--m", "1,16,64",
+      "--db", (dir / "cli.db").string(), "--jobs", "2", "--param", "bm=16", "--param", "bn=128", "--param", "bk=128",
+      "--param", "wm=1", "--param", "wn=4", "--param", "wk=1", "--param", "stages=4", "--param", "split=4",
+      "--param", "raster=0"};
+  EXPECT_EQ(run_qtune(arguments), 0);
+  db::Store store = db::Store::open(dir / "cli.db");
+  ASSERT_EQ(store.list_runs().size(), 2u);
+  std::set<std::string> families;
+  for (const auto& compile : store.list_compiles()) {
+    const auto config = store.get_config(compile.config);
+    ASSERT_TRUE(config.has_value());
+    families.insert(config->family);
+  }
+  EXPECT_EQ(families, (std::set<std::string>{"mma", "wgmma"}));
+  // Each family tunes the M range where it can win: mma M = 1 and 16, wgmma M = 16 and 64.
+  const std::vector<Problem> problems = build_problem_set({FormatSpec::parse("w4a16-int4-ch")}, {{4096, 4096}}, {1, 16, 64});
+  const std::vector<const KernelFamily*> both = {&find_family("mma"), &find_family("wgmma")};
+  auto ms_of = [&](const char* family, bool split) {
+    std::set<std::int64_t> ms;
+    for (const Problem& problem : problems_for_family(find_family(family), both, problems, 90, split)) ms.insert(problem.m);
+    return ms;
+  };
+  EXPECT_EQ(ms_of("mma", true), (std::set<std::int64_t>{1, 16}));
+  EXPECT_EQ(ms_of("wgmma", true), (std::set<std::int64_t>{16, 64}));
+  EXPECT_EQ(ms_of("mma", false), (std::set<std::int64_t>{1, 16, 64}));  // an explicit list tunes everything
+  // A format wgmma cannot run stays with mma at every M.
+  const std::vector<Problem> fp8 = build_problem_set({FormatSpec::parse("w8a8-fp8-ch")}, {{4096, 4096}}, {1, 64});
+  EXPECT_EQ(problems_for_family(find_family("mma"), both, fp8, 90, true).size(), 2u);
+  EXPECT_TRUE(problems_for_family(find_family("wgmma"), both, fp8, 90, true).empty());
+  EXPECT_EQ(run_qtune({"tune", "--gpu", "h200", "--dry-run", "--formats", "w4a16-int4-ch", "--shape", "4096,4096",
+                       "--db", (dir / "cli.db").string(), "--family", "mma,tcgen05"}),
+            2);
+  EXPECT_EQ(run_qtune({"tune", "--gpu", "h200", "--dry-run", "--formats", "w4a16-int4-ch", "--shape", "4096,4096",
+                       "--db", (dir / "cli.db").string(), "--param", "colour=1"}),
+            2);
 }
 
 TEST(TuneCommand, BadInputExitsWithTwo) {

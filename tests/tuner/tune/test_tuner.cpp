@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <atomic>
+#include <map>
 #include <set>
 #include <string>
 
@@ -357,6 +358,48 @@ TEST(Tuner, ATableSelectionIsMeasuredInItsOwnPhaseAndCanWin) {
     EXPECT_LE(problem.winner_us, *problem.table_us * (1 + options.tie_tolerance));
     const auto measurements = store.list_measurements(db::RowFilter{.problem = problem.problem_id});
     EXPECT_EQ(std::count_if(measurements.begin(), measurements.end(), [](const auto& m) { return m.phase == "table"; }), 1);
+  }
+}
+
+// Families are tuned one after another into the same store (tune --family mma,wgmma): a problem's winner is the
+// fastest over both, and a family that is slower for a problem leaves the other family's winner in place.
+TEST(Tuner, AnotherFamilysFasterWinnerIsKept) {
+  TempDir dir;
+  TuneOptions mma = small_options({1, 128});
+  FakeBackend mma_backend;
+  const TuneReport first = run_fake_tune(mma, dir / "q.db", mma_backend);
+  // The wgmma "kernels" take twice the mma optimum at M = 1 and half of it at M = 128.
+  std::map<std::string, double> mma_best;
+  for (const ProblemReport& problem : first.reports) {
+    ASSERT_TRUE(problem.winner.has_value());
+    mma_best[problem_key(problem.problem)] = problem.winner_us;
+  }
+  FakeBackend wgmma_backend([&](const Problem& problem, const KernelConfig& config) {
+    const double factor = problem.m == 1 ? 2.0 : 0.5;
+    return mma_best.at(problem_key(problem)) * factor * (1.0 + 0.01 * config.get("stages"));
+  });
+  TuneOptions wgmma = small_options({1, 128});
+  wgmma.family = "wgmma";
+  wgmma.parameter_values = {{"bn", {64, 128}}, {"bk", {128}}, {"stages", {3, 4}}, {"split", {1}}, {"raster", {0}}};
+  const TuneReport second = run_fake_tune(wgmma, dir / "q.db", wgmma_backend);
+  db::Store store = db::Store::open(dir / "q.db");
+  for (const ProblemReport& problem : second.reports) {
+    SCOPED_TRACE(problem_key(problem.problem));
+    ASSERT_TRUE(problem.winner.has_value());
+    const auto winner = store.get_winner(problem.problem_id, second.gpu);
+    ASSERT_TRUE(winner.has_value());
+    const auto config = store.get_config(winner->config);
+    ASSERT_TRUE(config.has_value());
+    if (problem.problem.m == 1) {
+      EXPECT_EQ(problem.winner->family, "mma");
+      EXPECT_EQ(config->family, "mma");
+      EXPECT_NEAR(winner->median_us, mma_best.at(problem_key(problem.problem)), 1e-9);
+      EXPECT_EQ(problem.winner_reason.rfind("kept: the mma winner is faster", 0), 0u) << problem.winner_reason;
+    } else {
+      EXPECT_EQ(problem.winner->family, "wgmma");
+      EXPECT_EQ(config->family, "wgmma");
+      EXPECT_LT(winner->median_us, mma_best.at(problem_key(problem.problem)));
+    }
   }
 }
 
