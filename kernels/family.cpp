@@ -144,6 +144,27 @@ const std::vector<const KernelFamily*>& kernel_families() {
   return families;
 }
 
+const KernelFamily& packing_family(const FormatSpec& format, int sm) {
+  std::string reasons;
+  for (const KernelFamily* family : kernel_families()) {
+    const ArchSupport support = family->supports(format, sm);
+    if (support.supported) return *family;
+    reasons += (reasons.empty() ? "" : "; ") + support.reason;
+  }
+  QTUNE_THROW(UnsupportedError, reasons.empty() ? format.to_string() + ": no kernel family" : reasons);
+}
+
+const KernelFamily& heuristic_family(const Problem& problem, int sm) {
+  const KernelFamily& packing = packing_family(problem.format, sm);
+  for (const KernelFamily* family : kernel_families()) {
+    if (family->weight_layout() == packing.weight_layout() && family->supports(problem.format, sm).supported &&
+        family->preferred_for(problem, sm)) {
+      return *family;
+    }
+  }
+  return packing;
+}
+
 const KernelFamily& find_family(std::string_view name) {
   std::string known;
   for (const KernelFamily* family : kernel_families()) {

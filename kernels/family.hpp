@@ -165,11 +165,24 @@ class KernelFamily {
 
   // A hand-written heuristic choice (the tuned tables must beat it); always passes check() for supported problems.
   virtual KernelConfig default_config(const Problem& problem, const ArchLimits& limits) const = 0;
+
+  // The name of the prepacked weight layout: families with the same one run on each other's packed weights.
+  virtual std::string weight_layout() const { return name(); }
+  // Whether the hand-written rules prefer this family for `problem` on `sm` over the families listed before it
+  // (heuristic_family). False by default: the first family that runs the format is the heuristic's choice.
+  virtual bool preferred_for(const Problem&, int) const { return false; }
 };
 
 // Every family qtune has, and one by name (throws InputError "family: unknown kernel family 'x' (known: mma)").
 const std::vector<const KernelFamily*>& kernel_families();
 const KernelFamily& find_family(std::string_view name);
+
+// The family that packs `format`'s weights on `sm`: the first of kernel_families() that supports it (UnsupportedError
+// with every family's reason when none does).
+const KernelFamily& packing_family(const FormatSpec& format, int sm);
+// The family whose default_config() is the heuristic for `problem` on `sm`: a supported family with the packing
+// family's weight layout that prefers the problem (preferred_for), else the packing family.
+const KernelFamily& heuristic_family(const Problem& problem, int sm);
 
 // "sm_90a" -> 90, "sm_120a" -> 120. Throws InputError naming `field`.
 int sm_of_arch(std::string_view arch, std::string_view field = "arch");

@@ -236,9 +236,9 @@ TuningData load_tuning_data(db::Store& store, const DataFilter& filter) {
     }
     if (!limits->second || !cell.winner) continue;
     try {
-      const db::KernelConfigRecord& winner_config = data.config(db::id_value(cell.winner->config));
       const Problem problem{FormatSpec::parse(cell.problem.format), cell.problem.m, cell.problem.n, cell.problem.k, false};
-      const KernelConfig today = find_family(winner_config.family).default_config(problem, *limits->second);
+      // Production's heuristic for the problem (its family may differ from the winner's).
+      const KernelConfig today = heuristic_family(problem, limits->second->sm).default_config(problem, *limits->second);
       if (const auto id = data.find_kernel_config(today); id && cell.kernel_us.count(*id) > 0) cell.heuristic_config = *id;
     } catch (const Error&) {
       // No heuristic for this problem today (an unsupported format or family): keep the labelled one.

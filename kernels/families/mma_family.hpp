@@ -25,6 +25,7 @@ class MmaFamily : public KernelFamily {
   PackedBuffers prepack_activations(const QuantizedActivations& activations, const KernelConfig& config) const override;
   std::vector<uint8_t> pack_bias(std::span<const float> bias, const FormatSpec& format) const override;
   KernelConfig default_config(const Problem& problem, const ArchLimits& limits) const override;
+  std::string weight_layout() const override { return "mma"; }  // the wgmma family reads it too
 
   // The number of registers per thread check() assumes (accumulators, fragments, weight words, addressing).
   static int estimated_registers(const KernelConfig& config, const FormatSpec& format);

@@ -234,6 +234,10 @@ KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimit
   QTUNE_THROW(UnsupportedError, "wgmma family: no configuration fits " + problem.to_string() + " (" + last_failure + ")");
 }
 
+bool WgmmaFamily::preferred_for(const Problem& problem, int sm) const {
+  return problem.m >= 16 && supports(problem.format, sm).supported;
+}
+
 const WgmmaFamily& wgmma_family() {
   static const WgmmaFamily family;
   return family;

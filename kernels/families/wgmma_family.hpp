@@ -19,6 +19,8 @@ class WgmmaFamily final : public MmaFamily {
                                    const std::string& arch) const override;
   LaunchGeometry launch_geometry(const KernelConfig& config, const Problem& problem) const override;
   KernelConfig default_config(const Problem& problem, const ArchLimits& limits) const override;
+  // From M = 16 on (on the H200 the mma family's swap-AB path wins up to M = 8 and wgmma from M = 16, docs/perf.md).
+  bool preferred_for(const Problem& problem, int sm) const override;
 
   // Dynamic shared memory of a configuration, mirroring device::WgmmaGemm::SHARED_BYTES.
   static int shared_bytes(const KernelConfig& config, const FormatSpec& format);

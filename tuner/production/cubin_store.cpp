@@ -205,7 +205,7 @@ CubinPlan plan_cubins(const reports::SelectionTable& table, const std::vector<st
         for (const std::int64_t m : ms) {
           const Problem problem{format, m, shape.n, shape.k};
           try {
-            add(family_for(format, target.sm).default_config(problem, limits), problem, "heuristic");
+            add(heuristic_family(problem, target.sm).default_config(problem, limits), problem, "heuristic");
           } catch (const UnsupportedError&) {
             // The format does not run on this architecture, or nothing fits the shape: the table's configs say so already.
           }

@@ -34,15 +34,7 @@ reports::SelectionTable read_selection_table(const std::filesystem::path& path) 
                                             path.string());
 }
 
-const KernelFamily& family_for(const FormatSpec& format, int sm) {
-  std::string reasons;
-  for (const KernelFamily* family : kernel_families()) {
-    const ArchSupport support = family->supports(format, sm);
-    if (support.supported) return *family;
-    reasons += (reasons.empty() ? "" : "; ") + support.reason;
-  }
-  QTUNE_THROW(UnsupportedError, reasons.empty() ? format.to_string() + ": no kernel family" : reasons);
-}
+const KernelFamily& family_for(const FormatSpec& format, int sm) { return packing_family(format, sm); }
 
 Problem make_problem(const FormatSpec& format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias) {
   if (m < 1) QTUNE_INPUT_ERROR("m: must be positive, got " + std::to_string(m));
@@ -71,7 +63,6 @@ runtime_api::Choice Selection::choice() const {
 Selection select_config(const reports::SelectionTable* table, const Problem& problem, const ArchLimits& limits) {
   const KernelFamily& family = family_for(problem.format, limits.sm);
   Selection selection;
-  selection.family = &family;
   std::string why_not_table = "no table";
   if (table != nullptr) {
     const std::string format = problem.format.to_string();
@@ -87,12 +78,19 @@ Selection select_config(const reports::SelectionTable* table, const Problem& pro
       const reports::MRange& range = found.shape->range_for(problem.m);
       const std::string origin = (found.tuned_shape ? "tuned shape n=" : "nearest tuned shape n=") + std::to_string(found.shape->n) +
                                  " k=" + std::to_string(found.shape->k) + ", " + range_text(range);
-      // Weights are packed for the format's family, so a config of another family cannot read them.
-      const RuleVerdict verdict = found.config->family != family.name()
-                                      ? RuleVerdict::fail("family", "the config is of family '" + found.config->family +
-                                                                        "', the weights are packed for '" + family.name() + "'")
-                                      : family.check(*found.config, rule_check_problem(range, problem), limits);
+      // Weights are packed for the format's family: a config runs only on a family that reads that layout.
+      const KernelFamily* config_family = nullptr;
+      for (const KernelFamily* candidate : kernel_families()) {
+        if (candidate->name() == found.config->family) config_family = candidate;
+      }
+      const RuleVerdict verdict =
+          config_family == nullptr ? RuleVerdict::fail("family", "this build has no kernel family '" + found.config->family + "'")
+          : config_family->weight_layout() != family.weight_layout()
+              ? RuleVerdict::fail("family", "the config is of family '" + found.config->family + "', the weights are packed for '" +
+                                                family.name() + "' (layout '" + family.weight_layout() + "')")
+              : config_family->check(*found.config, rule_check_problem(range, problem), limits);
       if (verdict.valid) {
+        selection.family = config_family;
         selection.config = *found.config;
         selection.source = found.tuned_shape ? runtime_api::ConfigSource::Tuned : runtime_api::ConfigSource::Fallback;
         selection.detail = origin;
@@ -102,7 +100,9 @@ Selection select_config(const reports::SelectionTable* table, const Problem& pro
                       "' here: " + verdict.detail;
     }
   }
-  selection.config = family.default_config(problem, limits);
+  const KernelFamily& heuristic = heuristic_family(problem, limits.sm);
+  selection.family = &heuristic;
+  selection.config = heuristic.default_config(problem, limits);
   selection.source = runtime_api::ConfigSource::Heuristic;
   selection.detail = why_not_table;
   return selection;

@@ -37,7 +37,7 @@ inline reports::ShapeRules shape_rules(std::int64_t n, std::int64_t k, const std
     reports::MRange range;
     range.m_min = spec.m_min;
     range.m_max = spec.m_max;
-    range.config = KernelConfig::parse(spec.config, "mma");
+    range.config = KernelConfig::parse(spec.config, "mma");  // "wgmma:..." names the wgmma family
     // One tuned bucket per range, at its upper end (4096 for the open last range), as an export makes them.
     range.buckets.push_back({spec.m_max.value_or(4096), 10.0 + static_cast<double>(spec.m_min)});
     shape.ranges.push_back(range);

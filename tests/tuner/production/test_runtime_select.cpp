@@ -16,6 +16,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/quantize.hpp"
 #include "tests/tuner/production/production_test_support.hpp"
 #include "tuner/production/qtune_runtime.hpp"
@@ -129,6 +130,52 @@ TEST(RuntimeSelectWithoutTable, HeuristicForTheArchitecturesLimits) {
   }
   EXPECT_EQ(runtime.table_gpu(), "");
   EXPECT_EQ(runtime.arch(), "sm_80");
+}
+
+// On Hopper the heuristic is the wgmma family from M = 16 on and the mma family below (heuristic_family); the weights
+// are packed once, for the mma layout both read.
+TEST(RuntimeSelectWithoutTable, HopperHeuristicIsWgmmaFromSixteenRows) {
+  RuntimeOptions options;
+  options.arch = "sm_90a";
+  const Runtime runtime(options);
+  for (const std::int64_t m : {1, 8, 16, 300, 4096}) {
+    const Problem problem{FormatSpec::parse(kFormat), m, 8192, 8192};
+    const runtime_api::Choice choice = runtime.select(kFormat, m, 8192, 8192);
+    EXPECT_EQ(choice.source, ConfigSource::Heuristic);
+    const KernelFamily& expected = m >= 16 ? static_cast<const KernelFamily&>(wgmma_family()) : mma_family();
+    EXPECT_EQ(choice.family, expected.name()) << "M=" << m;
+    EXPECT_EQ(choice.config, expected.default_config(problem, hopper()).to_string()) << "M=" << m;
+  }
+  // A format wgmma cannot run keeps the mma heuristic at every M.
+  EXPECT_EQ(runtime.select("w8a8-fp8-ch", 300, 8192, 8192).family, "mma");
+  EXPECT_EQ(packing_family(FormatSpec::parse(kFormat), 90).name(), "mma");
+}
+
+// A table of both families: a wgmma config runs on the mma-packed weights (same layout) and is taken as tuned.
+TEST(RuntimeSelectMixedTable, WgmmaConfigsOfATableAreSelected) {
+  TempDir dir;
+  reports::SelectionTable table;
+  table.gpu = "h200";
+  const std::string wgmma_config = "bm=64,bn=128,bk=128,stages=4,split=1,raster=0";
+  table.formats[kFormat] = {shape_rules(8192, 8192, {{1, 8, kSmallM}, {9, std::nullopt, "wgmma:" + wgmma_config}})};
+  RuntimeOptions options;
+  options.table = write_table(dir / "table.json", table);
+  options.arch = "sm_90a";
+  const Runtime runtime(options);
+  const runtime_api::Choice small = runtime.select(kFormat, 4, 8192, 8192);
+  EXPECT_EQ(small.family, "mma");
+  EXPECT_EQ(small.source, ConfigSource::Tuned);
+  const runtime_api::Choice large = runtime.select(kFormat, 256, 8192, 8192);
+  EXPECT_EQ(large.family, "wgmma");
+  EXPECT_EQ(large.source, ConfigSource::Tuned) << large.detail;
+  EXPECT_EQ(large.config, wgmma_config);
+  // On sm_80 the wgmma config cannot run: the heuristic takes over and says why.
+  options.arch = "sm_80";
+  const Runtime ampere(options);
+  const runtime_api::Choice fallback = ampere.select(kFormat, 256, 8192, 8192);
+  EXPECT_EQ(fallback.source, ConfigSource::Heuristic);
+  EXPECT_EQ(fallback.family, "mma");
+  EXPECT_NE(fallback.detail.find("format-unsupported-on-arch"), std::string::npos) << fallback.detail;
 }
 
 TEST_F(RuntimeSelect, SpecSpellingsOfOneFormatSelectAlike) {
