@@ -85,9 +85,10 @@ int MmaFamily::estimated_registers(const KernelConfig& config, const FormatSpec&
   return accumulators + fragments + words + vectors + addressing;
 }
 
-RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
+RuleVerdict MmaFamily::check_config_and_shape(const KernelConfig& config, const Problem& problem,
+                                              const ArchLimits& limits) const {
   if (config.family != name()) {
-    return RuleVerdict::fail("family", "config is for family '" + config.family + "', not 'mma'");
+    return RuleVerdict::fail("family", "config is for family '" + config.family + "', not '" + name() + "'");
   }
   const std::vector<ParameterDomain> space = parameter_space();
   for (const ParameterDomain& domain : space) {
@@ -100,7 +101,7 @@ RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem,
   }
   for (const auto& [parameter, value] : config.params) {
     const bool known = std::any_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == parameter; });
-    if (!known) return RuleVerdict::fail("parameter-unknown", "the mma family has no parameter '" + parameter + "'");
+    if (!known) return RuleVerdict::fail("parameter-unknown", "the " + name() + " family has no parameter '" + parameter + "'");
   }
   const ArchSupport support = supports(problem.format, limits.sm);
   if (!support.supported) return RuleVerdict::fail("format-unsupported-on-arch", support.reason);
@@ -112,20 +113,39 @@ RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem,
   } catch (const InputError& error) {
     return RuleVerdict::fail("format-shape", error.what());
   }
+  const int atom_k = mma::device_format(problem.format).atom_k();
+  const int bn = config.get("bn"), bk = config.get("bk");  // every family on this layout tiles N and K
+  if (problem.n % bn != 0) {
+    return RuleVerdict::fail("bn-divides-n", "N=" + std::to_string(problem.n) + " is not a multiple of bn=" + std::to_string(bn));
+  }
+  if (problem.k % bk != 0) {
+    return RuleVerdict::fail("bk-divides-k", "K=" + std::to_string(problem.k) + " is not a multiple of bk=" + std::to_string(bk));
+  }
+  if (bk % atom_k != 0) {
+    return RuleVerdict::fail("bk-atom", "bk=" + std::to_string(bk) + " is not a multiple of the weight atom depth " +
+                                            std::to_string(atom_k));
+  }
+  return RuleVerdict::ok();
+}
 
+RuleVerdict MmaFamily::check_m_tiling(int bm, int raster, const Problem& problem) {
+  const int64_t m_padded = ceil_div(problem.m, 16) * 16;
+  if (bm > 16 && bm >= 2 * m_padded) {
+    return RuleVerdict::fail("bm-over-m", "bm=" + std::to_string(bm) + " is at least twice M=" + std::to_string(problem.m) +
+                                              " rounded to 16: the same work as a smaller tile, slower");
+  }
+  if (raster > 0 && ceil_div(problem.m, bm) <= 1) {
+    return RuleVerdict::fail("raster-single-m-tile", "raster=" + std::to_string(raster) +
+                                                         " reorders M tiles but there is only one: same as raster=0");
+  }
+  return RuleVerdict::ok();
+}
+
+RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
+  if (const RuleVerdict shared = check_config_and_shape(config, problem, limits); !shared.valid) return shared;
   const TileShape t = TileShape::from(config);
   const DeviceFormat device = mma::device_format(problem.format);
   const int atom_k = device.atom_k();
-  if (problem.n % t.bn != 0) {
-    return RuleVerdict::fail("bn-divides-n", "N=" + std::to_string(problem.n) + " is not a multiple of bn=" + std::to_string(t.bn));
-  }
-  if (problem.k % t.bk != 0) {
-    return RuleVerdict::fail("bk-divides-k", "K=" + std::to_string(problem.k) + " is not a multiple of bk=" + std::to_string(t.bk));
-  }
-  if (t.bk % atom_k != 0) {
-    return RuleVerdict::fail("bk-atom", "bk=" + std::to_string(t.bk) + " is not a multiple of the weight atom depth " +
-                                            std::to_string(atom_k));
-  }
   if (t.bm % (16 * t.wm) != 0) {
     return RuleVerdict::fail("warps-m", "bm=" + std::to_string(t.bm) + " is not a multiple of 16 * wm=" + std::to_string(t.wm));
   }
@@ -165,26 +185,25 @@ RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem,
                                                             " accumulators per thread, partial sums included (max 128)");
   }
   const mma::SharedLayout shared = mma::shared_layout(device, t);
-  if (shared.dynamic_bytes + shared.static_bytes > limits.max_shared_per_block) {
-    return RuleVerdict::fail("smem-per-block", std::to_string(shared.dynamic_bytes + shared.static_bytes) +
-                                                   " bytes of shared memory exceed the " + std::to_string(limits.max_shared_per_block) +
-                                                   " a block may use on " + arch_name(limits.sm));
+  if (const RuleVerdict resources = check_block_resources(shared.dynamic_bytes + shared.static_bytes,
+                                                          estimated_registers(config, problem.format), t.threads(), limits);
+      !resources.valid) {
+    return resources;
   }
-  const int registers = estimated_registers(config, problem.format);
-  const int register_cap = std::min(limits.max_registers_per_thread, limits.registers_per_sm / t.threads());
+  return check_m_tiling(t.bm, t.raster, problem);
+}
+
+RuleVerdict MmaFamily::check_block_resources(int shared_bytes, int registers, int threads, const ArchLimits& limits) {
+  if (shared_bytes > limits.max_shared_per_block) {
+    return RuleVerdict::fail("smem-per-block", std::to_string(shared_bytes) + " bytes of shared memory exceed the " +
+                                                   std::to_string(limits.max_shared_per_block) + " a block may use on " +
+                                                   arch_name(limits.sm));
+  }
+  const int register_cap = std::min(limits.max_registers_per_thread, limits.registers_per_sm / threads);
   if (registers > register_cap) {
     return RuleVerdict::fail("registers-per-thread", "about " + std::to_string(registers) + " registers per thread needed, " +
                                                          std::to_string(register_cap) + " available at " +
-                                                         std::to_string(t.threads()) + " threads: it would spill");
-  }
-  const int64_t m_padded = ceil_div(problem.m, 16) * 16;
-  if (t.bm > 16 && t.bm >= 2 * m_padded) {
-    return RuleVerdict::fail("bm-over-m", "bm=" + std::to_string(t.bm) + " is at least twice M=" + std::to_string(problem.m) +
-                                              " rounded to 16: the same work as a smaller tile, slower");
-  }
-  if (t.raster > 0 && ceil_div(problem.m, t.bm) <= 1) {
-    return RuleVerdict::fail("raster-single-m-tile", "raster=" + std::to_string(t.raster) +
-                                                         " reorders M tiles but there is only one: same as raster=0");
+                                                         std::to_string(threads) + " threads: it would spill");
   }
   return RuleVerdict::ok();
 }

@@ -29,6 +29,17 @@ class MmaFamily : public KernelFamily {
 
   // The number of registers per thread check() assumes (accumulators, fragments, weight words, addressing).
   static int estimated_registers(const KernelConfig& config, const FormatSpec& format);
+
+ protected:
+  // The first rules of every family on the mma weight layout, in order: the config's family and parameters, the
+  // format on the architecture, the problem's shape, bn | N, bk | K and bk a multiple of the weight atom (every
+  // such family has the parameters bn and bk).
+  RuleVerdict check_config_and_shape(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const;
+  // Shared memory per block and the estimated registers per thread against the architecture's limits.
+  static RuleVerdict check_block_resources(int shared_bytes, int registers, int threads, const ArchLimits& limits);
+  // The last ones: a tile at least twice M (padded to 16) or rasterization over one M tile is a slower twin of
+  // another configuration.
+  static RuleVerdict check_m_tiling(int bm, int raster, const Problem& problem);
 };
 
 const MmaFamily& mma_family();

@@ -89,44 +89,9 @@ int WgmmaFamily::estimated_registers(const KernelConfig& config) {
 }
 
 RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
-  if (config.family != name()) {
-    return RuleVerdict::fail("family", "config is for family '" + config.family + "', not 'wgmma'");
-  }
-  const std::vector<ParameterDomain> space = parameter_space();
-  for (const ParameterDomain& domain : space) {
-    auto found = config.params.find(domain.name);
-    if (found == config.params.end()) return RuleVerdict::fail("parameter-missing", "no value for '" + domain.name + "'");
-    if (std::find(domain.values.begin(), domain.values.end(), found->second) == domain.values.end()) {
-      return RuleVerdict::fail("parameter-domain", domain.name + "=" + std::to_string(found->second) +
-                                                       " is not one of the family's values");
-    }
-  }
-  for (const auto& [parameter, value] : config.params) {
-    const bool known = std::any_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == parameter; });
-    if (!known) return RuleVerdict::fail("parameter-unknown", "the wgmma family has no parameter '" + parameter + "'");
-  }
-  const ArchSupport support = supports(problem.format, limits.sm);
-  if (!support.supported) return RuleVerdict::fail("format-unsupported-on-arch", support.reason);
-  if (problem.m < 1 || problem.n < 1 || problem.k < 1) {
-    return RuleVerdict::fail("problem-shape", "m, n and k must be positive: " + problem.to_string());
-  }
-  try {
-    problem.format.validate_shape(problem.n, problem.k);
-  } catch (const InputError& error) {
-    return RuleVerdict::fail("format-shape", error.what());
-  }
+  if (const RuleVerdict shared = check_config_and_shape(config, problem, limits); !shared.valid) return shared;
   const WgmmaTiles t = WgmmaTiles::from(config);
   const DeviceFormat device = mma::device_format(problem.format);
-  if (problem.n % t.bn != 0) {
-    return RuleVerdict::fail("bn-divides-n", "N=" + std::to_string(problem.n) + " is not a multiple of bn=" + std::to_string(t.bn));
-  }
-  if (problem.k % t.bk != 0) {
-    return RuleVerdict::fail("bk-divides-k", "K=" + std::to_string(problem.k) + " is not a multiple of bk=" + std::to_string(t.bk));
-  }
-  if (t.bk % device.atom_k() != 0) {
-    return RuleVerdict::fail("bk-atom", "bk=" + std::to_string(t.bk) + " is not a multiple of the weight atom depth " +
-                                            std::to_string(device.atom_k()));
-  }
   for (const int group : {device.group_k, device.stage_group_k()}) {
     if (group > 0 && group % t.bk != 0 && t.bk % group != 0) {
       return RuleVerdict::fail("bk-divides-group", "bk=" + std::to_string(t.bk) +
@@ -139,29 +104,13 @@ RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& proble
     return RuleVerdict::fail("split-exceeds-k", "split=" + std::to_string(t.split) + " exceeds the " + std::to_string(k_tiles) +
                                                     " K tiles of bk=" + std::to_string(t.bk));
   }
-  const int shared = shared_bytes(config, problem.format);
-  if (shared + 16 > limits.max_shared_per_block) {
-    return RuleVerdict::fail("smem-per-block", std::to_string(shared + 16) + " bytes of shared memory exceed the " +
-                                                   std::to_string(limits.max_shared_per_block) + " a block may use on sm_" +
-                                                   std::to_string(limits.sm));
+  const int static_bytes = 16;  // the split-K flag
+  if (const RuleVerdict resources =
+          check_block_resources(shared_bytes(config, problem.format) + static_bytes, estimated_registers(config), t.threads(), limits);
+      !resources.valid) {
+    return resources;
   }
-  const int registers = estimated_registers(config);
-  const int register_cap = std::min(limits.max_registers_per_thread, limits.registers_per_sm / t.threads());
-  if (registers > register_cap) {
-    return RuleVerdict::fail("registers-per-thread", "about " + std::to_string(registers) + " registers per thread needed, " +
-                                                         std::to_string(register_cap) + " available at " +
-                                                         std::to_string(t.threads()) + " threads: it would spill");
-  }
-  const int64_t m_padded = ceil_div(problem.m, 16) * 16;
-  if (t.bm > 16 && t.bm >= 2 * m_padded) {
-    return RuleVerdict::fail("bm-over-m", "bm=" + std::to_string(t.bm) + " is at least twice M=" + std::to_string(problem.m) +
-                                              " rounded to 16: the same work as a smaller tile, slower");
-  }
-  if (t.raster > 0 && ceil_div(problem.m, t.bm) <= 1) {
-    return RuleVerdict::fail("raster-single-m-tile", "raster=" + std::to_string(t.raster) +
-                                                         " reorders M tiles but there is only one: same as raster=0");
-  }
-  return RuleVerdict::ok();
+  return check_m_tiling(t.bm, t.raster, problem);
 }
 
 std::string WgmmaFamily::kernel_name(const KernelConfig&, const FormatSpec&) const { return kKernelName; }
