@@ -186,7 +186,9 @@ TEST(CubinPlan, HeuristicConfigsForEveryTunedBucketAndRangeStart) {
   // Range starts and bucket Ms of sample_table().
   for (const auto& [n, m] : std::vector<std::pair<std::int64_t, std::int64_t>>{{4096, 1}, {4096, 16}, {4096, 17}, {4096, 64},
                                                                              {4096, 65}, {4096, 4096}, {8192, 1}, {8192, 4096}}) {
-    expected.insert(mma_family().default_config({format, m, n, n}, ArchLimits::for_sm(90)).to_string());
+    // Production's heuristic: the mma family below M = 16, the wgmma family from there on Hopper.
+    const Problem problem{format, m, n, n};
+    expected.insert(heuristic_family(problem, 90).default_config(problem, ArchLimits::for_sm(90)).to_string());
   }
   std::set<std::string> planned;
   for (const CubinRequest& request : with.requests) {
