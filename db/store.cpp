@@ -355,6 +355,16 @@ std::vector<Record> list_filtered(Connection& connection, std::string_view colum
 
 }  // namespace
 
+::qtune::KernelConfig to_kernel_config(const KernelConfigRecord& config) {
+  nlohmann::json params;
+  try {
+    params = nlohmann::json::parse(config.params_json);
+  } catch (const nlohmann::json::parse_error& error) {
+    QTUNE_INPUT_ERROR("kernel config " + std::to_string(id_value(config.id)) + ": params: " + error.what());
+  }
+  return ::qtune::KernelConfig::from_json(nlohmann::json{{"family", config.family}, {"params", params}});
+}
+
 std::string canonical_params(std::string_view params_json) {
   nlohmann::json parsed;
   try {

@@ -15,6 +15,7 @@
 
 #include "db/schema.hpp"
 #include "db/sqlite.hpp"
+#include "kernels/family.hpp"
 
 namespace qtune::db {
 
@@ -109,6 +110,9 @@ struct KernelConfig {
 struct KernelConfigRecord : KernelConfig {
   ConfigId id{};
 };
+// A stored kernel config as a kernels/ KernelConfig (family + integer params). Throws InputError for params that are not
+// integers (baselines' params may not be: use it for kernel configs).
+::qtune::KernelConfig to_kernel_config(const KernelConfigRecord& config);
 
 // Canonical text of a JSON parameter object; throws InputError "kernel config params: ..." if it is not valid JSON.
 std::string canonical_params(std::string_view params_json);

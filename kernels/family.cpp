@@ -25,10 +25,8 @@ int KernelConfig::get(std::string_view name) const {
 
 std::string KernelConfig::to_string() const {
   std::vector<std::string> order;
-  for (const KernelFamily* candidate : kernel_families()) {
-    if (candidate->name() == family) {
-      for (const ParameterDomain& domain : candidate->parameter_space()) order.push_back(domain.name);
-    }
+  if (const KernelFamily* known = family_named(family)) {
+    for (const ParameterDomain& domain : known->parameter_space()) order.push_back(domain.name);
   }
   std::string text;
   auto append = [&](const std::string& name, int value) {
@@ -165,12 +163,17 @@ const KernelFamily& heuristic_family(const Problem& problem, int sm) {
   return packing;
 }
 
-const KernelFamily& find_family(std::string_view name) {
-  std::string known;
+const KernelFamily* family_named(std::string_view name) {
   for (const KernelFamily* family : kernel_families()) {
-    if (family->name() == name) return *family;
-    known += (known.empty() ? "" : ", ") + family->name();
+    if (family->name() == name) return family;
   }
+  return nullptr;
+}
+
+const KernelFamily& find_family(std::string_view name) {
+  if (const KernelFamily* family = family_named(name)) return *family;
+  std::string known;
+  for (const KernelFamily* family : kernel_families()) known += (known.empty() ? "" : ", ") + family->name();
   QTUNE_INPUT_ERROR("family: unknown kernel family '" + std::string(name) + "' (known: " + known + ")");
 }
 

@@ -176,6 +176,8 @@ class KernelFamily {
 // Every family qtune has, and one by name (throws InputError "family: unknown kernel family 'x' (known: mma)").
 const std::vector<const KernelFamily*>& kernel_families();
 const KernelFamily& find_family(std::string_view name);
+// The family of that name, or nullptr when this build has none.
+const KernelFamily* family_named(std::string_view name);
 
 // The family that packs `format`'s weights on `sm`: the first of kernel_families() that supports it (UnsupportedError
 // with every family's reason when none does).

@@ -316,8 +316,7 @@ std::vector<std::string> parameter_columns(const std::set<KernelConfig>& configs
   for (const KernelConfig& config : configs) {
     std::vector<std::string>& names = by_family[config.family];
     if (!names.empty()) continue;
-    for (const KernelFamily* family : kernel_families()) {
-      if (family->name() != config.family) continue;
+    if (const KernelFamily* family = family_named(config.family)) {
       for (const ParameterDomain& domain : family->parameter_space()) names.push_back(domain.name);
     }
   }

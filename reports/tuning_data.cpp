@@ -59,15 +59,6 @@ std::string gpu_key_for(std::string_view gpu_name) {
   return std::string(gpu_name);
 }
 
-KernelConfig to_kernel_config(const db::KernelConfigRecord& config) {
-  nlohmann::json params;
-  try {
-    params = nlohmann::json::parse(config.params_json);
-  } catch (const nlohmann::json::parse_error& error) {
-    QTUNE_INPUT_ERROR("kernel config " + std::to_string(db::id_value(config.id)) + ": params: " + error.what());
-  }
-  return KernelConfig::from_json(nlohmann::json{{"family", config.family}, {"params", params}});
-}
 
 ProblemCost problem_cost(const db::Problem& problem) {
   const double m = static_cast<double>(problem.m);

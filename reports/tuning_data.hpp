@@ -33,9 +33,7 @@ std::vector<std::string> parse_format_list(std::string_view text, std::string_vi
 // the name as given.
 std::string gpu_key_for(std::string_view gpu_name);
 
-// A stored kernel config as a kernels/ KernelConfig (family + integer params). Throws InputError for params that are not
-// integers (baselines' params may not be: use it for kernel configs).
-KernelConfig to_kernel_config(const db::KernelConfigRecord& config);
+using db::to_kernel_config;  // a stored kernel config as a kernels/ KernelConfig (db/store.hpp)
 
 // The least memory one GEMM of a problem moves (A with its scales, W with its scales, C once) and its FLOPs (2 M N K).
 struct ProblemCost {

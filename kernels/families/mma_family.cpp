@@ -237,14 +237,17 @@ std::string MmaFamily::instantiation_source(const KernelConfig& config, const Fo
 
 LaunchGeometry MmaFamily::launch_geometry(const KernelConfig& config, const Problem& problem) const {
   const TileShape t = TileShape::from(config);
-  const DeviceFormat device = mma::device_format(problem.format);
-  const int64_t tiles = (problem.n / t.bn) * ceil_div(problem.m, t.bm);
+  return tile_grid(problem, t.bm, t.bn, t.split, t.threads(), mma::shared_layout(mma::device_format(problem.format), t).dynamic_bytes);
+}
+
+LaunchGeometry MmaFamily::tile_grid(const Problem& problem, int bm, int bn, int split, int threads, int dynamic_shared_bytes) {
+  const int64_t tiles = (problem.n / bn) * ceil_div(problem.m, bm);
   LaunchGeometry geometry;
-  geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
-  geometry.block = {static_cast<uint32_t>(t.threads()), 1, 1};
-  geometry.dynamic_shared_bytes = static_cast<uint32_t>(mma::shared_layout(device, t).dynamic_bytes);
-  if (t.split > 1) {
-    geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
+  geometry.grid = {static_cast<uint32_t>(tiles * split), 1, 1};
+  geometry.block = {static_cast<uint32_t>(threads), 1, 1};
+  geometry.dynamic_shared_bytes = static_cast<uint32_t>(dynamic_shared_bytes);
+  if (split > 1) {
+    geometry.workspace_bytes = static_cast<uint64_t>(split) * tiles * bm * bn * 4 + static_cast<uint64_t>(tiles) * 4;
     geometry.workspace_starts_zeroed = true;
   }
   return geometry;

@@ -31,6 +31,9 @@ class MmaFamily : public KernelFamily {
   static int estimated_registers(const KernelConfig& config, const FormatSpec& format);
 
  protected:
+  // One CTA per (BLOCK_M x BLOCK_N tile, K split), N-tiles x M-tiles x split in a 1-D grid; with split > 1 a workspace
+  // of split partial tiles in f32 then one counter per tile, zeroed before the first launch.
+  static LaunchGeometry tile_grid(const Problem& problem, int bm, int bn, int split, int threads, int dynamic_shared_bytes);
   // The first rules of every family on the mma weight layout, in order: the config's family and parameters, the
   // format on the architecture, the problem's shape, bn | N, bk | K and bk a multiple of the weight atom (every
   // such family has the parameters bn and bk).

@@ -140,16 +140,7 @@ std::string WgmmaFamily::instantiation_source(const KernelConfig& config, const 
 
 LaunchGeometry WgmmaFamily::launch_geometry(const KernelConfig& config, const Problem& problem) const {
   const WgmmaTiles t = WgmmaTiles::from(config);
-  const int64_t tiles = (problem.n / t.bn) * ceil_div(problem.m, t.bm);
-  LaunchGeometry geometry;
-  geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
-  geometry.block = {static_cast<uint32_t>(t.threads()), 1, 1};
-  geometry.dynamic_shared_bytes = static_cast<uint32_t>(shared_bytes(config, problem.format));
-  if (t.split > 1) {
-    geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
-    geometry.workspace_starts_zeroed = true;
-  }
-  return geometry;
+  return tile_grid(problem, t.bm, t.bn, t.split, t.threads(), shared_bytes(config, problem.format));
 }
 
 KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
@@ -183,8 +174,8 @@ KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimit
   QTUNE_THROW(UnsupportedError, "wgmma family: no configuration fits " + problem.to_string() + " (" + last_failure + ")");
 }
 
-bool WgmmaFamily::preferred_for(const Problem& problem, int sm) const {
-  return problem.m >= 16 && supports(problem.format, sm).supported;
+bool WgmmaFamily::preferred_for(const Problem& problem, int) const {
+  return problem.m >= kPreferredFromM;
 }
 
 const WgmmaFamily& wgmma_family() {

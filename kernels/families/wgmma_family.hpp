@@ -19,7 +19,10 @@ class WgmmaFamily final : public MmaFamily {
                                    const std::string& arch) const override;
   LaunchGeometry launch_geometry(const KernelConfig& config, const Problem& problem) const override;
   KernelConfig default_config(const Problem& problem, const ArchLimits& limits) const override;
-  // From M = 16 on (on the H200 the mma family's swap-AB path wins up to M = 8 and wgmma from M = 16, docs/perf.md).
+  // On the H200 the mma family's swap-AB path wins up to M = 8 and wgmma from M = 16 (docs/perf.md, 2026-11-30:
+  // Llama-3-70B with both families tuned at every M): the heuristic and tune --family auto switch here.
+  static constexpr int64_t kPreferredFromM = 16;
+  // From kPreferredFromM rows on (heuristic_family asks only where the family runs the format).
   bool preferred_for(const Problem& problem, int sm) const override;
 
   // Dynamic shared memory of a configuration, mirroring device::WgmmaGemm::SHARED_BYTES.

@@ -77,16 +77,6 @@ int validate_arch(const std::string& arch) {
   return sm;
 }
 
-// Re-throws an InputError from a parser with the flag's name in front (parsers name their own field).
-template <typename Parse>
-decltype(auto) naming_flag(const std::string& flag, Parse parse) {
-  try {
-    return parse();
-  } catch (const InputError& error) {
-    QTUNE_INPUT_ERROR(flag + ": " + error.what());
-  }
-}
-
 // The first line of an NVRTC failure that says what went wrong: the first log line mentioning an error, else the
 // first line of the log (the message is "compiling kernel ... failed (...):\n<log>").
 std::string first_log_line(const std::string& message) {

@@ -203,10 +203,7 @@ std::vector<const KernelFamily*> families_to_tune(const std::string& text, const
   std::stringstream stream(text);
   std::string name;
   while (std::getline(stream, name, ',')) {
-    bool known = false;
-    for (const KernelFamily* family : kernel_families()) known = known || family->name() == name;
-    if (!known) QTUNE_INPUT_ERROR("--family: unknown kernel family '" + name + "' (auto, or a list of: mma, wgmma)");
-    families.push_back(&find_family(name));
+    families.push_back(&naming_flag("--family", [&]() -> const KernelFamily& { return find_family(name); }));
   }
   if (families.empty()) QTUNE_INPUT_ERROR("--family: expected auto or a comma-separated list of families");
   return families;
@@ -305,12 +302,14 @@ void run(const TuneCommandOptions& options) {
 
   tune::TuneReport report;
   const std::map<std::string, std::vector<int>> parameter_values = tune_options.parameter_values;
+  auto has_parameter = [](const KernelFamily* family, const std::string& name) {
+    const std::vector<ParameterDomain> space = family->parameter_space();
+    return std::any_of(space.begin(), space.end(), [&](const ParameterDomain& domain) { return domain.name == name; });
+  };
   for (const auto& [name, values] : parameter_values) {
-    const bool known = std::any_of(families.begin(), families.end(), [&](const KernelFamily* family) {
-      const std::vector<ParameterDomain> space = family->parameter_space();
-      return std::any_of(space.begin(), space.end(), [&](const ParameterDomain& domain) { return domain.name == name; });
-    });
-    if (!known) QTUNE_INPUT_ERROR("--param: no family tuned here has a parameter '" + name + "'");
+    if (std::none_of(families.begin(), families.end(), [&](const KernelFamily* family) { return has_parameter(family, name); })) {
+      QTUNE_INPUT_ERROR("--param: no family tuned here has a parameter '" + name + "'");
+    }
   }
   for (const KernelFamily* family : families) {
     // Each family is its own run; a problem's winner is the fastest over the families (tuner.cpp keeps another
@@ -318,10 +317,7 @@ void run(const TuneCommandOptions& options) {
     tune_options.family = family->name();
     tune_options.parameter_values.clear();
     for (const auto& [name, values] : parameter_values) {
-      const std::vector<ParameterDomain> space = family->parameter_space();
-      if (std::any_of(space.begin(), space.end(), [&](const ParameterDomain& domain) { return domain.name == name; })) {
-        tune_options.parameter_values[name] = values;
-      }
+      if (has_parameter(family, name)) tune_options.parameter_values[name] = values;
     }
     tune_options.problems = tune::problems_for_family(*family, families, shard_problems, target.limits.sm, options.family == "auto");
     if (tune_options.problems.empty()) continue;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/error.hpp"
+
 namespace qtune::cli {
 
 void add_formats_command(CLI::App& app);
@@ -24,5 +26,15 @@ void add_compile_command(CLI::App& app);  // `qtune compile`: compile configurat
 std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& field, std::int64_t minimum);
 // parse_int_list with minimum 1.
 std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const std::string& field);
+
+// Re-throws an InputError from a parser with the flag's name in front (parsers name their own field).
+template <typename Parse>
+decltype(auto) naming_flag(const std::string& flag, Parse parse) {
+  try {
+    return parse();
+  } catch (const InputError& error) {
+    QTUNE_INPUT_ERROR(flag + ": " + error.what());
+  }
+}
 
 }  // namespace qtune::cli

@@ -79,10 +79,7 @@ Selection select_config(const reports::SelectionTable* table, const Problem& pro
       const std::string origin = (found.tuned_shape ? "tuned shape n=" : "nearest tuned shape n=") + std::to_string(found.shape->n) +
                                  " k=" + std::to_string(found.shape->k) + ", " + range_text(range);
       // Weights are packed for the format's family: a config runs only on a family that reads that layout.
-      const KernelFamily* config_family = nullptr;
-      for (const KernelFamily* candidate : kernel_families()) {
-        if (candidate->name() == found.config->family) config_family = candidate;
-      }
+      const KernelFamily* config_family = family_named(found.config->family);
       const RuleVerdict verdict =
           config_family == nullptr ? RuleVerdict::fail("family", "this build has no kernel family '" + found.config->family + "'")
           : config_family->weight_layout() != family.weight_layout()

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "kernels/error.hpp"
+#include "kernels/families/wgmma_family.hpp"
 
 namespace qtune::tune {
 
@@ -203,10 +204,10 @@ std::vector<Problem> select_shard(const std::vector<Problem>& problems, const Sh
   return selected;
 }
 
-// On the H200 the mma family's swap-AB path is fastest up to M = 8 and the wgmma family from M = 16 on (docs/perf.md,
-// 2026-11-30: Llama-3-70B, both families tuned at every M), so tuning both everywhere would double the time for nothing.
-constexpr std::int64_t kMmaUpToM = 32;
-constexpr std::int64_t kWgmmaFromM = 16;
+// Where the wgmma family starts to win (WgmmaFamily::kPreferredFromM), and mma one bucket beyond it: tuning both
+// families everywhere would double the time for nothing.
+constexpr std::int64_t kWgmmaFromM = WgmmaFamily::kPreferredFromM;
+constexpr std::int64_t kMmaUpToM = 2 * WgmmaFamily::kPreferredFromM;
 
 std::vector<Problem> problems_for_family(const KernelFamily& family, const std::vector<const KernelFamily*>& families,
                                          const std::vector<Problem>& problems, int sm, bool split_by_m) {
@@ -216,7 +217,7 @@ std::vector<Problem> problems_for_family(const KernelFamily& family, const std::
   std::vector<Problem> selected;
   for (const Problem& problem : problems) {
     if (split) {
-      const bool wgmma_runs_it = find_family("wgmma").supports(problem.format, sm).supported;
+      const bool wgmma_runs_it = wgmma_family().supports(problem.format, sm).supported;
       if (family.name() == "mma" && wgmma_runs_it && problem.m > kMmaUpToM) continue;
       if (family.name() == "wgmma" && (!wgmma_runs_it || problem.m < kWgmmaFromM)) continue;
     }

@@ -54,7 +54,7 @@ std::vector<Problem> select_shard(const std::vector<Problem>& problems, const Sh
 std::string problem_key(const Problem& problem);
 
 // The problems `family` tunes when `families` are tuned one after another. With split_by_m (tune --family auto) and
-// both the mma and wgmma families, each takes the M range where it can win on Hopper, with one bucket of overlap:
+// both the mma and wgmma families, each takes the M range where it can win on Hopper, overlapping at M = 16 and 32:
 // mma up to M = 32 (every M for a format wgmma cannot run), wgmma from M = 16 on formats it runs. Otherwise every
 // problem.
 std::vector<Problem> problems_for_family(const KernelFamily& family, const std::vector<const KernelFamily*>& families,

@@ -109,8 +109,7 @@ SearchEvalReport run_search_eval(db::Store& store, const SearchEvalOptions& opti
   for (const db::KernelConfigRecord& record : store.list_configs()) {
     if (record.kind != db::ConfigKind::Kernel || record.family != family.name()) continue;
     try {
-      configs[record.id] = KernelConfig::from_json(
-          nlohmann::json{{"family", record.family}, {"params", nlohmann::json::parse(record.params_json)}});
+      configs[record.id] = db::to_kernel_config(record);
     } catch (const std::exception&) {
     }
   }

@@ -441,8 +441,7 @@ void load_prior_pool(db::Store& store, const KernelFamily& family, const TuneTar
   for (const db::KernelConfigRecord& record : store.list_configs()) {
     if (record.kind != db::ConfigKind::Kernel || record.family != family.name()) continue;
     try {
-      configs[record.id] = KernelConfig::from_json(
-          nlohmann::json{{"family", record.family}, {"params", nlohmann::json::parse(record.params_json)}});
+      configs[record.id] = db::to_kernel_config(record);
     } catch (const std::exception&) {
     }
   }
@@ -580,9 +579,7 @@ void measure_problem(const RunContext& context, Shared& shared, PreparedProblem&
     if (config && config->family != context.family.name()) other_family_winner = config;
     if (config && config->family == context.family.name()) {
       try {
-        incumbent = KernelConfig::from_json(nlohmann::json{{"family", config->family},
-                                                           {"params", nlohmann::json::parse(config->params_json)}})
-                        .to_string();
+        incumbent = db::to_kernel_config(*config).to_string();
       } catch (const std::exception&) {
         incumbent.reset();  // parameters this build no longer knows: no incumbent
       }
@@ -594,8 +591,7 @@ void measure_problem(const RunContext& context, Shared& shared, PreparedProblem&
     if (other_family_winner && previous_winner->median_us <= chosen_us) {
       // Families are tuned one after another (tune --family mma,wgmma): another family's faster winner stays.
       try {
-        report.winner = KernelConfig::from_json(nlohmann::json{{"family", other_family_winner->family},
-                                                               {"params", nlohmann::json::parse(other_family_winner->params_json)}});
+        report.winner = db::to_kernel_config(*other_family_winner);
       } catch (const std::exception&) {
         report.winner.reset();  // parameters this build no longer knows
       }
@@ -718,8 +714,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
           problem_report.winner_us = winner->median_us;
           problem_report.winner_reason = winner->reason;
           if (const auto config = store.get_config(winner->config)) {
-            problem_report.winner = KernelConfig::from_json(
-                nlohmann::json{{"family", config->family}, {"params", nlohmann::json::parse(config->params_json)}});
+            problem_report.winner = db::to_kernel_config(*config);
           }
         }
         ++report.skipped_final;
