@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,8 @@ struct ParameterDomain {
   std::string name;
   std::vector<int> values;
   std::string meaning;
+  // A parameter added after configs were stored: a config without it means this value.
+  std::optional<int> absent_means = std::nullopt;
 };
 
 // The limits of one GPU that static rules check against (search/ fills them from a GPU profile, tuner/ from the device).

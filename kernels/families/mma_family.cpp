@@ -93,6 +93,7 @@ RuleVerdict MmaFamily::check_config_and_shape(const KernelConfig& config, const 
   const std::vector<ParameterDomain> space = parameter_space();
   for (const ParameterDomain& domain : space) {
     auto found = config.params.find(domain.name);
+    if (found == config.params.end() && domain.absent_means) continue;
     if (found == config.params.end()) return RuleVerdict::fail("parameter-missing", "no value for '" + domain.name + "'");
     if (!contains(domain.values, found->second)) {
       return RuleVerdict::fail("parameter-domain", domain.name + "=" + std::to_string(found->second) +

@@ -18,7 +18,7 @@ constexpr const char* kKernelName = "qtune_wgmma_gemm";
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct WgmmaTiles {
-  int bm, bn, bk, stages, split, raster;
+  int bm, bn, bk, stages, split, raster, overlap;
 
   static WgmmaTiles from(const KernelConfig& config) {
     auto get = [&](const char* name) {
@@ -26,7 +26,10 @@ struct WgmmaTiles {
       if (found == config.params.end()) QTUNE_INPUT_ERROR(std::string("config: the wgmma family needs '") + name + "'");
       return found->second;
     };
-    return {get("bm"), get("bn"), get("bk"), get("stages"), get("split"), get("raster")};
+    // Configs recorded before "overlap" existed ran without it.
+    const auto overlap = config.params.find("overlap");
+    return {get("bm"), get("bn"), get("bk"), get("stages"), get("split"), get("raster"),
+            overlap == config.params.end() ? 0 : overlap->second};
   }
   int threads() const { return 2 * bn; }  // one warp per 16-column strip
   // device::Tiles<BM, BN, BK, WARPS_M, WARPS_N, WARPS_K, STAGES, SPLIT, RASTER>
@@ -51,6 +54,8 @@ std::vector<ParameterDomain> WgmmaFamily::parameter_space() const {
       {"stages", {2, 3, 4, 5, 6}, "STAGES: cp.async pipeline depth (stages in flight + 1)"},
       {"split", {1, 2, 3, 4, 6, 8, 16}, "SPLIT_K: K ranges per tile, reduced deterministically by the last CTA"},
       {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
+      {"overlap", {0, 1}, "IN_FLIGHT: wgmma groups left running while the next stage is dequantized (1 needs stages >= 3)",
+       0},
   };
 }
 
@@ -83,9 +88,17 @@ int WgmmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& form
 
 int WgmmaFamily::estimated_registers(const KernelConfig& config) {
   const WgmmaTiles t = WgmmaTiles::from(config);
-  // sm_90a ptxas: 71, 95, 121 and 204 registers at bm = 16, 32, 64, 128 with 128-deep tiles; fragments of deeper
-  // tiles add 4 per k16 step.
-  return 50 + 6 * t.bm / 5 + std::max(0, t.bk / 16 - 8) * 4;
+  // sm_90a ptxas (CUDA 13.0), the most over w4a16-int4-ch, -int4-g128 and -uint4-g64-zp-bf16 at bn = 128:
+  // [overlap][bm 16, 32, 64, 128][bk 64, 128, 256]. 128 means ptxas fit the tile in 128 (it aims for two blocks of
+  // 256 threads), so the tile also fits 512 threads. A stage in flight keeps a second fragment set (4 registers per
+  // k16 step); at bm = 128, bk = 256 that spills.
+  static constexpr int kMeasured[2][4][3] = {
+      {{56, 77, 128}, {64, 96, 151}, {110, 128, 189}, {204, 206, 255}},
+      {{90, 128, 193}, {96, 128, 227}, {119, 168, 255}, {204, 235, 280}},
+  };
+  const int bm_index = t.bm <= 16 ? 0 : t.bm <= 32 ? 1 : t.bm <= 64 ? 2 : 3;
+  const int bk_index = t.bk <= 64 ? 0 : t.bk <= 128 ? 1 : 2;
+  return kMeasured[t.overlap ? 1 : 0][bm_index][bk_index];
 }
 
 RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
@@ -98,6 +111,13 @@ RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& proble
                                                        " neither divides nor is a multiple of the scale group " +
                                                        std::to_string(group));
     }
+  }
+  if (t.overlap != 0 && t.overlap != 1) {
+    return RuleVerdict::fail("overlap-range", "overlap=" + std::to_string(t.overlap) + ": expected 0 or 1");
+  }
+  if (t.overlap == 1 && t.stages < 3) {
+    return RuleVerdict::fail("overlap-needs-stages", "overlap=1 needs stages >= 3 (the loads run stages - 2 ahead), got stages=" +
+                                                         std::to_string(t.stages));
   }
   const int64_t k_tiles = problem.k / t.bk;
   if (t.split > k_tiles) {
@@ -129,11 +149,11 @@ std::string WgmmaFamily::instantiation_source(const KernelConfig& config, const 
   source += "namespace qd = qtune::device;\n";
   source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
   source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
-  source += "static_assert(qd::WgmmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " +
+  source += "static_assert(qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + std::to_string(tiles.overlap) + ">::SHARED_BYTES == " +
             std::to_string(shared_bytes(config, format)) + ", \"host and device disagree on the shared memory size\");\n";
   source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +
             "(const qd::GemmParams params) {\n";
-  source += "  qd::wgmma_gemm<QtuneFormat, QtuneTiles>(params);\n";
+  source += "  qd::wgmma_gemm<QtuneFormat, QtuneTiles, " + std::to_string(tiles.overlap) + ">(params);\n";
   source += "}\n";
   return source;
 }
@@ -162,9 +182,11 @@ KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimit
         split = candidate;
       }
       for (int stages = 4; stages >= 2; --stages) {
+        // A stage of wgmmas in flight pays off once the tile is compute-bound (M = 256 and 1024, not 16 or 64).
+        const int overlap = m > 64 && stages >= 3 ? 1 : 0;
         KernelConfig config;
         config.family = name();
-        config.params = {{"bm", bm}, {"bn", bn}, {"bk", bk}, {"stages", stages}, {"split", split}, {"raster", 0}};
+        config.params = {{"bm", bm}, {"bn", bn}, {"bk", bk}, {"stages", stages}, {"split", split}, {"raster", 0}, {"overlap", overlap}};
         const RuleVerdict verdict = check(config, problem, limits);
         if (verdict.valid) return config;
         last_failure = verdict.rule + ": " + verdict.detail;

@@ -90,6 +90,12 @@ TEST(WgmmaFamilyRules, RulesNameWhatIsWrong) {
     return wgmma_family().check(KernelConfig::parse(text, "wgmma"), p, hopper).rule;
   };
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0", problem), "");
+  EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=1", problem), "");
+  EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=2,split=2,raster=0,overlap=1", problem), "overlap-needs-stages");
+  EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=2", problem), "parameter-domain");
+  // Two fragment sets: bm=64, bk=128 fits 512 threads without a stage in flight, not with one.
+  EXPECT_EQ(verdict("bm=64,bn=256,bk=128,stages=3,split=1,raster=0,overlap=0", problem), "");
+  EXPECT_EQ(verdict("bm=64,bn=256,bk=128,stages=3,split=1,raster=0,overlap=1", problem), "registers-per-thread");
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,wn=4", problem), "parameter-unknown");
   EXPECT_EQ(verdict("bm=64,bn=96,bk=128,stages=4,split=2,raster=0", problem), "parameter-domain");
   EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=6,split=1,raster=0", problem), "smem-per-block");

@@ -22,7 +22,9 @@ std::map<std::string, std::vector<int>> default_sweep_ranges(const KernelFamily&
               {"bk", {64, 128, 256}},
               {"stages", {3, 4}},
               {"split", m <= 64 ? std::vector<int>{1, 2, 4} : m <= 256 ? std::vector<int>{1, 2} : std::vector<int>{1}},
-              {"raster", m <= 128 ? std::vector<int>{0} : std::vector<int>{0, 2}}};
+              {"raster", m <= 128 ? std::vector<int>{0} : std::vector<int>{0, 2}},
+              // A stage of wgmmas in flight won at M = 256 and 1024 and lost at 16 and 64 (docs/perf.md, 2026-11-30).
+              {"overlap", {m <= 64 ? 0 : 1}}};
     return ranges;
   }
   if (family.name() != "mma") return ranges;

@@ -14,7 +14,10 @@
 namespace qtune {
 namespace device {
 
-template <class F, class T>
+// IN_FLIGHT: wgmma groups left running while the next stage is dequantized (0 or 1). With 1 the fragments alternate
+// between two register sets, and a shared-memory slot is refilled two stages after its compute instead of one, so the
+// loads run STAGES - 2 stages ahead.
+template <class F, class T, int IN_FLIGHT_ = 0>
 struct WgmmaGemm {
   static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
   static constexpr int THREADS = T::THREADS;
@@ -36,6 +39,7 @@ struct WgmmaGemm {
   static constexpr int ALIGNMENT_SLACK = 1024;  // the dynamic shared window is aligned up to 1024 bytes at run time
   static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
   static constexpr int ACCUMULATORS = BM / 2;   // m64nBM f32 accumulators per thread
+  static constexpr int IN_FLIGHT = IN_FLIGHT_;
 
   static_assert(!F::QUANTIZED_ACT, "the wgmma family takes f16/bf16 activations (weights are dequantized to them)");
   static_assert(F::FLUSH_K == 0, "the wgmma family has no partial-sum flushes");
@@ -44,6 +48,8 @@ struct WgmmaGemm {
   static_assert(BK % 64 == 0, "BLOCK_K must be a multiple of 64 (one 128-byte swizzled slab of activations)");
   static_assert(T::WARPS_M == 1 && T::WARPS_K == 1 && T::WARPS_N == WARPS, "the wgmma family runs one warp per weight strip (WARPS_N = BLOCK_N / 16)");
   static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
+  static_assert(IN_FLIGHT == 0 || IN_FLIGHT == 1, "IN_FLIGHT (wgmma groups kept running) must be 0 or 1");
+  static_assert(T::STAGES - 1 - IN_FLIGHT >= 1, "a wgmma group in flight needs STAGES >= 3 (the loads run STAGES - 2 ahead)");
 };
 
 // Descriptor of a K-major, 128-byte-swizzled B tile: 8-row core groups 1024 bytes apart (SBO); LBO is unused.
@@ -51,9 +57,9 @@ __device__ __forceinline__ u64 swizzled_tile_descriptor(u32 shared) {
   return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
 }
 
-template <class F, class T>
+template <class F, class T, int IN_FLIGHT = 0>
 __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
-  using G = WgmmaGemm<F, T>;
+  using G = WgmmaGemm<F, T, IN_FLIGHT>;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(sizeof(F) == 0, "wgmma needs sm_90a (compile for the architecture-specific target)");
 #endif
@@ -201,13 +207,11 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
 #pragma unroll
   for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
 
-  // Dequantizes this warp's strip of one K tile into the A fragments of its k16 steps, then runs them on wgmma.
-  auto compute_stage = [&](int stage) {
-    const u32 a_smem = smem + stage * G::STAGE_BYTES;
-    const u32 w_smem = a_smem + G::A_STAGE_BYTES;
+  // Dequantizes this warp's strip of one K tile into the A fragments of its k16 steps.
+  auto dequantize_stage = [&](int stage, u32 (&fragment)[G::KSTEPS][4]) {
+    const u32 w_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES;
     const u32 s_smem = w_smem + G::W_STAGE_BYTES;
     const u32 z_smem = s_smem + G::S_STAGE_BYTES;
-    u32 fragment[G::KSTEPS][4];
 #pragma unroll
     for (int atom = 0; atom < G::KA; ++atom) {
       u32 words[F::THREAD_WORDS];
@@ -270,33 +274,62 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
         target[3] = b[1][1];
       }
     }
-    // All of the stage's k16 steps in one batch: issued per k-step (a fence each) they measured no faster (call P).
-    wgmma_fence();
+  };
+  // Issues all of a stage's k16 steps as one wgmma group: issued per k-step (a fence each) they measured no faster
+  // (call P).
+  auto issue_stage = [&](int stage, const u32 (&fragment)[G::KSTEPS][4]) {
+    const u32 a_smem = smem + stage * G::STAGE_BYTES;
+    u64 descriptor[G::KSTEPS];
 #pragma unroll
     for (int step = 0; step < G::KSTEPS; ++step) {
       // k16 step s reads 32 bytes at offset (s % 4) * 32 of every 128-byte row of slab s / 4.
-      const u32 b_tile = a_smem + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32;
-      Wgmma<BM, BF16>::run(acc, fragment[step], swizzled_tile_descriptor(b_tile));
+      descriptor[step] = swizzled_tile_descriptor(a_smem + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
     }
+#pragma unroll
+    for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < G::KSTEPS; ++step) Wgmma<BM, BF16>::run(acc, fragment[step], descriptor[step]);
     wgmma_commit();
-    wgmma_wait<0>();  // the fragments and this stage's shared memory are reused next
+#pragma unroll
+    for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
   };
 
   // ---- the pipeline ----
+  // With IN_FLIGHT = 1 a stage's wgmmas run while the next stage is dequantized (see WgmmaGemm).
+  constexpr int LOOKAHEAD = T::STAGES - 1 - G::IN_FLIGHT;
 #pragma unroll
-  for (int s = 0; s < T::STAGES - 1; ++s) {
+  for (int s = 0; s < LOOKAHEAD; ++s) {
     if (s < tile_count) load_stage(s, kt_begin + s);
     cp_async_commit();
   }
-  for (int it = 0; it < tile_count; ++it) {
-    cp_async_wait<T::STAGES - 2>();
+  u32 fragment_even[G::KSTEPS][4];
+  [[maybe_unused]] u32 fragment_odd[G::KSTEPS][4];
+  auto run_stage = [&](int it, u32 (&fragment)[G::KSTEPS][4]) {
+    cp_async_wait<LOOKAHEAD - 1>();
     fence_proxy_async_shared();  // this thread's copies (and the zeroed rows), visible to wgmma before the barrier
-    __syncthreads();
-    const int next = it + T::STAGES - 1;
+    __syncthreads();             // also: every warpgroup's wgmmas of the slot refilled below have ended
+    const int next = it + LOOKAHEAD;
     if (next < tile_count) load_stage(next % T::STAGES, kt_begin + next);
     cp_async_commit();
-    compute_stage(it % T::STAGES);
+    dequantize_stage(it % T::STAGES, fragment);
+    issue_stage(it % T::STAGES, fragment);
+    wgmma_wait<G::IN_FLIGHT>();  // the older group's fragments and shared memory are reused next
+  };
+  if constexpr (G::IN_FLIGHT == 0) {
+    for (int it = 0; it < tile_count; ++it) run_stage(it, fragment_even);
+  } else {
+    // Two stages per trip, so that each register set is named at compile time. The odd last stage runs after the
+    // loop: a conditional stage inside it makes ptxas serialize every wgmma (accumulators merged across the branch).
+    int it = 0;
+    for (; it + 1 < tile_count; it += 2) {
+      run_stage(it, fragment_even);
+      run_stage(it + 1, fragment_odd);
+    }
+    wgmma_wait<0>();
+    if (it < tile_count) run_stage(it, fragment_even);
   }
+  wgmma_wait<0>();
   cp_async_wait<0>();
 #pragma unroll
   for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);

@@ -204,9 +204,15 @@ TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {
   for (const char* config : {"bm=16,bn=64,bk=64,stages=2,split=1,raster=0", "bm=16,bn=256,bk=256,stages=3,split=4,raster=0",
                              "bm=32,bn=128,bk=128,stages=4,split=3,raster=0", "bm=64,bn=64,bk=128,stages=5,split=2,raster=0",
                              "bm=64,bn=256,bk=64,stages=4,split=1,raster=2", "bm=128,bn=128,bk=64,stages=4,split=2,raster=1",
-                             "bm=128,bn=64,bk=128,stages=3,split=1,raster=3"}) {
+                             "bm=128,bn=64,bk=128,stages=3,split=1,raster=3",
+                             // overlap=1: even and odd K-tile counts per split (the odd last stage runs after the loop)
+                             "bm=16,bn=64,bk=64,stages=3,split=3,raster=0,overlap=1", "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1",
+                             "bm=128,bn=64,bk=64,stages=3,split=1,raster=2,overlap=1", "bm=32,bn=256,bk=64,stages=5,split=6,raster=0,overlap=1",
+                             "bm=64,bn=64,bk=256,stages=4,split=1,raster=1,overlap=1"}) {
     cases.push_back({spec, 200, 4096, 4096, config, true});
   }
+  // A single K tile per split, with a stage in flight.
+  cases.push_back({spec, 40, 1024, 1024, "bm=64,bn=64,bk=256,stages=3,split=4,raster=0,overlap=1"});
   std::vector<std::string> specs;
   for (const FormatPreset& preset : format_presets()) {
     const FormatSpec format = FormatSpec::parse(preset.name);
@@ -220,6 +226,7 @@ TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {
   for (const std::string& format : specs) {
     cases.push_back({format, 1, 1024, 2048, ""});
     cases.push_back({format, 77, 2048, 4096, "", true});
+    cases.push_back({format, 77, 2048, 4096, "bm=32,bn=64,bk=64,stages=3,split=3,raster=0,overlap=1"});
   }
   expect_all_pass(run_cases(cases, wgmma_family()));
 }
