@@ -36,6 +36,20 @@ std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const
   return parse_int_list(text, field, 1);
 }
 
+CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction) {
+  return command
+      .add_option("--clock-dip", fraction,
+                  "a measurement during which NVML saw the SM clock below this fraction of the GPU's highest is "
+                  "treated as throttled: cooled down and measured again (at most twice); 0 turns the rule off")
+      ->check([](const std::string& text) -> std::string {
+        double value = -1;
+        std::istringstream stream(text);
+        const bool number = static_cast<bool>(stream >> value) && stream.eof();
+        return number && (value == 0 || (value >= 0.5 && value <= 1)) ? "" : "must be 0 (off) or in [0.5, 1], got '" + text + "'";
+      })
+      ->capture_default_str();
+}
+
 int run_cli(int argc, char** argv) {
   runtime::install_crash_report("qtune");
   CLI::App app{"qtune: autotuning and benchmarking of quantized GEMM kernels on NVIDIA GPUs", "qtune"};

@@ -52,6 +52,7 @@ struct BenchOptions {
   std::string output = "table";
   uint64_t seed = 1;
   double time_budget_s = 2.0;
+  double clock_dip = measure::MeasureOptions{}.clock_dip_fraction;
   double timeout_s = 900;
   std::string bandwidth = "measured";
   bool all_variants = false;
@@ -232,6 +233,10 @@ void add_variant_row(reports::Table& table, const Row& row, const baselines::Var
   }
   if (variant.measurement && variant.measurement->throttled) {
     full_note += std::string(full_note.empty() ? "" : "; ") + "clocks throttled";
+    if (variant.measurement->clock_dip) {
+      full_note += " (SM clock dipped to " + std::to_string(variant.measurement->busy_sm_mhz_min) + " of " +
+                   std::to_string(variant.measurement->max_sm_mhz) + " MHz)";
+    }
   }
   // What NVML saw while the repetitions ran: the clocks moved, or a slowdown was reported.
   if (const auto& m = variant.measurement; m && m->busy_samples > 0 &&
@@ -423,6 +428,7 @@ void run_bench(const BenchOptions& options) {
   measure_options.warm_l2 = options.warm_l2;
   measure_options.l2_flush = measure::l2_flush_from_text(options.l2_flush, "--l2-flush");
   measure_options.time_budget_s = options.time_budget_s;
+  measure_options.clock_dip_fraction = options.clock_dip;
   measure::validate(measure_options);
 
   std::vector<BenchTarget> targets;
@@ -555,13 +561,14 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--placements", options->placements,
                       "time the chosen algorithm on this many sets of operands, each allocated beside the others "
                       "behind a spacer (other memory), in two passes (the second in reverse order), and report the "
-                      "median of the 2 x R medians; the note lists both passes")
+                      "statistics of all their samples pooled; the note lists both passes' medians")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
   command->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();
   command->add_option("--seed", options->seed, "seed of the random operands")->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per algorithm at most")
       ->capture_default_str();
+  add_clock_dip_option(*command, options->clock_dip);
   command->add_option("--timeout", options->timeout_s, "seconds one target x M may take before its worker is killed")
       ->capture_default_str();
   command

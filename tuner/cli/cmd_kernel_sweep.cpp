@@ -33,6 +33,7 @@ struct KernelSweepOptions {
   bool warm_l2 = false;
   std::string l2_flush = "read";
   double time_budget_s = 0.3;
+  double clock_dip = measure::MeasureOptions{}.clock_dip_fraction;
   int device = 0;
   uint64_t seed = 1;
   std::string output = "table";
@@ -54,6 +55,10 @@ void run(const KernelSweepOptions& options) {
   for (const std::string& text : options.configs) sweep.configs.push_back(KernelConfig::parse(text, family.name()));
   for (const auto& [name, text] : options.ranges) {
     if (text.empty()) continue;
+    const std::vector<ParameterDomain> space = family.parameter_space();
+    if (std::none_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == name; })) {
+      QTUNE_INPUT_ERROR("--" + name + ": the " + family.name() + " family has no parameter '" + name + "'");
+    }
     std::vector<int> values;
     // Parameter values may be 0 (raster=0); the family's check() rejects values outside its domain.
     for (int64_t value : parse_int_list(text, "--" + name, 0)) values.push_back(static_cast<int>(value));
@@ -69,6 +74,7 @@ void run(const KernelSweepOptions& options) {
   sweep.measure.l2_flush = measure::l2_flush_from_text(options.l2_flush, "--l2-flush");
   sweep.measure.time_budget_s = options.time_budget_s;
   sweep.measure.max_warmup_s = std::min(0.5, options.time_budget_s);
+  sweep.measure.clock_dip_fraction = options.clock_dip;
 
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   size_t done = 0;
@@ -133,9 +139,22 @@ void add_kernel_sweep_command(CLI::App& app) {
   command->add_option("--shape", options->shape, "N,K")->required();
   command->add_option("--m", options->m_list, "comma-separated M values")->capture_default_str();
   command->add_option("--config", options->configs, "explicit configuration(s), e.g. bm=16,bn=128,...; repeatable");
-  for (const ParameterDomain& domain : find_family("mma").parameter_space()) {
-    command->add_option("--" + domain.name, options->ranges[domain.name],
-                        "values of " + domain.name + " to sweep (comma-separated): " + domain.meaning);
+  // One flag per parameter of any family; the meaning shown is the first family's that has it.
+  std::map<std::string, std::vector<std::string>> families_of;
+  for (const KernelFamily* family : kernel_families()) {
+    for (const ParameterDomain& domain : family->parameter_space()) {
+      std::vector<std::string>& names = families_of[domain.name];
+      names.push_back(family->name());
+      if (names.size() > 1) continue;
+      command->add_option("--" + domain.name, options->ranges[domain.name],
+                          "values of " + domain.name + " to sweep (comma-separated): " + domain.meaning);
+    }
+  }
+  for (const auto& [name, families] : families_of) {
+    if (families.size() == kernel_families().size()) continue;
+    std::string list;
+    for (const std::string& family : families) list += (list.empty() ? "" : ", ") + family;
+    command->get_option("--" + name)->description(command->get_option("--" + name)->get_description() + " (" + list + ")");
   }
   command->add_option("--max-configs", options->max_configs, "at most this many valid configurations per M")->capture_default_str();
   command->add_option("--top", options->top, "rows per M in the table")->capture_default_str();
@@ -148,6 +167,7 @@ void add_kernel_sweep_command(CLI::App& app) {
                       "write (the buffer is written, leaving dirty lines the kernel pays to write back)")
       ->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per configuration")->capture_default_str();
+  add_clock_dip_option(*command, options->clock_dip);
   command->add_option("--device", options->device, "CUDA device ordinal")->capture_default_str();
   command->add_option("--seed", options->seed, "random data seed")->capture_default_str();
   command->add_option("--output", options->output, "table, json or csv")->capture_default_str();

@@ -59,6 +59,7 @@ struct TuneCommandOptions {
   std::vector<std::string> params;
   double timeout_ms = 30000;
   double time_budget_s = 1.0;
+  double clock_dip = measure::MeasureOptions{}.clock_dip_fraction;
   bool warm_l2 = false;
   std::string l2_flush = "read";
   std::string compare_table;
@@ -286,6 +287,7 @@ void run(const TuneCommandOptions& options) {
   measure.short_fidelity.warm_l2 = options.warm_l2;
   measure.full_fidelity.l2_flush = measure::l2_flush_from_text(options.l2_flush, "--l2-flush");
   measure.short_fidelity.l2_flush = measure.full_fidelity.l2_flush;
+  measure.full_fidelity.clock_dip_fraction = options.clock_dip;
   measure.seed = options.seed;
   tune::TuneServices services;
   services.compiler = &compiler;
@@ -375,6 +377,10 @@ void add_tune_command(CLI::App& app) {
   command->add_option("--timeout-ms", options->timeout_ms, "per candidate: load, verify and measure, else it is a timeout")
       ->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per candidate")->capture_default_str();
+  add_clock_dip_option(*command, options->clock_dip)->description(
+      "full-fidelity measurements (those winners come from) during which NVML saw the SM clock below this fraction "
+      "of the GPU's highest are treated as throttled: cooled down and measured again (at most twice); screening "
+      "measurements never retry a dip; 0 turns the rule off");
   command->add_flag("--warm-l2", options->warm_l2, "do not flush L2 between repetitions (default: cold L2)");
   command->add_option("--compare-table", options->compare_table,
                       "also measure what this exported table (qtune export -o table.json) picks for each problem, as "

@@ -27,6 +27,9 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
 // parse_int_list with minimum 1.
 std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const std::string& field);
 
+// --clock-dip FRACTION: the clock-dip rule of a command's measurements (measure::MeasureOptions::clock_dip_fraction).
+CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction);
+
 // Re-throws an InputError from a parser with the flag's name in front (parsers name their own field).
 template <typename Parse>
 decltype(auto) naming_flag(const std::string& flag, Parse parse) {

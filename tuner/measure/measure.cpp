@@ -71,6 +71,9 @@ void validate(const MeasureOptions& options) {
     QTUNE_INPUT_ERROR("throttle_cooldown_s: must be in [0, " + std::to_string(kMaxCooldownSeconds) + "], got " +
                       std::to_string(options.throttle_cooldown_s));
   }
+  if (!(options.clock_dip_fraction == 0 || (options.clock_dip_fraction >= 0.5 && options.clock_dip_fraction <= 1))) {
+    QTUNE_INPUT_ERROR("clock_dip_fraction: must be 0 (off) or in [0.5, 1], got " + std::to_string(options.clock_dip_fraction));
+  }
 }
 
 double Measurement::relative_ci_half_width() const {
@@ -205,7 +208,8 @@ nlohmann::json measure_options_to_json(const MeasureOptions& options) {
                         {"warmup_window", options.warmup_window},
                         {"warmup_tolerance", options.warmup_tolerance},
                         {"throttle_retries", options.throttle_retries},
-                        {"throttle_cooldown_s", options.throttle_cooldown_s}};
+                        {"throttle_cooldown_s", options.throttle_cooldown_s},
+                        {"clock_dip_fraction", options.clock_dip_fraction}};
 }
 
 MeasureOptions measure_options_from_json(const nlohmann::json& json) {
@@ -229,6 +233,7 @@ MeasureOptions measure_options_from_json(const nlohmann::json& json) {
   options.warmup_tolerance = job_field(json, "warmup_tolerance", options.warmup_tolerance, prefix);
   options.throttle_retries = job_field(json, "throttle_retries", options.throttle_retries, prefix);
   options.throttle_cooldown_s = job_field(json, "throttle_cooldown_s", options.throttle_cooldown_s, prefix);
+  options.clock_dip_fraction = job_field(json, "clock_dip_fraction", options.clock_dip_fraction, prefix);
   validate(options);
   return options;
 }
@@ -286,6 +291,13 @@ void record_busy_samples(Measurement& measurement, const std::vector<NvmlSample>
   measurement.throttled_while_busy = is_throttled(measurement.busy_clock_event_reasons);
 }
 
+void flag_clock_dip(Measurement& measurement, int max_sm_mhz, double clock_dip_fraction) {
+  measurement.max_sm_mhz = max_sm_mhz;
+  measurement.clock_dip = clock_dip_fraction > 0 && max_sm_mhz > 0 && measurement.busy_sm_mhz_min > 0 &&
+                          measurement.busy_sm_mhz_min < clock_dip_fraction * max_sm_mhz;
+  if (measurement.clock_dip) measurement.throttled = true;
+}
+
 void set_statistics(Measurement& measurement, const std::vector<double>& samples_us, double confidence) {
   const Summary summary = summarize(samples_us, confidence);
   measurement.median_us = summary.median;
@@ -335,6 +347,7 @@ Measurement pool_measurements(const std::vector<Measurement>& parts, double conf
     pooled.busy_power_w_max = std::max(pooled.busy_power_w_max, part.busy_power_w_max);
     pooled.busy_clock_event_reasons |= part.busy_clock_event_reasons;
     pooled.throttled_while_busy = pooled.throttled_while_busy || part.throttled_while_busy;
+    pooled.clock_dip = pooled.clock_dip || part.clock_dip;
   }
   pooled.nvml_end = parts.back().nvml_end;
   set_statistics(pooled, pooled.samples_us, confidence);
@@ -453,6 +466,7 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
     if (launched > loop.warmup_repetitions) measured_batches.push_back(sample);
   }
   record_busy_samples(measurement, measured_batches);
+  flag_clock_dip(measurement, nvml_device ? nvml.max_sm_clock_mhz(*nvml_device) : -1, options.clock_dip_fraction);
   measurement.kernels_per_repetition = kernels_per_repetition;
   measurement.unattributed_kernels = timer.unattributed_kernels() - std::min(timer.unattributed_kernels(), flush_launches);
 
@@ -501,6 +515,8 @@ void to_json(nlohmann::json& json, const Measurement& m) {
                         {"busy_power_w_max", m.busy_power_w_max},
                         {"busy_clock_event_reasons", m.busy_clock_event_reasons},
                         {"throttled_while_busy", m.throttled_while_busy},
+                        {"max_sm_mhz", m.max_sm_mhz},
+                        {"clock_dip", m.clock_dip},
                         {"throttle_retries", m.throttle_retries},
                         {"cooldown_seconds", m.cooldown_seconds},
                         {"throttled_medians_us", m.throttled_medians_us},
@@ -544,6 +560,8 @@ void from_json(const nlohmann::json& json, Measurement& m) {
   m.busy_power_w_max = json.value("busy_power_w_max", -1.0);
   m.busy_clock_event_reasons = json.value("busy_clock_event_reasons", std::uint64_t{0});
   m.throttled_while_busy = json.value("throttled_while_busy", false);
+  m.max_sm_mhz = json.value("max_sm_mhz", -1);
+  m.clock_dip = json.value("clock_dip", false);
   // Absent in measurements stored before throttled ones were retried.
   m.throttle_retries = json.value("throttle_retries", 0);
   m.cooldown_seconds = json.value("cooldown_seconds", 0.0);

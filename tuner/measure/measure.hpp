@@ -61,6 +61,10 @@ struct MeasureOptions {
   // one with the lowest median (the least slowed) is kept, still flagged throttled.
   int throttle_retries = 2;
   double throttle_cooldown_s = 1.0;
+  // A clock dip counts as throttling too: an NVML read taken while the repetitions ran saw the SM clock below
+  // clock_dip_fraction x the GPU's highest SM clock, with or without a clock-event reason (the H200 was seen at
+  // 1635 MHz of 1980 with none, and the medians followed the clock). 0 disables the rule; otherwise in [0.5, 1].
+  double clock_dip_fraction = 0.95;
 };
 
 // Throws InputError naming the field (e.g. "min_repetitions") when options are inconsistent.
@@ -96,10 +100,12 @@ struct Measurement {
   std::size_t flush_bytes = 0;  // 0 with warm_l2
   NvmlSample nvml_start;        // before warm-up
   NvmlSample nvml_end;          // after the last repetition
-  bool throttled = false;       // either sample flags throttling
+  bool throttled = false;       // either sample flags throttling, or clock_dip
+  int max_sm_mhz = -1;          // the GPU's highest SM clock (NVML); -1 when unknown
+  bool clock_dip = false;       // busy_sm_mhz_min < clock_dip_fraction * max_sm_mhz (see MeasureOptions)
   // NVML read while each measured batch was still running (after its launches, before synchronising): how many
-  // reads, the range of SM clocks, the highest power, and every clock-event reason seen (OR). The retry rule above
-  // looks at nvml_start/nvml_end only; these say what the clocks did during the repetitions.
+  // reads, the range of SM clocks, the highest power, and every clock-event reason seen (OR). The retry rule reads
+  // nvml_start/nvml_end's reasons and the lowest busy SM clock (clock_dip).
   int busy_samples = 0;
   int busy_sm_mhz_min = -1;
   int busy_sm_mhz_max = -1;
@@ -144,6 +150,8 @@ Measurement measure_until_unthrottled(const std::function<Measurement()>& measur
 
 // Folds the NVML reads taken while batches ran into measurement's busy_* fields (invalid reads are skipped).
 void record_busy_samples(Measurement& measurement, const std::vector<NvmlSample>& samples);
+// Sets max_sm_mhz and clock_dip from the busy SM clocks, and flags the measurement throttled on a dip.
+void flag_clock_dip(Measurement& measurement, int max_sm_mhz, double clock_dip_fraction);
 
 // The warm-up and repetition logic of measure(), separated from the GPU so it can be tested on the CPU.
 // run_batch(n) runs n repetitions and returns their durations (us); now_s() is a monotonic clock in seconds;

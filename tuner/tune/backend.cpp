@@ -89,6 +89,7 @@ MeasureSettings default_measure_settings() {
   settings.short_fidelity.min_warmup_s = 0.01;
   settings.short_fidelity.min_repetitions = 5;
   settings.short_fidelity.target_relative_ci = 0.05;
+  settings.short_fidelity.clock_dip_fraction = 0;  // screening ranks; a retried dip would only cost time
   return settings;
 }
 

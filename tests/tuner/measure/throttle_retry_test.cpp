@@ -137,5 +137,77 @@ TEST(ThrottleRetry, TheRecordSurvivesJsonAndOldRecordsStillRead) {
   EXPECT_EQ(old_back.median_us, 697);
 }
 
+// A busy SM clock below the fraction of the GPU's highest clock is a clock dip: flagged throttled (so the retry
+// rule above applies) even when NVML reports no clock-event reason, as on the H200 (1635 of 1980 MHz).
+TEST(ClockDip, ABusyClockBelowTheFractionIsFlaggedThrottled) {
+  Measurement dipped = fake(763, false);
+  record_busy_samples(dipped, {NvmlSample{true, 1980, 2619, 40, 600, 0, false}, NvmlSample{true, 1635, 2619, 41, 690, 0, false}});
+  flag_clock_dip(dipped, 1980, 0.95);
+  EXPECT_EQ(dipped.busy_sm_mhz_min, 1635);
+  EXPECT_EQ(dipped.max_sm_mhz, 1980);
+  EXPECT_TRUE(dipped.clock_dip);
+  EXPECT_TRUE(dipped.throttled);
+  EXPECT_FALSE(dipped.throttled_while_busy) << "no clock-event reason was reported";
+
+  Measurement steady = fake(712, false);
+  record_busy_samples(steady, {NvmlSample{true, 1905, 2619, 40, 600, 0, false}, NvmlSample{true, 1980, 2619, 40, 600, 0, false}});
+  flag_clock_dip(steady, 1980, 0.95);
+  EXPECT_FALSE(steady.clock_dip) << "1905 MHz is above 0.95 x 1980 = 1881";
+  EXPECT_FALSE(steady.throttled);
+
+  Measurement off = dipped;
+  off.throttled = false;
+  flag_clock_dip(off, 1980, 0);
+  EXPECT_FALSE(off.clock_dip) << "fraction 0 turns the rule off";
+  EXPECT_FALSE(off.throttled);
+
+  Measurement unknown = fake(700, false);  // no NVML: neither a busy clock nor a highest clock
+  flag_clock_dip(unknown, -1, 0.95);
+  EXPECT_FALSE(unknown.clock_dip);
+  Measurement no_busy_reads = fake(700, false);
+  flag_clock_dip(no_busy_reads, 1980, 0.95);
+  EXPECT_FALSE(no_busy_reads.clock_dip);
+}
+
+TEST(ClockDip, ADippedMeasurementIsRetriedAndTheSteadyOneKept) {
+  Measurement dipped = fake(763, false);
+  record_busy_samples(dipped, {NvmlSample{true, 1635, 2619, 41, 690, 0, false}});
+  flag_clock_dip(dipped, 1980, 0.95);
+  Measurement steady = fake(712, false);
+  record_busy_samples(steady, {NvmlSample{true, 1980, 2619, 40, 600, 0, false}});
+  flag_clock_dip(steady, 1980, 0.95);
+  FakeGpu gpu{{dipped, steady}};
+  const Measurement kept = gpu.run(MeasureOptions{});
+  EXPECT_EQ(gpu.measured, 2u);
+  EXPECT_EQ(kept.median_us, 712);
+  EXPECT_FALSE(kept.clock_dip);
+  EXPECT_EQ(kept.throttled_medians_us, std::vector<double>{763});
+}
+
+TEST(ClockDip, TheFractionIsValidatedAndTravelsInJobs) {
+  MeasureOptions options;
+  EXPECT_EQ(options.clock_dip_fraction, 0.95);
+  for (double bad : {-0.1, 0.3, 1.01}) {
+    options.clock_dip_fraction = bad;
+    EXPECT_THROW(validate(options), InputError) << bad;
+  }
+  for (double good : {0.0, 0.5, 0.97, 1.0}) {
+    options.clock_dip_fraction = good;
+    EXPECT_NO_THROW(validate(options)) << good;
+  }
+  options.clock_dip_fraction = 0.9;
+  EXPECT_EQ(measure_options_from_json(measure_options_to_json(options)).clock_dip_fraction, 0.9);
+  nlohmann::json job = measure_options_to_json(options);
+  job.erase("clock_dip_fraction");
+  EXPECT_EQ(measure_options_from_json(job).clock_dip_fraction, 0.95) << "absent: the default";
+
+  Measurement measurement = fake(700, true);
+  measurement.max_sm_mhz = 1980;
+  measurement.clock_dip = true;
+  const Measurement back = nlohmann::json(measurement).get<Measurement>();
+  EXPECT_EQ(back.max_sm_mhz, 1980);
+  EXPECT_TRUE(back.clock_dip);
+}
+
 }  // namespace
 }  // namespace qtune::measure

@@ -181,6 +181,12 @@ TEST(TuneCommand, BadInputExitsWithTwo) {
   EXPECT_EQ(run_qtune({"tune", "--gpu", "h200", "--dry-run", "--formats", "w4a16-int4-ch", "--model", "llama-3-70b",
                        "--shape", "4096,4096", "--db", db}),
             2);
+  for (const char* fraction : {"0.3", "1.5", "x"}) {
+    EXPECT_EQ(run_qtune({"tune", "--gpu", "h200", "--dry-run", "--formats", "w4a16-int4-ch", "--shape", "4096,4096",
+                         "--clock-dip", fraction, "--db", db}),
+              2)
+        << fraction;
+  }
 }
 
 TEST(TuneCommand, AutoWithoutAGpuExitsWithThree) {
