@@ -52,6 +52,7 @@ struct BenchOptions {
   std::string output = "table";
   uint64_t seed = 1;
   double time_budget_s = 2.0;
+  double min_time_s = 0.5;
   double clock_dip = measure::MeasureOptions{}.clock_dip_fraction;
   double timeout_s = 900;
   std::string bandwidth = "measured";
@@ -428,6 +429,7 @@ void run_bench(const BenchOptions& options) {
   measure_options.warm_l2 = options.warm_l2;
   measure_options.l2_flush = measure::l2_flush_from_text(options.l2_flush, "--l2-flush");
   measure_options.time_budget_s = options.time_budget_s;
+  measure_options.min_measure_s = std::min(options.min_time_s, options.time_budget_s / 2);
   measure_options.clock_dip_fraction = options.clock_dip;
   measure::validate(measure_options);
 
@@ -567,6 +569,12 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();
   command->add_option("--seed", options->seed, "seed of the random operands")->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per algorithm at most")
+      ->capture_default_str();
+  command
+      ->add_option("--min-time", options->min_time_s,
+                   "seconds the measured repetitions span at least before the median may count as converged (at "
+                   "most half of --time-budget): a median over a few milliseconds follows the GPU's slow phases")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   add_clock_dip_option(*command, options->clock_dip);
   command->add_option("--timeout", options->timeout_s, "seconds one target x M may take before its worker is killed")

@@ -71,6 +71,10 @@ void validate(const MeasureOptions& options) {
     QTUNE_INPUT_ERROR("throttle_cooldown_s: must be in [0, " + std::to_string(kMaxCooldownSeconds) + "], got " +
                       std::to_string(options.throttle_cooldown_s));
   }
+  if (!(options.min_measure_s >= 0 && options.min_measure_s <= options.time_budget_s)) {
+    QTUNE_INPUT_ERROR("min_measure_s: must be in [0, time_budget_s = " + std::to_string(options.time_budget_s) + "], got " +
+                      std::to_string(options.min_measure_s));
+  }
   if (!(options.clock_dip_fraction == 0 || (options.clock_dip_fraction >= 0.5 && options.clock_dip_fraction <= 1))) {
     QTUNE_INPUT_ERROR("clock_dip_fraction: must be 0 (off) or in [0.5, 1], got " + std::to_string(options.clock_dip_fraction));
   }
@@ -137,13 +141,14 @@ LoopResult run_measurement_loop(const std::function<std::vector<double>(int)>& r
                              options.confidence};
   const auto max_samples = static_cast<std::size_t>(options.max_repetitions);
   std::size_t next_check = rule.min_samples;
+  const double measure_start = now_s();
   std::vector<double>& samples = result.samples_us;
   while (true) {
     const std::vector<double> durations = timed_batch(batch_size(static_cast<int>(max_samples - samples.size())));
     samples.insert(samples.end(), durations.begin(), durations.end());
     if (samples.size() < rule.min_samples) continue;
     // Checks grow geometrically so that long runs do not spend their time sorting.
-    if (samples.size() >= next_check) {
+    if (samples.size() >= next_check && now_s() - measure_start >= options.min_measure_s) {
       if (is_converged(summarize(samples, options.confidence), rule)) {
         result.converged = true;
         result.stop_reason = "converged";
@@ -209,7 +214,8 @@ nlohmann::json measure_options_to_json(const MeasureOptions& options) {
                         {"warmup_tolerance", options.warmup_tolerance},
                         {"throttle_retries", options.throttle_retries},
                         {"throttle_cooldown_s", options.throttle_cooldown_s},
-                        {"clock_dip_fraction", options.clock_dip_fraction}};
+                        {"clock_dip_fraction", options.clock_dip_fraction},
+                        {"min_measure_s", options.min_measure_s}};
 }
 
 MeasureOptions measure_options_from_json(const nlohmann::json& json) {
@@ -234,6 +240,7 @@ MeasureOptions measure_options_from_json(const nlohmann::json& json) {
   options.throttle_retries = job_field(json, "throttle_retries", options.throttle_retries, prefix);
   options.throttle_cooldown_s = job_field(json, "throttle_cooldown_s", options.throttle_cooldown_s, prefix);
   options.clock_dip_fraction = job_field(json, "clock_dip_fraction", options.clock_dip_fraction, prefix);
+  options.min_measure_s = job_field(json, "min_measure_s", options.min_measure_s, prefix);
   validate(options);
   return options;
 }

@@ -45,6 +45,10 @@ struct MeasureOptions {
   int max_repetitions = 100000;
   // ... or when the whole measurement (warm-up included) has taken time_budget_s; min_repetitions still completes.
   double time_budget_s = 2.0;
+  // Convergence counts only once the measured repetitions (after warm-up) span min_measure_s of host time, so that a
+  // median is not taken over a few milliseconds (20 repetitions of a 700 us GEMM) that one slow phase of the GPU can
+  // fill. 0: converge as soon as the interval allows. At most time_budget_s.
+  double min_measure_s = 0;
   // Repetitions are launched this many at a time between synchronisations (fewer when one takes long).
   int batch_repetitions = 10;
   // Warm-up runs the operation (discarding the times) for at least min_warmup_s and until the median of the last

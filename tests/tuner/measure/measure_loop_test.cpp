@@ -67,6 +67,32 @@ TEST(MeasureLoop, NoisyOperationsStopAtTheTimeBudget) {
   EXPECT_LT(gpu.now, 0.3 + 0.05 + 1e-9) << "overshoots the budget by at most one batch";
 }
 
+// A steady operation converges after 20 repetitions (4 ms here); with min_measure_s it keeps repeating until the
+// measured repetitions span that long, and then stops as converged.
+TEST(MeasureLoop, ConvergenceWaitsForTheMinimumMeasuringTime) {
+  SimulatedGpu quick;
+  const LoopResult at_once = run_simulated(quick, MeasureOptions{});
+  EXPECT_EQ(at_once.stop_reason, "converged");
+  EXPECT_LT(at_once.samples_us.size(), 60u);
+
+  SimulatedGpu gpu;
+  MeasureOptions options;
+  options.min_measure_s = 0.5;
+  const LoopResult result = run_simulated(gpu, options);
+  EXPECT_EQ(result.stop_reason, "converged");
+  EXPECT_TRUE(result.converged);
+  const double measured_s = static_cast<double>(result.samples_us.size()) * gpu.host_us * 1e-6;
+  EXPECT_GE(measured_s, 0.5);
+  EXPECT_LT(measured_s, 0.5 * 1.06 + 0.002) << "stops at the first check after the minimum";
+
+  options.min_measure_s = 2.5;  // more than the budget
+  EXPECT_THROW(validate(options), InputError);
+  options.min_measure_s = -1;
+  EXPECT_THROW(validate(options), InputError);
+  options.min_measure_s = 0.7;
+  EXPECT_EQ(measure_options_from_json(measure_options_to_json(options)).min_measure_s, 0.7);
+}
+
 TEST(MeasureLoop, StopsAtMaxRepetitionsExactly) {
   SimulatedGpu gpu;
   gpu.noise = 0.5;
