@@ -117,6 +117,20 @@ TEST(WgmmaFamilyRules, RulesNameWhatIsWrong) {
   }
 }
 
+// The default splits K only while the CTAs fit one wave of resident blocks: at M = 256 the 128 tiles of 128x128 (one
+// block per SM at ~235 registers) run unsplit (split 2 made a second wave: 74 against 61 us on the H200); at M = 16
+// the 64 small tiles (several blocks per SM) split 4 ways; a stage in flight only above M = 64.
+TEST(WgmmaFamilyRules, DefaultSplitsWithinOneWaveOfResidentBlocks) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  const FormatSpec format = FormatSpec::parse("w4a16-int4-ch");
+  auto default_for = [&](int64_t m, int64_t n) { return wgmma_family().default_config(Problem{format, m, n, 8192, false}, hopper); };
+  EXPECT_EQ(default_for(256, 8192).to_string(), "bm=128,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1");
+  EXPECT_EQ(default_for(128, 8192).get("split"), 2);  // 64 tiles: two splits still fit 132 SMs
+  EXPECT_EQ(default_for(16, 8192).get("split"), 4);
+  EXPECT_EQ(default_for(16, 8192).get("overlap"), 0);
+  EXPECT_EQ(default_for(16, 57344).get("split"), 1);
+}
+
 TEST(KernelFamilies, ArchNames) {
   EXPECT_EQ(sm_of_arch("sm_90a"), 90);
   EXPECT_EQ(sm_of_arch("sm_120a"), 120);
