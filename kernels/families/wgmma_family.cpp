@@ -17,6 +17,9 @@ constexpr const char* kKernelName = "qtune_wgmma_gemm";
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Configs recorded before "overlap" existed ran without a stage in flight.
+constexpr int kOverlapWhenAbsent = 0;
+
 struct WgmmaTiles {
   int bm, bn, bk, stages, split, raster, overlap;
 
@@ -26,10 +29,9 @@ struct WgmmaTiles {
       if (found == config.params.end()) QTUNE_INPUT_ERROR(std::string("config: the wgmma family needs '") + name + "'");
       return found->second;
     };
-    // Configs recorded before "overlap" existed ran without it.
     const auto overlap = config.params.find("overlap");
     return {get("bm"), get("bn"), get("bk"), get("stages"), get("split"), get("raster"),
-            overlap == config.params.end() ? 0 : overlap->second};
+            overlap == config.params.end() ? kOverlapWhenAbsent : overlap->second};
   }
   int threads() const { return 2 * bn; }  // one warp per 16-column strip
   // device::Tiles<BM, BN, BK, WARPS_M, WARPS_N, WARPS_K, STAGES, SPLIT, RASTER>
@@ -55,7 +57,7 @@ std::vector<ParameterDomain> WgmmaFamily::parameter_space() const {
       {"split", {1, 2, 3, 4, 6, 8, 16}, "SPLIT_K: K ranges per tile, reduced deterministically by the last CTA"},
       {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
       {"overlap", {0, 1}, "IN_FLIGHT: wgmma groups left running while the next stage is dequantized (1 needs stages >= 3)",
-       0},
+       kOverlapWhenAbsent},
   };
 }
 

@@ -91,6 +91,14 @@ TEST(WgmmaFamilyRules, RulesNameWhatIsWrong) {
   };
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0", problem), "");
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=1", problem), "");
+  {  // a config stored before overlap existed is the overlap=0 kernel
+    const std::string old_source = wgmma_family().instantiation_source(
+        KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=2,raster=0", "wgmma"), problem.format, "sm_90a");
+    const std::string new_source = wgmma_family().instantiation_source(
+        KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=0", "wgmma"), problem.format, "sm_90a");
+    EXPECT_EQ(old_source.substr(old_source.find('\n')), new_source.substr(new_source.find('\n')));
+    EXPECT_NE(old_source.find("QtuneTiles, 0>(params)"), std::string::npos);
+  }
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=2,split=2,raster=0,overlap=1", problem), "overlap-needs-stages");
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=2", problem), "parameter-domain");
   // Two fragment sets: bm=64, bk=128 fits 512 threads without a stage in flight, not with one.
