@@ -184,12 +184,15 @@ Measurement measure_until_unthrottled(const std::function<Measurement()>& measur
     if (seconds > 0) cool_down(seconds);
     cooled += seconds;
     Measurement next = measure_once();
+    // Still throttled and no faster: the slowdown persists (a power cap), and more cool-downs would only cost time.
+    const bool persists = next.throttled && next.median_us >= kept.median_us * (1 - options.target_relative_ci);
     if (next.throttled && next.median_us >= kept.median_us) {
       throttled_medians.push_back(next.median_us);
-      continue;
+    } else {
+      throttled_medians.push_back(kept.median_us);
+      kept = std::move(next);
     }
-    throttled_medians.push_back(kept.median_us);
-    kept = std::move(next);
+    if (persists) break;
   }
   kept.throttle_retries = retries;
   kept.cooldown_seconds = cooled;

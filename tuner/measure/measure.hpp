@@ -62,7 +62,8 @@ struct MeasureOptions {
   // When NVML flags a measurement as throttled (power cap, thermal or hardware slowdown while busy), the GPU idles
   // for a cool-down and the operation is measured again, at most throttle_retries times (0..5); retry i waits
   // i * throttle_cooldown_s (0..10 s). The first unthrottled measurement is kept; when every one is throttled, the
-  // one with the lowest median (the least slowed) is kept, still flagged throttled.
+  // one with the lowest median (the least slowed) is kept, still flagged throttled. A retry that is throttled again
+  // and not faster by more than target_relative_ci ends the retries: the slowdown persists.
   int throttle_retries = 2;
   double throttle_cooldown_s = 1.0;
   // A clock dip counts as throttling too: an NVML read taken while the repetitions ran saw the SM clock below

@@ -86,6 +86,22 @@ TEST(ThrottleRetry, TriesAreBoundedAndTheLeastSlowedIsKeptWhenAllAreThrottled) {
   EXPECT_EQ(kept.throttled_medians_us, (std::vector<double>{120, 115}));
 }
 
+// On the H200 of 2026-11-30 (call D) every M = 4096 measurement sat at the power cap: a retry as slow as the first
+// ends the retries, so a capped GPU costs one cool-down per measurement, not three.
+TEST(ThrottleRetry, APersistentSlowdownStopsAfterOneRetry) {
+  FakeGpu gpu{{fake(765, true), fake(767, true), fake(1, false)}};
+  const Measurement kept = gpu.run(MeasureOptions{});
+  EXPECT_EQ(gpu.measured, 2u);
+  EXPECT_EQ(gpu.cool_downs, std::vector<double>{1});
+  EXPECT_EQ(kept.median_us, 765);
+  EXPECT_TRUE(kept.throttled);
+  EXPECT_EQ(kept.throttle_retries, 1);
+  EXPECT_EQ(kept.throttled_medians_us, std::vector<double>{767});
+  FakeGpu slightly{{fake(765, true), fake(760, true), fake(1, false)}};  // 0.7% faster: within the 1% target
+  EXPECT_EQ(slightly.run(MeasureOptions{}).median_us, 760);
+  EXPECT_EQ(slightly.measured, 2u);
+}
+
 TEST(ThrottleRetry, ZeroRetriesMeasuresOnce) {
   FakeGpu gpu{{fake(120, true), fake(100, false)}};
   MeasureOptions options;
