@@ -491,12 +491,38 @@ std::vector<search::PriorObservation> prior_for(Shared& shared, db::ProblemId pr
   return prior;
 }
 
-bool winner_is_final(db::Store& store, db::ProblemId problem, const std::string& gpu, const std::string& source_hash,
-                     const SearchIdentity& identity) {
+// Whether a completed, measuring run of `family` on `gpu` with this search identity and these sources already
+// searched `problem` (then keeping another family's faster winner, or it would be the winner's run).
+bool family_searched(db::Store& store, db::ProblemId problem, const std::string& gpu, const std::string& family,
+                     const std::string& source_hash, const SearchIdentity& identity) {
+  for (const db::RunRecord& run : store.list_runs()) {
+    if (run.status != db::RunStatus::Completed || run.gpu_key() != gpu) continue;
+    try {
+      const nlohmann::json notes = nlohmann::json::parse(run.notes);
+      const nlohmann::json& tune = notes.at("tune");
+      if (tune.value("family", std::string{}) != family || tune.value("dry_run", true) ||
+          tune.value("source_hash", std::string{}) != source_hash) {
+        continue;
+      }
+      const bool same_search = tune.value("search_key", std::string{}) == identity.search_key ||
+                               (tune.value("exhaustive_complete", false) && tune.value("space_key", std::string{}) == identity.space_key);
+      if (same_search && !store.list_measurements({run.id, problem, std::nullopt, std::nullopt}).empty()) return true;
+    } catch (const std::exception&) {
+      continue;  // a run of another kind, or notes written by hand
+    }
+  }
+  return false;
+}
+
+bool winner_is_final(db::Store& store, db::ProblemId problem, const std::string& gpu, const std::string& family,
+                     const std::string& source_hash, const SearchIdentity& identity) {
   const auto winner = store.get_winner(problem, gpu);
   if (!winner) return false;
   const auto config = store.get_config(winner->config);
-  if (!config || config->source_hash != source_hash) return false;
+  if (!config) return false;
+  // Another family's winner: final for this family once this family's same search has covered the problem.
+  if (config->family != family) return family_searched(store, problem, gpu, family, source_hash, identity);
+  if (config->source_hash != source_hash) return false;
   const auto run = store.get_run(winner->run);
   if (!run) return false;
   try {
@@ -708,7 +734,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
       problem_report.problem = problem;
       problem_report.problem_id = store.upsert_problem(db_problem(problem));
       if (!options.dry_run && !options.retune &&
-          winner_is_final(store, problem_report.problem_id, report.gpu, source_hash, identity)) {
+          winner_is_final(store, problem_report.problem_id, report.gpu, family.name(), source_hash, identity)) {
         problem_report.skipped_final = true;
         if (const auto winner = store.get_winner(problem_report.problem_id, report.gpu)) {
           problem_report.winner_us = winner->median_us;

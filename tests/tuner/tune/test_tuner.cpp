@@ -374,10 +374,11 @@ TEST(Tuner, AnotherFamilysFasterWinnerIsKept) {
     ASSERT_TRUE(problem.winner.has_value());
     mma_best[problem_key(problem.problem)] = problem.winner_us;
   }
-  FakeBackend wgmma_backend([&](const Problem& problem, const KernelConfig& config) {
+  const auto wgmma_time = [&](const Problem& problem, const KernelConfig& config) {
     const double factor = problem.m == 1 ? 2.0 : 0.5;
     return mma_best.at(problem_key(problem)) * factor * (1.0 + 0.01 * config.get("stages"));
-  });
+  };
+  FakeBackend wgmma_backend(wgmma_time);
   TuneOptions wgmma = small_options({1, 128});
   wgmma.family = "wgmma";
   wgmma.parameter_values = {{"bn", {64, 128}}, {"bk", {128}}, {"stages", {3, 4}}, {"split", {1}}, {"raster", {0}}};
@@ -401,6 +402,19 @@ TEST(Tuner, AnotherFamilysFasterWinnerIsKept) {
       EXPECT_LT(winner->median_us, mma_best.at(problem_key(problem.problem)));
     }
   }
+  // Run again, each family's search has covered every problem: nothing is re-tuned, whichever family won.
+  FakeBackend mma_again;
+  const TuneReport third = run_fake_tune(mma, dir / "q.db", mma_again);
+  EXPECT_EQ(third.skipped_final, mma.problems.size()) << "the M = 128 problem, won by wgmma, was searched by mma already";
+  FakeBackend wgmma_again(wgmma_time);
+  const TuneReport fourth = run_fake_tune(wgmma, dir / "q.db", wgmma_again);
+  EXPECT_EQ(fourth.skipped_final, wgmma.problems.size());
+  // A different search of the same family is not final where the other family won.
+  TuneOptions wider = mma;
+  wider.parameter_values["stages"] = {3, 4, 5};
+  FakeBackend mma_wider;
+  const TuneReport fifth = run_fake_tune(wider, dir / "q.db", mma_wider);
+  EXPECT_EQ(fifth.skipped_final, 0u);
 }
 
 TEST(Tuner, RefusesBadOptions) {
