@@ -491,6 +491,12 @@ std::vector<search::PriorObservation> prior_for(Shared& shared, db::ProblemId pr
   return prior;
 }
 
+// Whether a run's tune notes describe this search: the same search key, or an exhaustive search of the same space.
+bool same_search(const nlohmann::json& tune, const SearchIdentity& identity) {
+  if (tune.value("search_key", std::string{}) == identity.search_key) return true;
+  return tune.value("exhaustive_complete", false) && tune.value("space_key", std::string{}) == identity.space_key;
+}
+
 // Whether a completed, measuring run of `family` on `gpu` with this search identity and these sources already
 // searched `problem` (then keeping another family's faster winner, or it would be the winner's run).
 bool family_searched(db::Store& store, db::ProblemId problem, const std::string& gpu, const std::string& family,
@@ -504,9 +510,7 @@ bool family_searched(db::Store& store, db::ProblemId problem, const std::string&
           tune.value("source_hash", std::string{}) != source_hash) {
         continue;
       }
-      const bool same_search = tune.value("search_key", std::string{}) == identity.search_key ||
-                               (tune.value("exhaustive_complete", false) && tune.value("space_key", std::string{}) == identity.space_key);
-      if (same_search && !store.list_measurements({run.id, problem, std::nullopt, std::nullopt}).empty()) return true;
+      if (same_search(tune, identity) && !store.list_measurements({run.id, problem, std::nullopt, std::nullopt}).empty()) return true;
     } catch (const std::exception&) {
       continue;  // a run of another kind, or notes written by hand
     }
@@ -527,9 +531,7 @@ bool winner_is_final(db::Store& store, db::ProblemId problem, const std::string&
   if (!run) return false;
   try {
     const nlohmann::json notes = nlohmann::json::parse(run->notes);
-    const nlohmann::json& tune = notes.at("tune");
-    if (tune.value("search_key", std::string{}) == identity.search_key) return true;
-    return tune.value("exhaustive_complete", false) && tune.value("space_key", std::string{}) == identity.space_key;
+    return same_search(notes.at("tune"), identity);
   } catch (const std::exception&) {
     return false;  // a run of another kind, or notes written by hand
   }
