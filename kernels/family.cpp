@@ -101,6 +101,16 @@ std::vector<void*> KernelArguments::pointers() {
   return result;
 }
 
+int ArchLimits::resident_blocks_per_sm(std::uint64_t threads, int registers, std::uint64_t shared_bytes) const {
+  if (threads == 0) return 0;
+  const std::uint64_t warps = (threads + 31) / 32;
+  const std::uint64_t registers_per_warp = (std::uint64_t(std::max(registers, 1)) * 32 + 255) / 256 * 256;
+  const std::uint64_t by_registers = std::uint64_t(registers_per_sm) / (registers_per_warp * warps);
+  const std::uint64_t by_threads = std::uint64_t(max_threads_per_sm) / threads;
+  const std::uint64_t by_shared = shared_bytes == 0 ? std::uint64_t(max_blocks_per_sm) : std::uint64_t(shared_per_sm) / shared_bytes;
+  return static_cast<int>(std::min({by_registers, by_threads, by_shared, std::uint64_t(max_blocks_per_sm)}));
+}
+
 ArchLimits ArchLimits::for_sm(int sm) {
   ArchLimits limits;
   limits.sm = sm;
@@ -168,6 +178,11 @@ const KernelFamily* family_named(std::string_view name) {
     if (family->name() == name) return family;
   }
   return nullptr;
+}
+
+bool has_parameter(const KernelFamily& family, std::string_view name) {
+  const std::vector<ParameterDomain> space = family.parameter_space();
+  return std::any_of(space.begin(), space.end(), [&](const ParameterDomain& domain) { return domain.name == name; });
 }
 
 const KernelFamily& find_family(std::string_view name) {

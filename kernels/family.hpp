@@ -73,6 +73,10 @@ struct ArchLimits {
   // Datasheet values of a representative part of that architecture (A100, RTX 3090, L40S/4090, H100/H200,
   // B200, RTX 5090). Throws InputError for an architecture qtune does not know.
   static ArchLimits for_sm(int sm);
+
+  // Blocks of `threads` threads, `registers` each and `shared_bytes` of shared memory (dynamic + static) that one SM
+  // holds at once; registers are allocated per warp in units of 256. 0 when not even one fits.
+  int resident_blocks_per_sm(std::uint64_t threads, int registers, std::uint64_t shared_bytes) const;
 };
 
 // The outcome of a static rule check. `rule` is empty when valid, else a short stable name such as
@@ -181,6 +185,8 @@ const std::vector<const KernelFamily*>& kernel_families();
 const KernelFamily& find_family(std::string_view name);
 // The family of that name, or nullptr when this build has none.
 const KernelFamily* family_named(std::string_view name);
+// Whether `name` is one of the family's parameters.
+bool has_parameter(const KernelFamily& family, std::string_view name);
 
 // The family that packs `format`'s weights on `sm`: the first of kernel_families() that supports it (UnsupportedError
 // with every family's reason when none does).

@@ -51,17 +51,8 @@ uint64_t block_threads(const LaunchGeometry& geometry) {
 }  // namespace
 
 int resident_blocks_per_sm(const ArchLimits& limits, const LaunchGeometry& geometry, const CompiledResources& resources) {
-  const uint64_t threads = block_threads(geometry);
-  if (threads == 0) return 0;
-  // Registers are allocated per warp in units of 256.
-  const uint64_t warps = (threads + 31) / 32;
-  const uint64_t registers_per_warp = (uint64_t(std::max(resources.registers, 1)) * 32 + 255) / 256 * 256;
-  uint64_t by_registers = uint64_t(limits.registers_per_sm) / (registers_per_warp * warps);
-  uint64_t by_threads = uint64_t(limits.max_threads_per_sm) / threads;
-  uint64_t shared = uint64_t(geometry.dynamic_shared_bytes) + uint64_t(resources.static_shared_bytes);
-  uint64_t by_shared = shared == 0 ? uint64_t(limits.max_blocks_per_sm) : uint64_t(limits.shared_per_sm) / shared;
-  uint64_t blocks = std::min({by_registers, by_threads, by_shared, uint64_t(limits.max_blocks_per_sm)});
-  return static_cast<int>(blocks);
+  return limits.resident_blocks_per_sm(block_threads(geometry), resources.registers,
+                                       uint64_t(geometry.dynamic_shared_bytes) + uint64_t(resources.static_shared_bytes));
 }
 
 RuleVerdict check_compiled(const KernelConfig& config, const Problem&, const ArchLimits& limits,

@@ -17,6 +17,9 @@ constexpr const char* kKernelName = "qtune_wgmma_gemm";
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Static shared memory of the kernel: the split-K flag.
+constexpr int kSplitFlagBytes = 16;
+
 // Configs recorded before "overlap" existed ran without a stage in flight.
 constexpr int kOverlapWhenAbsent = 0;
 
@@ -126,9 +129,8 @@ RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& proble
     return RuleVerdict::fail("split-exceeds-k", "split=" + std::to_string(t.split) + " exceeds the " + std::to_string(k_tiles) +
                                                     " K tiles of bk=" + std::to_string(t.bk));
   }
-  const int static_bytes = 16;  // the split-K flag
   if (const RuleVerdict resources =
-          check_block_resources(shared_bytes(config, problem.format) + static_bytes, estimated_registers(config), t.threads(), limits);
+          check_block_resources(shared_bytes(config, problem.format) + kSplitFlagBytes, estimated_registers(config), t.threads(), limits);
       !resources.valid) {
     return resources;
   }
@@ -190,11 +192,9 @@ KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimit
           last_failure = verdict.rule + ": " + verdict.detail;
           continue;
         }
-        const int threads = 2 * bn;
-        const int by_registers = limits.registers_per_sm / std::max(1, estimated_registers(config) * threads);
-        const int by_shared = limits.shared_per_sm / std::max(1, shared_bytes(config, problem.format));
-        const int by_threads = limits.max_threads_per_sm / threads;
-        const int64_t slots = sms * std::max(1, std::min({by_registers, by_shared, by_threads, limits.max_blocks_per_sm}));
+        const int resident = limits.resident_blocks_per_sm(WgmmaTiles::from(config).threads(), estimated_registers(config),
+                                                           shared_bytes(config, problem.format) + kSplitFlagBytes);
+        const int64_t slots = sms * std::max(1, resident);
         int split = 1;
         for (int candidate : {2, 4, 8}) {
           if (tiles * candidate > slots || problem.k / bk / candidate < 4) break;

@@ -55,8 +55,7 @@ void run(const KernelSweepOptions& options) {
   for (const std::string& text : options.configs) sweep.configs.push_back(KernelConfig::parse(text, family.name()));
   for (const auto& [name, text] : options.ranges) {
     if (text.empty()) continue;
-    const std::vector<ParameterDomain> space = family.parameter_space();
-    if (std::none_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == name; })) {
+    if (!has_parameter(family, name)) {
       QTUNE_INPUT_ERROR("--" + name + ": the " + family.name() + " family has no parameter '" + name + "'");
     }
     std::vector<int> values;

@@ -304,12 +304,8 @@ void run(const TuneCommandOptions& options) {
 
   tune::TuneReport report;
   const std::map<std::string, std::vector<int>> parameter_values = tune_options.parameter_values;
-  auto has_parameter = [](const KernelFamily* family, const std::string& name) {
-    const std::vector<ParameterDomain> space = family->parameter_space();
-    return std::any_of(space.begin(), space.end(), [&](const ParameterDomain& domain) { return domain.name == name; });
-  };
   for (const auto& [name, values] : parameter_values) {
-    if (std::none_of(families.begin(), families.end(), [&](const KernelFamily* family) { return has_parameter(family, name); })) {
+    if (std::none_of(families.begin(), families.end(), [&](const KernelFamily* family) { return has_parameter(*family, name); })) {
       QTUNE_INPUT_ERROR("--param: no family tuned here has a parameter '" + name + "'");
     }
   }
@@ -319,7 +315,7 @@ void run(const TuneCommandOptions& options) {
     tune_options.family = family->name();
     tune_options.parameter_values.clear();
     for (const auto& [name, values] : parameter_values) {
-      if (has_parameter(family, name)) tune_options.parameter_values[name] = values;
+      if (has_parameter(*family, name)) tune_options.parameter_values[name] = values;
     }
     tune_options.problems = tune::problems_for_family(*family, families, shard_problems, target.limits.sm, options.family == "auto");
     if (tune_options.problems.empty()) continue;

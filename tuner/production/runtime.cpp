@@ -182,7 +182,7 @@ struct Runtime::Impl {
   }
 
   PackedWeights pack(const QuantizedWeights& weights) {
-    const KernelFamily& family = production::family_for(weights.format, target_sm);
+    const KernelFamily& family = packing_family(weights.format, target_sm);
     const Problem problem = production::make_problem(weights.format, 1, weights.n, weights.k, false);
     // Every configuration of a family reads the same weight layout, so any valid one packs them.
     PackedBuffers buffers = family.prepack_weights(weights, family.default_config(problem, limits));

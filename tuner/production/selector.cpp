@@ -34,8 +34,6 @@ reports::SelectionTable read_selection_table(const std::filesystem::path& path) 
                                             path.string());
 }
 
-const KernelFamily& family_for(const FormatSpec& format, int sm) { return packing_family(format, sm); }
-
 Problem make_problem(const FormatSpec& format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias) {
   if (m < 1) QTUNE_INPUT_ERROR("m: must be positive, got " + std::to_string(m));
   if (n < 1) QTUNE_INPUT_ERROR("n: must be positive, got " + std::to_string(n));
@@ -61,7 +59,7 @@ runtime_api::Choice Selection::choice() const {
 }
 
 Selection select_config(const reports::SelectionTable* table, const Problem& problem, const ArchLimits& limits) {
-  const KernelFamily& family = family_for(problem.format, limits.sm);
+  const KernelFamily& family = packing_family(problem.format, limits.sm);
   Selection selection;
   std::string why_not_table = "no table";
   if (table != nullptr) {

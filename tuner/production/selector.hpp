@@ -19,11 +19,6 @@ nlohmann::json read_json_file(const std::filesystem::path& path, const std::stri
 // An exported table (`qtune export -o table.json`); InputError naming the file when it cannot be read or parsed.
 reports::SelectionTable read_selection_table(const std::filesystem::path& path);
 
-// The family that packs `format`'s weights on compute capability `sm` (packing_family in kernels/family.hpp): the
-// first of kernel_families() that supports it. A table config of any family with its weight layout runs on them.
-// Throws UnsupportedError with every family's reason.
-const KernelFamily& family_for(const FormatSpec& format, int sm);
-
 // A problem from user input: InputError naming "m", "n" or "k" for a non-positive size, or the spec field.
 Problem make_problem(const FormatSpec& format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias);
 

@@ -497,35 +497,39 @@ bool same_search(const nlohmann::json& tune, const SearchIdentity& identity) {
   return tune.value("exhaustive_complete", false) && tune.value("space_key", std::string{}) == identity.space_key;
 }
 
-// Whether a completed, measuring run of `family` on `gpu` with this search identity and these sources already
-// searched `problem` (then keeping another family's faster winner, or it would be the winner's run).
-bool family_searched(db::Store& store, db::ProblemId problem, const std::string& gpu, const std::string& family,
-                     const std::string& source_hash, const SearchIdentity& identity) {
+// The completed, measuring runs of `family` on `gpu` with this search identity and these sources.
+std::vector<db::RunId> runs_of_search(db::Store& store, const std::string& gpu, const std::string& family,
+                                      const std::string& source_hash, const SearchIdentity& identity) {
+  std::vector<db::RunId> runs;
   for (const db::RunRecord& run : store.list_runs()) {
     if (run.status != db::RunStatus::Completed || run.gpu_key() != gpu) continue;
     try {
       const nlohmann::json notes = nlohmann::json::parse(run.notes);
       const nlohmann::json& tune = notes.at("tune");
-      if (tune.value("family", std::string{}) != family || tune.value("dry_run", true) ||
-          tune.value("source_hash", std::string{}) != source_hash) {
-        continue;
+      if (tune.value("family", std::string{}) == family && !tune.value("dry_run", true) &&
+          tune.value("source_hash", std::string{}) == source_hash && same_search(tune, identity)) {
+        runs.push_back(run.id);
       }
-      if (same_search(tune, identity) && !store.list_measurements({run.id, problem, std::nullopt, std::nullopt}).empty()) return true;
     } catch (const std::exception&) {
       continue;  // a run of another kind, or notes written by hand
     }
   }
-  return false;
+  return runs;
 }
 
+// `searched_by`: runs_of_search for this family and search.
 bool winner_is_final(db::Store& store, db::ProblemId problem, const std::string& gpu, const std::string& family,
-                     const std::string& source_hash, const SearchIdentity& identity) {
+                     const std::string& source_hash, const SearchIdentity& identity, const std::vector<db::RunId>& searched_by) {
   const auto winner = store.get_winner(problem, gpu);
   if (!winner) return false;
   const auto config = store.get_config(winner->config);
   if (!config) return false;
-  // Another family's winner: final for this family once this family's same search has covered the problem.
-  if (config->family != family) return family_searched(store, problem, gpu, family, source_hash, identity);
+  // Another family's winner: final for this family once one of this family's runs of the same search measured it.
+  if (config->family != family) {
+    return std::any_of(searched_by.begin(), searched_by.end(), [&](db::RunId run) {
+      return !store.list_measurements({run, problem, std::nullopt, std::nullopt}).empty();
+    });
+  }
   if (config->source_hash != source_hash) return false;
   const auto run = store.get_run(winner->run);
   if (!run) return false;
@@ -729,6 +733,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
       return instantiations.size() - 1;
     };
     report.reports.resize(options.problems.size());
+    const std::vector<db::RunId> searched_by = runs_of_search(store, report.gpu, family.name(), source_hash, identity);
     std::set<std::string> noted_reasons;
     for (std::size_t position = 0; position < options.problems.size(); ++position) {
       const Problem& problem = options.problems[position];
@@ -736,7 +741,7 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
       problem_report.problem = problem;
       problem_report.problem_id = store.upsert_problem(db_problem(problem));
       if (!options.dry_run && !options.retune &&
-          winner_is_final(store, problem_report.problem_id, report.gpu, family.name(), source_hash, identity)) {
+          winner_is_final(store, problem_report.problem_id, report.gpu, family.name(), source_hash, identity, searched_by)) {
         problem_report.skipped_final = true;
         if (const auto winner = store.get_winner(problem_report.problem_id, report.gpu)) {
           problem_report.winner_us = winner->median_us;
