@@ -352,6 +352,7 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
     round.min_measure_s = std::min(options.min_measure_s, round.time_budget_s / 2);
     round.min_warmup_s = std::min(options.min_warmup_s, round.max_warmup_s);
     round.clock_dip_fraction = 0;  // the rounds alternate, so a dip slows both; a cooled-down retry only costs time
+    round.stability_blocks = 0;    // likewise a slow phase: alternating rounds, not long ones, cancel it out
     try {
       Runoff runoff = run_off(pair->first, pair->second, runoff_options, [&](int index) {
         baseline.select_algorithm(algorithms.at(static_cast<size_t>(index)).heuristic_index);

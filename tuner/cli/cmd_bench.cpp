@@ -3,6 +3,7 @@
 // tensor peak. Targets are cuBLASLt baselines today; a kernel configuration of a qtune family is another BenchTarget
 // (a worker job answering with the same TargetResult JSON), added next to make_baseline_target.
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -53,6 +54,7 @@ struct BenchOptions {
   uint64_t seed = 1;
   double time_budget_s = 2.0;
   double min_time_s = 0.5;
+  int blocks = 8;
   double clock_dip = measure::MeasureOptions{}.clock_dip_fraction;
   double timeout_s = 900;
   std::string bandwidth = "measured";
@@ -238,6 +240,10 @@ void add_variant_row(reports::Table& table, const Row& row, const baselines::Var
       full_note += " (SM clock dipped to " + std::to_string(variant.measurement->busy_sm_mhz_min) + " of " +
                    std::to_string(variant.measurement->max_sm_mhz) + " MHz)";
     }
+  }
+  if (const auto& m = variant.measurement; m && m->blocks_relative_half_width >= 0) {
+    full_note += std::string(full_note.empty() ? "" : "; ") + std::to_string(m->stability_blocks) +
+                 " blocks' medians agree to +-" + fixed(100 * m->blocks_relative_half_width, 2) + "%";
   }
   // What NVML saw while the repetitions ran: the clocks moved, or a slowdown was reported.
   if (const auto& m = variant.measurement; m && m->busy_samples > 0 &&
@@ -431,6 +437,7 @@ void run_bench(const BenchOptions& options) {
   measure_options.time_budget_s = options.time_budget_s;
   measure_options.min_measure_s = std::min(options.min_time_s, options.time_budget_s / 2);
   measure_options.clock_dip_fraction = options.clock_dip;
+  measure_options.stability_blocks = options.blocks;
   measure::validate(measure_options);
 
   std::vector<BenchTarget> targets;
@@ -575,6 +582,19 @@ void add_bench_command(CLI::App& app) {
                    "seconds the measured repetitions span at least before the median may count as converged (at "
                    "most half of --time-budget): a median over a few milliseconds follows the GPU's slow phases")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command
+      ->add_option("--blocks", options->blocks,
+                   "the median counts as converged only when the measured repetitions, cut in time order into this "
+                   "many blocks, agree too: the 95% Student-t interval of the mean of the blocks' medians within "
+                   "+-1% (a GPU's slow phases outlast many repetitions, so the samples are not independent); 0 "
+                   "turns the check off")
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            const int value = std::atoi(text.c_str());
+            return value == 0 || (value >= 4 && value <= 64) ? "" : "must be 0 (off) or in [4, 64], got " + text;
+          },
+          "0 or 4..64"))
       ->capture_default_str();
   add_clock_dip_option(*command, options->clock_dip);
   command->add_option("--timeout", options->timeout_s, "seconds one target x M may take before its worker is killed")

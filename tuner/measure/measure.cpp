@@ -75,6 +75,9 @@ void validate(const MeasureOptions& options) {
     QTUNE_INPUT_ERROR("min_measure_s: must be in [0, time_budget_s = " + std::to_string(options.time_budget_s) + "], got " +
                       std::to_string(options.min_measure_s));
   }
+  if (options.stability_blocks != 0 && (options.stability_blocks < 4 || options.stability_blocks > 64)) {
+    QTUNE_INPUT_ERROR("stability_blocks: must be 0 (off) or in [4, 64], got " + std::to_string(options.stability_blocks));
+  }
   if (!(options.clock_dip_fraction == 0 || (options.clock_dip_fraction >= 0.5 && options.clock_dip_fraction <= 1))) {
     QTUNE_INPUT_ERROR("clock_dip_fraction: must be 0 (off) or in [0.5, 1], got " + std::to_string(options.clock_dip_fraction));
   }
@@ -139,6 +142,13 @@ LoopResult run_measurement_loop(const std::function<std::vector<double>(int)>& r
 
   const ConvergenceRule rule{static_cast<std::size_t>(options.min_repetitions), options.target_relative_ci,
                              options.confidence};
+  const auto blocks_agree = [&options](const std::vector<double>& samples) {
+    if (options.stability_blocks == 0) return true;
+    const auto blocks = static_cast<std::size_t>(options.stability_blocks);
+    if (samples.size() < blocks * kMinSamplesPerBlock) return false;
+    return block_medians_interval(samples, blocks, options.confidence).relative_half_width() <=
+           options.target_relative_ci;
+  };
   const auto max_samples = static_cast<std::size_t>(options.max_repetitions);
   std::size_t next_check = rule.min_samples;
   const double measure_start = now_s();
@@ -149,7 +159,7 @@ LoopResult run_measurement_loop(const std::function<std::vector<double>(int)>& r
     if (samples.size() < rule.min_samples) continue;
     // Checks grow geometrically so that long runs do not spend their time sorting.
     if (samples.size() >= next_check && now_s() - measure_start >= options.min_measure_s) {
-      if (is_converged(summarize(samples, options.confidence), rule)) {
+      if (is_converged(summarize(samples, options.confidence), rule) && blocks_agree(samples)) {
         result.converged = true;
         result.stop_reason = "converged";
         break;
@@ -166,7 +176,9 @@ LoopResult run_measurement_loop(const std::function<std::vector<double>(int)>& r
       break;
     }
   }
-  if (!result.converged) result.converged = is_converged(summarize(samples, options.confidence), rule);
+  if (!result.converged) {
+    result.converged = is_converged(summarize(samples, options.confidence), rule) && blocks_agree(samples);
+  }
   return result;
 }
 
@@ -218,7 +230,8 @@ nlohmann::json measure_options_to_json(const MeasureOptions& options) {
                         {"throttle_retries", options.throttle_retries},
                         {"throttle_cooldown_s", options.throttle_cooldown_s},
                         {"clock_dip_fraction", options.clock_dip_fraction},
-                        {"min_measure_s", options.min_measure_s}};
+                        {"min_measure_s", options.min_measure_s},
+                        {"stability_blocks", options.stability_blocks}};
 }
 
 MeasureOptions measure_options_from_json(const nlohmann::json& json) {
@@ -244,6 +257,7 @@ MeasureOptions measure_options_from_json(const nlohmann::json& json) {
   options.throttle_cooldown_s = job_field(json, "throttle_cooldown_s", options.throttle_cooldown_s, prefix);
   options.clock_dip_fraction = job_field(json, "clock_dip_fraction", options.clock_dip_fraction, prefix);
   options.min_measure_s = job_field(json, "min_measure_s", options.min_measure_s, prefix);
+  options.stability_blocks = job_field(json, "stability_blocks", options.stability_blocks, prefix);
   validate(options);
   return options;
 }
@@ -320,6 +334,11 @@ void set_statistics(Measurement& measurement, const std::vector<double>& samples
   measurement.ci_low_us = summary.median_interval.low;
   measurement.ci_high_us = summary.median_interval.high;
   measurement.ci_coverage = summary.median_interval.coverage;
+  const auto blocks = static_cast<std::size_t>(std::max(0, measurement.stability_blocks));
+  measurement.blocks_relative_half_width =
+      blocks > 0 && samples_us.size() >= blocks * kMinSamplesPerBlock
+          ? block_medians_interval(samples_us, blocks, confidence).relative_half_width()
+          : -1;
 }
 
 Measurement pool_measurements(const std::vector<Measurement>& parts, double confidence) {
@@ -480,6 +499,7 @@ Measurement measure_single(const std::function<void(CUstream)>& launch_operation
   measurement.kernels_per_repetition = kernels_per_repetition;
   measurement.unattributed_kernels = timer.unattributed_kernels() - std::min(timer.unattributed_kernels(), flush_launches);
 
+  measurement.stability_blocks = options.stability_blocks;
   set_statistics(measurement, loop.samples_us, options.confidence);
   measurement.samples_us = std::move(loop.samples_us);
   measurement.repetitions = static_cast<int>(measurement.samples_us.size());
@@ -530,6 +550,8 @@ void to_json(nlohmann::json& json, const Measurement& m) {
                         {"throttle_retries", m.throttle_retries},
                         {"cooldown_seconds", m.cooldown_seconds},
                         {"throttled_medians_us", m.throttled_medians_us},
+                        {"stability_blocks", m.stability_blocks},
+                        {"blocks_relative_half_width", m.blocks_relative_half_width},
                         {"kernels_per_repetition", m.kernels_per_repetition},
                         {"kernel_names", m.kernel_names},
                         {"unattributed_kernels", m.unattributed_kernels},
@@ -576,6 +598,9 @@ void from_json(const nlohmann::json& json, Measurement& m) {
   m.throttle_retries = json.value("throttle_retries", 0);
   m.cooldown_seconds = json.value("cooldown_seconds", 0.0);
   m.throttled_medians_us = json.value("throttled_medians_us", std::vector<double>{});
+  // Absent in measurements stored before the blocks' check existed.
+  m.stability_blocks = json.value("stability_blocks", 0);
+  m.blocks_relative_half_width = json.value("blocks_relative_half_width", -1.0);
   json.at("kernels_per_repetition").get_to(m.kernels_per_repetition);
   json.at("kernel_names").get_to(m.kernel_names);
   json.at("unattributed_kernels").get_to(m.unattributed_kernels);

@@ -49,6 +49,12 @@ struct MeasureOptions {
   // median is not taken over a few milliseconds (20 repetitions of a 700 us GEMM) that one slow phase of the GPU can
   // fill. 0: converge as soon as the interval allows. At most time_budget_s.
   double min_measure_s = 0;
+  // Convergence also needs the measured repetitions, cut in time order into this many blocks, to agree: the Student-t
+  // interval of the mean of the blocks' medians (statistics.hpp, batch means) within +-target_relative_ci. A GPU at
+  // its power cap moves through slow phases longer than many repetitions; samples that are not independent make the
+  // order-statistic interval too narrow, and two runs then disagree by more than it. 0: off; otherwise in [4, 64].
+  // The check needs kMinSamplesPerBlock samples per block.
+  int stability_blocks = 0;
   // Repetitions are launched this many at a time between synchronisations (fewer when one takes long).
   int batch_repetitions = 10;
   // Warm-up runs the operation (discarding the times) for at least min_warmup_s and until the median of the last
@@ -71,6 +77,9 @@ struct MeasureOptions {
   // 1635 MHz of 1980 with none, and the medians followed the clock). 0 disables the rule; otherwise in [0.5, 1].
   double clock_dip_fraction = 0.95;
 };
+
+// The fewest samples per block for MeasureOptions::stability_blocks' check: a median of fewer says little.
+inline constexpr int kMinSamplesPerBlock = 5;
 
 // Throws InputError naming the field (e.g. "min_repetitions") when options are inconsistent.
 void validate(const MeasureOptions& options);
@@ -126,6 +135,11 @@ struct Measurement {
   std::string device_name;
   std::string device_uuid;
 
+  // With stability_blocks > 0: the batch-means interval's half width relative to its mean (MeasureOptions), computed
+  // over all samples; -1 when not computed (blocks off, or fewer than kMinSamplesPerBlock samples per block).
+  int stability_blocks = 0;
+  double blocks_relative_half_width = -1;
+
   // max(median - ci_low, ci_high - median) / median.
   double relative_ci_half_width() const;
 };
@@ -140,7 +154,8 @@ void from_json(const nlohmann::json& json, Measurement& measurement);
 // different numbers of kernels.
 Measurement measure(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options = {});
 
-// Median, percentiles, extremes, mean, deviation and the median's interval of `samples_us`, into `measurement`.
+// Median, percentiles, extremes, mean, deviation and the median's interval of `samples_us`, into `measurement`; the
+// blocks' interval too when measurement.stability_blocks > 0 and there are enough samples.
 void set_statistics(Measurement& measurement, const std::vector<double>& samples_us, double confidence = 0.95);
 // One measurement of the samples of several (the same operation timed more than once): statistics of all samples,
 // repetitions and times summed, busy NVML ranges merged; the rest (options, device, NVML at start) from the first.

@@ -58,6 +58,22 @@ struct ConvergenceRule {
 };
 bool is_converged(const Summary& summary, const ConvergenceRule& rule);
 
+// Student's t distribution with `dof` degrees of freedom (>= 1): the t with P(T <= t) = p, p in (0, 1).
+double student_t_quantile(double p, int dof);
+
+// Batch means, for samples that are not independent: a GPU under a power cap runs through slow phases that last longer
+// than many repetitions, so the median's order-statistic interval, which treats every sample as independent, is too
+// narrow. The samples, in the order they were taken, are cut into `blocks` (>= 2) consecutive blocks of near-equal
+// size (at least one sample each); the interval is the `confidence` Student-t interval of the mean of their medians.
+struct BlockInterval {
+  std::vector<double> block_medians;
+  double mean = 0;        // of block_medians
+  double half_width = 0;  // t((1 + confidence) / 2, blocks - 1) * stddev(block_medians) / sqrt(blocks)
+  double relative_half_width() const;  // half_width / mean
+};
+BlockInterval block_medians_interval(const std::vector<double>& samples_in_order, std::size_t blocks,
+                                     double confidence = 0.95);
+
 // Warm-up has settled when the median of the last `window` durations differs from the median of the `window`
 // before them by less than `tolerance` (relative). Needs 2 * window durations.
 struct StabilityRule {

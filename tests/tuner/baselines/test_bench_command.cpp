@@ -49,6 +49,8 @@ TEST(BenchCommand, BadInputExitsTwoNamingTheOption) {
   expect_bad_input({"--baseline", "cublaslt-f16", "--shape", "4096,4096", "--m", "1", "--bandwidth", "guess"},
                    "--bandwidth");
   expect_bad_input({"--shape", "4096,4096", "--m", "1"}, "--baseline");
+  expect_bad_input({"--baseline", "cublaslt-f16", "--shape", "4096,4096", "--m", "1", "--blocks", "3"}, "--blocks");
+  expect_bad_input({"--baseline", "cublaslt-f16", "--shape", "4096,4096", "--m", "1", "--blocks", "65"}, "--blocks");
   // A format no cuBLASLt GEMM computes has no natural baseline.
   expect_bad_input({"--format", "w4a8-int4-fp8", "--shape", "4096,4096", "--m", "1"}, "--format");
   // Missing required options are CLI11 parse errors: exit 2 too.

@@ -9,6 +9,7 @@
 #include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/measure/cupti_timer.hpp"
 #include "tuner/measure/measure.hpp"
+#include "tuner/measure/statistics.hpp"
 
 namespace qtune::measure {
 namespace {
@@ -91,6 +92,59 @@ TEST(MeasureLoop, ConvergenceWaitsForTheMinimumMeasuringTime) {
   EXPECT_THROW(validate(options), InputError);
   options.min_measure_s = 0.7;
   EXPECT_EQ(measure_options_from_json(measure_options_to_json(options)).min_measure_s, 0.7);
+}
+
+// A GPU whose operation is 5% slower for 20 ms of every 100 ms (a power cap's slow phases). Most samples are fast, so
+// the order-statistic interval, which takes the samples as independent, converges as soon as the minimum measuring
+// time allows. With stability_blocks a block that falls inside a slow phase disagrees with the others, and the
+// measurement goes on until every block is long enough to span the phases.
+struct PhasedGpu : SimulatedGpu {
+  std::vector<double> run(int count) {
+    double t = now;
+    std::vector<double> durations = SimulatedGpu::run(count);
+    for (double& duration : durations) {
+      if (std::fmod(t, 0.1) >= 0.08) duration *= 1.05;
+      t += host_us * 1e-6;
+    }
+    return durations;
+  }
+};
+
+TEST(MeasureLoop, BlocksKeepMeasuringThroughSlowPhases) {
+  const auto run_phased = [](PhasedGpu& gpu, const MeasureOptions& options) {
+    return run_measurement_loop([&gpu](int count) { return gpu.run(count); }, options, [&gpu] { return gpu.now; });
+  };
+  MeasureOptions options;
+  options.time_budget_s = 3;
+  options.min_measure_s = 0.1;
+  PhasedGpu without_blocks;
+  const LoopResult quick = run_phased(without_blocks, options);
+  EXPECT_EQ(quick.stop_reason, "converged");
+
+  options.stability_blocks = 8;
+  PhasedGpu with_blocks;
+  const LoopResult patient = run_phased(with_blocks, options);
+  EXPECT_GT(with_blocks.now, 1.5 * without_blocks.now) << "stopped after " << with_blocks.now << " s, not "
+                                                     << without_blocks.now;
+  EXPECT_EQ(patient.stop_reason, "converged");
+  EXPECT_LE(block_medians_interval(patient.samples_us, 8).relative_half_width(), 0.01);
+  EXPECT_GT(block_medians_interval(quick.samples_us, 8).relative_half_width(), 0.01)
+      << "the blocks of the quick measurement disagree: that is what stopped it being accepted";
+  EXPECT_GT(patient.samples_us.size(), 8u * kMinSamplesPerBlock);
+
+  // A steady operation still converges with blocks on, after at least 8 x kMinSamplesPerBlock repetitions.
+  SimulatedGpu steady;
+  const LoopResult settled = run_simulated(steady, options);
+  EXPECT_EQ(settled.stop_reason, "converged");
+  EXPECT_GE(settled.samples_us.size(), 8u * kMinSamplesPerBlock);
+
+  options.stability_blocks = 3;
+  EXPECT_THROW(validate(options), InputError);
+  options.stability_blocks = 65;
+  EXPECT_THROW(validate(options), InputError);
+  options.stability_blocks = 16;
+  EXPECT_EQ(measure_options_from_json(measure_options_to_json(options)).stability_blocks, 16);
+  EXPECT_EQ(measure_options_from_json(nlohmann::json::object()).stability_blocks, 0) << "absent means off";
 }
 
 TEST(MeasureLoop, StopsAtMaxRepetitionsExactly) {

@@ -39,6 +39,27 @@ TEST(PoolMeasurements, StatisticsOfEverySample) {
   EXPECT_DOUBLE_EQ(pooled.total_seconds, 3.0);
 }
 
+// With stability_blocks the pooled samples (in the order the parts were measured) get their own blocks' interval:
+// two parts that each agree within themselves but not with each other make a wide one.
+TEST(PoolMeasurements, BlocksIntervalSpansTheParts) {
+  std::vector<double> fast(20, 700.0);
+  std::vector<double> slow(20, 728.0);
+  fast[3] = 701;
+  slow[5] = 729;
+  Measurement first = part(fast, -1, -1, true);
+  first.stability_blocks = 4;
+  set_statistics(first, fast);
+  EXPECT_EQ(first.blocks_relative_half_width, 0) << "one outlier does not move its block's median";
+  const Measurement pooled = pool_measurements({first, part(slow, -1, -1, true)});
+  EXPECT_EQ(pooled.stability_blocks, 4);
+  // Block medians 700, 700, 728, 728: mean 714, stddev 16.17, t(0.975, 3) = 3.182.
+  EXPECT_NEAR(pooled.blocks_relative_half_width, 3.182 * 16.166 / 2 / 714, 0.001);
+  Measurement too_few = part({700, 701, 702}, -1, -1, true);
+  too_few.stability_blocks = 4;
+  set_statistics(too_few, too_few.samples_us);
+  EXPECT_EQ(too_few.blocks_relative_half_width, -1) << "fewer than kMinSamplesPerBlock per block";
+}
+
 TEST(PoolMeasurements, NotConvergedIfAnyPartIsNotAndEmptyIsRefused) {
   EXPECT_FALSE(pool_measurements({part({1, 2, 3}, -1, -1, true), part({4, 5}, -1, -1, false)}).converged);
   EXPECT_EQ(pool_measurements({part({1, 2, 3}, -1, -1, true)}).busy_sm_mhz_min, -1);

@@ -162,6 +162,48 @@ TEST(Statistics, ConvergenceNeedsEnoughSamplesAndANarrowInterval) {
   EXPECT_TRUE(is_converged(summarize({100, 100, 100, 100, 100, 100}), ConvergenceRule{1, 0.01, 0.95}));
 }
 
+TEST(Statistics, StudentTQuantilesMatchTheTables) {
+  // Two-sided 95% and one-sided 95% critical values from standard t tables.
+  EXPECT_NEAR(student_t_quantile(0.975, 1), 12.7062, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.975, 7), 2.3646, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.975, 30), 2.0423, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.95, 10), 1.8125, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.995, 3), 5.8409, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.975, 1000000), 1.95996, 1e-4) << "tends to the normal quantile";
+  EXPECT_NEAR(student_t_quantile(0.025, 7), -2.3646, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.5, 5), 0, 1e-9);
+  EXPECT_THROW(student_t_quantile(1, 5), Error);
+  EXPECT_THROW(student_t_quantile(0.9, 0), Error);
+}
+
+TEST(Statistics, BlockIntervalIsNarrowForSteadySamplesAndWideAcrossASlowPhase) {
+  std::mt19937 generator(11);
+  std::uniform_real_distribution<double> jitter(-0.5, 0.5);
+  std::vector<double> steady(800);
+  for (double& value : steady) value = 100 + jitter(generator);
+  const BlockInterval narrow = block_medians_interval(steady, 8);
+  ASSERT_EQ(narrow.block_medians.size(), 8u);
+  EXPECT_NEAR(narrow.mean, 100, 0.1);
+  EXPECT_LT(narrow.relative_half_width(), 0.002);
+
+  // The same samples with the last quarter 4% slower (a slow phase): every sample still lies within 4.5% of the
+  // others, yet the blocks disagree, and the interval says so.
+  std::vector<double> phased = steady;
+  for (std::size_t i = 600; i < phased.size(); ++i) phased[i] *= 1.04;
+  const BlockInterval wide = block_medians_interval(phased, 8);
+  EXPECT_GT(wide.relative_half_width(), 0.01);
+  EXPECT_NEAR(wide.block_medians.back(), 104, 0.3);
+  // t(0.975, 7) * stddev / sqrt(8), by hand.
+  EXPECT_NEAR(wide.half_width,
+              student_t_quantile(0.975, 7) * sample_stddev(wide.block_medians) / std::sqrt(8.0), 1e-12);
+
+  // Uneven counts: the first blocks take one sample more, and every sample is in exactly one block.
+  const BlockInterval uneven = block_medians_interval({1, 2, 3, 4, 5, 6, 7}, 3);
+  EXPECT_EQ(uneven.block_medians, (std::vector<double>{2, 4.5, 6.5}));  // blocks {1,2,3} {4,5} {6,7}
+  EXPECT_THROW(block_medians_interval({1, 2, 3}, 4), Error);
+  EXPECT_THROW(block_medians_interval({1, 2, 3}, 1), Error);
+}
+
 TEST(Statistics, StabilityComparesTheLastTwoWindows) {
   const StabilityRule rule{10, 0.01};
   std::vector<double> settling(10, 110.0);
