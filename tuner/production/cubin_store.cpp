@@ -105,11 +105,17 @@ CubinManifest CubinManifest::from_json(const nlohmann::json& json, std::string_v
     } catch (const InputError& error) {
       fail(path + (family == nullptr ? ".family" : ".config"), error.what());
     }
-    std::set<std::string> expected_parameters;
-    for (const ParameterDomain& domain : family->parameter_space()) expected_parameters.insert(domain.name);
-    std::set<std::string> parameters;
-    for (const auto& [name, value] : entry.config.params) parameters.insert(name);
-    if (parameters != expected_parameters) fail(path + ".config", "expected exactly the parameters of the " + family_name + " family");
+    // Every parameter of the family, except one added after configs were stored (absent_means), which may be left out.
+    const std::vector<ParameterDomain> space = family->parameter_space();
+    for (const auto& [name, value] : entry.config.params) {
+      const bool known = std::any_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == name; });
+      if (!known) fail(path + ".config", "the " + family_name + " family has no parameter '" + name + "'");
+    }
+    for (const ParameterDomain& domain : space) {
+      if (!entry.config.params.contains(domain.name) && !domain.absent_means) {
+        fail(path + ".config", "missing the " + family_name + " family's parameter '" + domain.name + "'");
+      }
+    }
     entry.arch = text("arch");
     try {
       ArchTarget::parse(entry.arch);

@@ -94,6 +94,19 @@ TEST(CubinManifest, ReadsWhatItWrites) {
   EXPECT_EQ(manifest.to_json(), valid_manifest());
 }
 
+// A manifest exported before the wgmma family had `overlap` lists configs without it; they mean overlap=0.
+TEST(CubinManifest, AParameterAddedLaterMayBeAbsent) {
+  nlohmann::json json = valid_manifest();
+  json["kernels"][0]["family"] = "wgmma";
+  json["kernels"][0]["config"] = "bm=64,bn=128,bk=128,stages=4,split=4,raster=0";
+  const CubinManifest manifest = CubinManifest::from_json(json);
+  ASSERT_EQ(manifest.kernels.size(), 1u);
+  EXPECT_FALSE(manifest.kernels[0].config.params.contains("overlap"));
+  json["kernels"][0]["config"] = "bm=64,bn=128,bk=128,stages=4,raster=0";
+  EXPECT_EQ(input_error([&] { CubinManifest::from_json(json, "m.json"); }),
+            "m.json: field 'kernels[0].config': missing the wgmma family's parameter 'split'");
+}
+
 TEST(CubinManifest, MalformedManifestNamesTheField) {
   auto message = [](const nlohmann::json& json) { return input_error([&] { CubinManifest::from_json(json, "m.json"); }); };
   nlohmann::json json = valid_manifest();
@@ -110,7 +123,10 @@ TEST(CubinManifest, MalformedManifestNamesTheField) {
   EXPECT_EQ(message(json), "m.json: field 'kernels[0].arch': missing");
   json = valid_manifest();
   json["kernels"][0]["config"] = "bm=16,volume=11";
-  EXPECT_EQ(message(json), "m.json: field 'kernels[0].config': expected exactly the parameters of the mma family");
+  EXPECT_EQ(message(json), "m.json: field 'kernels[0].config': the mma family has no parameter 'volume'");
+  json = valid_manifest();
+  json["kernels"][0]["config"] = "bm=16";
+  EXPECT_EQ(message(json), "m.json: field 'kernels[0].config': missing the mma family's parameter 'bn'");
   json = valid_manifest();
   json["kernels"][0]["config"] = "bm=sixteen";
   EXPECT_EQ(message(json).rfind("m.json: field 'kernels[0].config': ", 0), 0u);
