@@ -1,6 +1,7 @@
 // Google Benchmark benchmarks of the cuBLASLt baselines: f16 and fp8 (per-tensor scales) GEMMs at N = K = 8192 for
 // M in {1, 16, 256, 4096}. Times are CUPTI's, not the host's: every benchmark iteration is one measurement of
-// qtune's harness (cold L2, warm-up, repeated until the median is known to +-1%) and reports that median with
+// qtune's harness with `qtune bench`'s options (cold L2, warm-up, repeated for at least 0.5 s until the median is
+// known to +-1% and 8 time-ordered blocks agree) and reports that median with
 // SetIterationTime, so Google Benchmark's JSON and compare.py work on GPU time. Each baseline is prepared once per
 // process, checked against the CPU reference, and the fastest verified algorithm of cuBLASLt's top 8 is the one
 // benchmarked (its description is the benchmark's label). Without a GPU every benchmark is skipped with the reason.
@@ -68,7 +69,7 @@ void BM_CublasLt(benchmark::State& state, BaselineKind kind) {
   const GemmProblem problem{m, kN, kK};
   measure::Measurement last;
   for (auto _ : state) {
-    last = measure::measure([&](CUstream stream) { baseline.launch(stream); });
+    last = measure::measure([&](CUstream stream) { baseline.launch(stream); }, measure::benchmark_measure_options());
     state.SetIterationTime(last.median_us * 1e-6);
   }
   const RowMetrics metrics = row_metrics(traffic(kind, problem), gemm_flops(problem), last.median_us, {}, {});

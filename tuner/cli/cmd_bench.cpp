@@ -53,8 +53,8 @@ struct BenchOptions {
   std::string output = "table";
   uint64_t seed = 1;
   double time_budget_s = 2.0;
-  double min_time_s = 0.5;
-  int blocks = 8;
+  double min_time_s = measure::benchmark_measure_options().min_measure_s;
+  int blocks = measure::benchmark_measure_options().stability_blocks;
   double clock_dip = measure::MeasureOptions{}.clock_dip_fraction;
   double timeout_s = 900;
   std::string bandwidth = "measured";

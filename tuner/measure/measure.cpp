@@ -83,6 +83,13 @@ void validate(const MeasureOptions& options) {
   }
 }
 
+MeasureOptions benchmark_measure_options() {
+  MeasureOptions options;
+  options.min_measure_s = 0.5;
+  options.stability_blocks = 8;
+  return options;
+}
+
 double Measurement::relative_ci_half_width() const {
   if (median_us <= 0) return INFINITY;
   return std::max(median_us - ci_low_us, ci_high_us - median_us) / median_us;

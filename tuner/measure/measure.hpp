@@ -81,6 +81,11 @@ struct MeasureOptions {
 // The fewest samples per block for MeasureOptions::stability_blocks' check: a median of fewer says little.
 inline constexpr int kMinSamplesPerBlock = 5;
 
+// The options of a benchmark's final numbers (`qtune bench`, qtune-bench): the defaults plus a 0.5 s minimum
+// measuring time and 8 stability blocks, so that two runs agree (docs/measurement.md). Tuning keeps the plain
+// defaults: it ranks candidates within one run.
+MeasureOptions benchmark_measure_options();
+
 // Throws InputError naming the field (e.g. "min_repetitions") when options are inconsistent.
 void validate(const MeasureOptions& options);
 

@@ -145,6 +145,11 @@ TEST(MeasureLoop, BlocksKeepMeasuringThroughSlowPhases) {
   options.stability_blocks = 16;
   EXPECT_EQ(measure_options_from_json(measure_options_to_json(options)).stability_blocks, 16);
   EXPECT_EQ(measure_options_from_json(nlohmann::json::object()).stability_blocks, 0) << "absent means off";
+
+  // The benchmarks' options have the check on, and are valid.
+  EXPECT_NO_THROW(validate(benchmark_measure_options()));
+  EXPECT_EQ(benchmark_measure_options().stability_blocks, 8);
+  EXPECT_EQ(MeasureOptions{}.stability_blocks, 0) << "tuning keeps it off";
 }
 
 TEST(MeasureLoop, StopsAtMaxRepetitionsExactly) {
