@@ -592,9 +592,11 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Validator(
           [](const std::string& text) -> std::string {
             const int value = std::atoi(text.c_str());
-            return value == 0 || (value >= 4 && value <= 64) ? "" : "must be 0 (off) or in [4, 64], got " + text;
+            const bool valid = value == 0 || (value >= measure::kMinStabilityBlocks && value <= measure::kMaxStabilityBlocks);
+            return valid ? "" : "must be 0 (off) or in [" + std::to_string(measure::kMinStabilityBlocks) + ", " +
+                                    std::to_string(measure::kMaxStabilityBlocks) + "], got " + text;
           },
-          "0 or 4..64"))
+          "0 or " + std::to_string(measure::kMinStabilityBlocks) + ".." + std::to_string(measure::kMaxStabilityBlocks)))
       ->capture_default_str();
   add_clock_dip_option(*command, options->clock_dip);
   command->add_option("--timeout", options->timeout_s, "seconds one target x M may take before its worker is killed")

@@ -30,6 +30,14 @@ constexpr double kMaxCooldownSeconds = 10;
 
 Measurement measure_single(const std::function<void(CUstream)>& launch_operation, const MeasureOptions& options);
 
+// The blocks' relative half width (MeasureOptions::stability_blocks) of samples in time order; nullopt with the
+// check off or fewer than kMinSamplesPerBlock samples per block.
+std::optional<double> blocks_relative_half_width(const std::vector<double>& samples, int blocks, double confidence) {
+  const auto count = static_cast<std::size_t>(std::max(0, blocks));
+  if (count == 0 || samples.size() < count * kMinSamplesPerBlock) return std::nullopt;
+  return block_medians_interval(samples, count, confidence).relative_half_width();
+}
+
 }  // namespace
 
 void validate(const MeasureOptions& options) {
@@ -75,8 +83,10 @@ void validate(const MeasureOptions& options) {
     QTUNE_INPUT_ERROR("min_measure_s: must be in [0, time_budget_s = " + std::to_string(options.time_budget_s) + "], got " +
                       std::to_string(options.min_measure_s));
   }
-  if (options.stability_blocks != 0 && (options.stability_blocks < 4 || options.stability_blocks > 64)) {
-    QTUNE_INPUT_ERROR("stability_blocks: must be 0 (off) or in [4, 64], got " + std::to_string(options.stability_blocks));
+  if (options.stability_blocks != 0 &&
+      (options.stability_blocks < kMinStabilityBlocks || options.stability_blocks > kMaxStabilityBlocks)) {
+    QTUNE_INPUT_ERROR("stability_blocks: must be 0 (off) or in [" + std::to_string(kMinStabilityBlocks) + ", " +
+                      std::to_string(kMaxStabilityBlocks) + "], got " + std::to_string(options.stability_blocks));
   }
   if (!(options.clock_dip_fraction == 0 || (options.clock_dip_fraction >= 0.5 && options.clock_dip_fraction <= 1))) {
     QTUNE_INPUT_ERROR("clock_dip_fraction: must be 0 (off) or in [0.5, 1], got " + std::to_string(options.clock_dip_fraction));
@@ -151,10 +161,8 @@ LoopResult run_measurement_loop(const std::function<std::vector<double>(int)>& r
                              options.confidence};
   const auto blocks_agree = [&options](const std::vector<double>& samples) {
     if (options.stability_blocks == 0) return true;
-    const auto blocks = static_cast<std::size_t>(options.stability_blocks);
-    if (samples.size() < blocks * kMinSamplesPerBlock) return false;
-    return block_medians_interval(samples, blocks, options.confidence).relative_half_width() <=
-           options.target_relative_ci;
+    const std::optional<double> width = blocks_relative_half_width(samples, options.stability_blocks, options.confidence);
+    return width && *width <= options.target_relative_ci;
   };
   const auto max_samples = static_cast<std::size_t>(options.max_repetitions);
   std::size_t next_check = rule.min_samples;
@@ -341,11 +349,8 @@ void set_statistics(Measurement& measurement, const std::vector<double>& samples
   measurement.ci_low_us = summary.median_interval.low;
   measurement.ci_high_us = summary.median_interval.high;
   measurement.ci_coverage = summary.median_interval.coverage;
-  const auto blocks = static_cast<std::size_t>(std::max(0, measurement.stability_blocks));
   measurement.blocks_relative_half_width =
-      blocks > 0 && samples_us.size() >= blocks * kMinSamplesPerBlock
-          ? block_medians_interval(samples_us, blocks, confidence).relative_half_width()
-          : -1;
+      blocks_relative_half_width(samples_us, measurement.stability_blocks, confidence).value_or(-1);
 }
 
 Measurement pool_measurements(const std::vector<Measurement>& parts, double confidence) {

@@ -52,7 +52,8 @@ struct MeasureOptions {
   // Convergence also needs the measured repetitions, cut in time order into this many blocks, to agree: the Student-t
   // interval of the mean of the blocks' medians (statistics.hpp, batch means) within +-target_relative_ci. A GPU at
   // its power cap moves through slow phases longer than many repetitions; samples that are not independent make the
-  // order-statistic interval too narrow, and two runs then disagree by more than it. 0: off; otherwise in [4, 64].
+  // order-statistic interval too narrow, and two runs then disagree by more than it. 0: off; otherwise in
+  // [kMinStabilityBlocks, kMaxStabilityBlocks].
   // The check needs kMinSamplesPerBlock samples per block.
   int stability_blocks = 0;
   // Repetitions are launched this many at a time between synchronisations (fewer when one takes long).
@@ -80,6 +81,9 @@ struct MeasureOptions {
 
 // The fewest samples per block for MeasureOptions::stability_blocks' check: a median of fewer says little.
 inline constexpr int kMinSamplesPerBlock = 5;
+// stability_blocks is 0 (off) or in [kMinStabilityBlocks, kMaxStabilityBlocks].
+inline constexpr int kMinStabilityBlocks = 4;
+inline constexpr int kMaxStabilityBlocks = 64;
 
 // The options of a benchmark's final numbers (`qtune bench`, qtune-bench): the defaults plus a 0.5 s minimum
 // measuring time and 8 stability blocks, so that two runs agree (docs/measurement.md). Tuning keeps the plain

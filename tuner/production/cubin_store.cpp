@@ -106,12 +106,10 @@ CubinManifest CubinManifest::from_json(const nlohmann::json& json, std::string_v
       fail(path + (family == nullptr ? ".family" : ".config"), error.what());
     }
     // Every parameter of the family, except one added after configs were stored (absent_means), which may be left out.
-    const std::vector<ParameterDomain> space = family->parameter_space();
     for (const auto& [name, value] : entry.config.params) {
-      const bool known = std::any_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == name; });
-      if (!known) fail(path + ".config", "the " + family_name + " family has no parameter '" + name + "'");
+      if (!has_parameter(*family, name)) fail(path + ".config", "the " + family_name + " family has no parameter '" + name + "'");
     }
-    for (const ParameterDomain& domain : space) {
+    for (const ParameterDomain& domain : family->parameter_space()) {
       if (!entry.config.params.contains(domain.name) && !domain.absent_means) {
         fail(path + ".config", "missing the " + family_name + " family's parameter '" + domain.name + "'");
       }
