@@ -183,6 +183,28 @@ void validate(const RunoffOptions& options) {
   if (!(options.round_time_budget_s >= 0)) {
     QTUNE_INPUT_ERROR("runoff.round_time_budget_s: must be >= 0, got " + std::to_string(options.round_time_budget_s));
   }
+  if (!(options.screen_time_s >= 0 && options.screen_time_s <= kMaxScreenTimeS)) {
+    QTUNE_INPUT_ERROR("runoff.screen_time_s: must be in [0, " + std::to_string(kMaxScreenTimeS) + "], got " +
+                      std::to_string(options.screen_time_s));
+  }
+}
+
+measure::MeasureOptions screening_options(const measure::MeasureOptions& full, double screen_time_s) {
+  if (!(screen_time_s > 0 && screen_time_s <= kMaxScreenTimeS)) {
+    QTUNE_INPUT_ERROR("screen_time_s: must be in (0, " + std::to_string(kMaxScreenTimeS) + "], got " +
+                      std::to_string(screen_time_s));
+  }
+  measure::MeasureOptions screen = full;
+  screen.time_budget_s = 2 * screen_time_s;
+  screen.min_measure_s = screen_time_s;
+  screen.max_warmup_s = std::min(full.max_warmup_s, screen_time_s / 4);
+  screen.min_warmup_s = std::min(full.min_warmup_s, screen.max_warmup_s);
+  // A ranking within one run: slow phases and clock dips hit neighbouring candidates alike, and the winner's
+  // final measurement keeps every check.
+  screen.stability_blocks = 0;
+  screen.clock_dip_fraction = 0;
+  screen.throttle_retries = 0;
+  return screen;
 }
 
 Runoff run_off(int first, int second, const RunoffOptions& options, const std::function<double(int)>& measure_median_us) {
@@ -312,6 +334,29 @@ std::optional<VariantResult> try_pinned(CublasLtBaseline& baseline, const Pinned
   return variant;
 }
 
+// The selected winner of a screened first pass, measured again with the full options: that measurement replaces
+// its screening one. When it fails, the variant keeps no measurement and the target has no best.
+void measure_finalist(CublasLtBaseline& baseline, const measure::MeasureOptions& options, double screen_time_s,
+                      TargetResult& result) {
+  VariantResult& finalist = result.variants.at(static_cast<size_t>(result.best));
+  const double screened_us = finalist.measurement->median_us;
+  try {
+    finalist.measurement = measure::measure([&](CUstream stream) { baseline.launch(stream); }, options);
+  } catch (const NoGpuError&) {
+    throw;
+  } catch (const Error& error) {
+    rethrow_if_context_lost();
+    finalist.measurement.reset();
+    finalist.error = std::string("final measurement failed: ") + error.what();
+    result.best = -1;
+    return;
+  }
+  char note[160];
+  std::snprintf(note, sizeof note, "screened %zu algorithms for %.3g s each; the winner (%.2f us screened) measured in full",
+                result.variants.size(), screen_time_s, screened_us);
+  append_note(result.notes, note);
+}
+
 }  // namespace
 
 TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options,
@@ -337,20 +382,29 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
     }
   }
 
+  const bool screening = runoff_options.screen_time_s > 0;
+  const measure::MeasureOptions first_pass =
+      screening ? screening_options(options, runoff_options.screen_time_s) : options;
   const size_t timed_count =
       top_k > 0 ? std::min(algorithms.size(), static_cast<size_t>(top_k)) : algorithms.size();
-  for (size_t i = 0; i < timed_count; ++i) result.variants.push_back(verify_and_time(baseline, algorithms[i], options));
+  for (size_t i = 0; i < timed_count; ++i) {
+    result.variants.push_back(verify_and_time(baseline, algorithms[i], first_pass));
+  }
   // variants[i] is algorithms[i] from here on.
   result.best = best_variant_index(result.variants);
   const std::optional<std::pair<int, int>> pair =
       runoff_options.rounds > 0 ? runoff_pair(result.variants) : std::nullopt;
   if (pair) {
     measure::MeasureOptions round = options;
-    round.time_budget_s =
-        runoff_options.round_time_budget_s > 0 ? runoff_options.round_time_budget_s : options.time_budget_s / 4;
-    round.max_warmup_s = std::min(options.max_warmup_s, round.time_budget_s / 2);
-    round.min_measure_s = std::min(options.min_measure_s, round.time_budget_s / 2);
-    round.min_warmup_s = std::min(options.min_warmup_s, round.max_warmup_s);
+    if (screening && runoff_options.round_time_budget_s == 0) {
+      round = first_pass;
+    } else {
+      round.time_budget_s =
+          runoff_options.round_time_budget_s > 0 ? runoff_options.round_time_budget_s : options.time_budget_s / 4;
+      round.max_warmup_s = std::min(options.max_warmup_s, round.time_budget_s / 2);
+      round.min_measure_s = std::min(options.min_measure_s, round.time_budget_s / 2);
+      round.min_warmup_s = std::min(options.min_warmup_s, round.max_warmup_s);
+    }
     round.clock_dip_fraction = 0;  // the rounds alternate, so a dip slows both; a cooled-down retry only costs time
     round.stability_blocks = 0;    // likewise a slow phase: alternating rounds, not long ones, cancel it out
     try {
@@ -373,6 +427,7 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
     }
   }
   if (result.best >= 0) baseline.select_algorithm(algorithms.at(static_cast<size_t>(result.best)).heuristic_index);
+  if (screening && result.best >= 0) measure_finalist(baseline, options, runoff_options.screen_time_s, result);
   return result;
 }
 
@@ -405,7 +460,7 @@ TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint6
     for (int placement = 1; placement < placements; ++placement) {
       spacers.emplace_back(static_cast<std::size_t>(placement) * (std::size_t{7} << 20) + (std::size_t{3} << 20));
       auto copy = std::make_unique<CublasLtBaseline>(kind, listing);
-      copy->prepare(problem, seed);
+      copy->prepare_copy_of(baseline);  // the same operands elsewhere in memory, not drawn again
       const std::optional<size_t> position = find_algorithm(copy->algorithms(), chosen);
       if (!position) QTUNE_THROW(Error, "placements: cuBLASLt did not list the chosen algorithm again (" + chosen.describe() + ")");
       copy->select_algorithm(copy->algorithms()[*position].heuristic_index);
@@ -460,7 +515,8 @@ nlohmann::json to_job_params(const BenchBaselineRequest& request) {
                         {"runoff",
                          {{"rounds", request.runoff.rounds},
                           {"tie_tolerance", request.runoff.tie_tolerance},
-                          {"round_time_budget_s", request.runoff.round_time_budget_s}}}};
+                          {"round_time_budget_s", request.runoff.round_time_budget_s},
+                          {"screen_time_s", request.runoff.screen_time_s}}}};
   params["placements"] = request.placements;
   if (request.pinned) {
     params["pinned"] = {{"algorithm", nlohmann::json::parse(request.pinned->algorithm.to_json())},
@@ -493,6 +549,7 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
   request.runoff.rounds = job_field(runoff, "rounds", request.runoff.rounds, "runoff.");
   request.runoff.tie_tolerance = job_field(runoff, "tie_tolerance", request.runoff.tie_tolerance, "runoff.");
   request.runoff.round_time_budget_s = job_field(runoff, "round_time_budget_s", request.runoff.round_time_budget_s, "runoff.");
+  request.runoff.screen_time_s = job_field(runoff, "screen_time_s", request.runoff.screen_time_s, "runoff.");
   validate(request.runoff);
   if (params.contains("pinned") && !params.at("pinned").is_null()) {
     const nlohmann::json& pinned = params.at("pinned");

@@ -35,11 +35,24 @@ struct VariantResult {
 // again in alternation (A B, B A, A B, ...), so that drift of clocks, power and temperature hits both alike, and the
 // winner is decided on the median of the per-round ratios. Within tie_tolerance the one cuBLASLt's heuristic ranks
 // first wins, so a near-tie does not flip between runs on noise.
+//
+// Screening (screen_time_s > 0) makes that cheap: the first pass and the run-off's rounds measure each algorithm for
+// about screen_time_s (no minimum measuring time, no stability blocks, no throttle retries), and only the winner is
+// then measured with the full options. Its final measurement is what a bench reports; the others keep their
+// screening medians, which only rank them.
 struct RunoffOptions {
   int rounds = 4;                  // measurements of each of the two; 0: no run-off, the first pass decides
   double tie_tolerance = 0.01;     // relative
-  double round_time_budget_s = 0;  // per run-off measurement; 0: a quarter of the first pass's time budget
+  double round_time_budget_s = 0;  // per run-off measurement; 0: a quarter of the first pass's time budget (or the
+                                   // screening options when screening)
+  double screen_time_s = 0;        // 0: every algorithm gets the full measurement; at most kMaxScreenTimeS
 };
+inline constexpr double kMaxScreenTimeS = 10;
+
+// The options of a screening measurement of about `screen_time_s` derived from the full ones (same device, L2
+// mode and flush, confidence target): measuring for screen_time_s, a warm-up of at most a quarter of it, no
+// stability blocks, no clock-dip or throttle retries, within a budget of twice screen_time_s.
+measure::MeasureOptions screening_options(const measure::MeasureOptions& full, double screen_time_s);
 
 struct Runoff {
   int first = -1;   // variant indices of the two, first = the one cuBLASLt ranks earlier

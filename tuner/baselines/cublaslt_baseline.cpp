@@ -237,6 +237,47 @@ const std::vector<AlgoInfo>& CublasLtBaseline::algorithms() const { return state
 int CublasLtBaseline::selected_algorithm() const { return state_->selected; }
 
 bool CublasLtBaseline::prepare(const GemmProblem& problem, uint64_t seed) {
+  return prepare_operands(problem, std::nullopt, [&](State& s, int64_t m) {
+    OperandOptions operand_options;
+    operand_options.fp8_output = options_.fp8_output;
+    operand_options.max_verify_rows = options_.max_verify_rows;
+    HostOperands operands = make_host_operands(kind_, problem, m, seed, operand_options);
+    s.weight = runtime::DeviceBuffer(operands.weight.size());
+    upload(s.weight, operands.weight);
+    s.activation = runtime::DeviceBuffer(operands.activation.size());
+    upload(s.activation, operands.activation);
+    s.weight_scales = runtime::DeviceBuffer(operands.weight_scales.size() * sizeof(float));
+    upload(s.weight_scales, operands.weight_scales);
+    s.activation_scales = runtime::DeviceBuffer(operands.activation_scales.size() * sizeof(float));
+    upload(s.activation_scales, operands.activation_scales);
+    // The reference, scales and tolerance stay; the operand bytes live on the GPU now.
+    operands.weight = {};
+    operands.activation = {};
+    s.operands = std::move(operands);
+  });
+}
+
+bool CublasLtBaseline::prepare_copy_of(const CublasLtBaseline& source) {
+  const State& from = *source.state_;
+  if (source.kind_ != kind_ || !from.supported) {
+    QTUNE_THROW(Error, id() + ": prepare_copy_of needs a successfully prepared " + id() + ", got " + source.id());
+  }
+  const auto copied = [](const runtime::DeviceBuffer& buffer) {
+    runtime::DeviceBuffer copy(buffer.bytes());
+    if (buffer.bytes() > 0) copy.copy_from(buffer, buffer.bytes());
+    return copy;
+  };
+  return prepare_operands(from.problem, from.executed_m, [&](State& s, int64_t) {
+    s.weight = copied(from.weight);
+    s.activation = copied(from.activation);
+    s.weight_scales = copied(from.weight_scales);
+    s.activation_scales = copied(from.activation_scales);
+    s.operands = from.operands;
+  });
+}
+
+bool CublasLtBaseline::prepare_operands(const GemmProblem& problem, std::optional<int64_t> executed_m,
+                                        const std::function<void(State&, int64_t)>& place_operands) {
   validate_problem(problem);
   state_ = std::make_unique<State>();
   State& s = *state_;
@@ -271,6 +312,7 @@ bool CublasLtBaseline::prepare(const GemmProblem& problem, uint64_t seed) {
   // cuBLASLt lists no algorithm for the exact M (alignment rules the docs do not state for every mode and type).
   std::vector<int64_t> candidates{baselines::executed_m(kind_, problem.m)};
   if (candidates.front() % 4 != 0) candidates.push_back(round_up(problem.m, 4));
+  if (executed_m) candidates = {*executed_m};
 
   QTUNE_LT_CHECK([&] {
     cublasLtHandle_t handle = nullptr;
@@ -284,25 +326,9 @@ bool CublasLtBaseline::prepare(const GemmProblem& problem, uint64_t seed) {
   std::string rejections;
   for (const int64_t m : candidates) {
     s.executed_m = m;
-    OperandOptions operand_options;
-    operand_options.fp8_output = options_.fp8_output;
-    operand_options.max_verify_rows = options_.max_verify_rows;
-    HostOperands operands = make_host_operands(kind_, problem, m, seed, operand_options);
-
-    s.weight = runtime::DeviceBuffer(operands.weight.size());
-    upload(s.weight, operands.weight);
-    s.activation = runtime::DeviceBuffer(operands.activation.size());
-    upload(s.activation, operands.activation);
-    s.output = runtime::DeviceBuffer(static_cast<size_t>(m * problem.n) * operands.output_element_bytes());
+    place_operands(s, m);
+    s.output = runtime::DeviceBuffer(static_cast<size_t>(m * problem.n) * s.operands.output_element_bytes());
     s.workspace = runtime::DeviceBuffer(options_.workspace_bytes);
-    s.weight_scales = runtime::DeviceBuffer(operands.weight_scales.size() * sizeof(float));
-    upload(s.weight_scales, operands.weight_scales);
-    s.activation_scales = runtime::DeviceBuffer(operands.activation_scales.size() * sizeof(float));
-    upload(s.activation_scales, operands.activation_scales);
-    // The reference, scales and tolerance stay; the operand bytes live on the GPU now.
-    operands.weight = {};
-    operands.activation = {};
-    s.operands = std::move(operands);
 
     cublasLtMatmulDesc_t desc = nullptr;
     QTUNE_LT_CHECK(cublasLtMatmulDescCreate(&desc, types.compute, types.scale));

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,9 @@ class CublasLtBaseline {
   // unsupported_reason(), when cuBLASLt cannot run this problem on this GPU. Throws NoGpuError without a GPU,
   // LibraryError when a CUDA or cuBLASLt call fails, InputError for a bad shape.
   bool prepare(const GemmProblem& problem, uint64_t seed);
+  // prepare() with the operands of `source` (a successfully prepared baseline of the same kind and options), copied
+  // device to device into new allocations: another placement of the same data, without drawing it again.
+  bool prepare_copy_of(const CublasLtBaseline& source);
 
   bool prepared() const;
   bool supported() const;
@@ -105,6 +109,11 @@ class CublasLtBaseline {
 
  private:
   struct State;
+  // The shared steps of prepare and prepare_copy_of: checks, descriptors and heuristic listing for each executed M
+  // tried (`executed_m`, else the problem's own and then padded); place_operands(state, m) fills the operands'
+  // buffers and host reference for M = m.
+  bool prepare_operands(const GemmProblem& problem, std::optional<int64_t> executed_m,
+                        const std::function<void(State&, int64_t)>& place_operands);
   BaselineKind kind_;
   BaselineOptions options_;
   std::unique_ptr<State> state_;

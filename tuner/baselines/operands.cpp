@@ -3,6 +3,9 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <tuple>
 
 #include "kernels/codec.hpp"
 #include "kernels/error.hpp"
@@ -149,6 +152,39 @@ std::vector<int32_t> exact_int8_rows(const QuantizedActivations& a, const Quanti
   return c;
 }
 
+// What a weight is drawn from: the same key gives the same bytes.
+struct WeightKey {
+  BaselineKind kind = BaselineKind::F16;
+  int64_t n = 0;
+  int64_t k = 0;
+  uint64_t seed = 0;
+  bool operator==(const WeightKey& other) const {
+    return std::tie(kind, n, k, seed) == std::tie(other.kind, other.n, other.k, other.seed);
+  }
+};
+
+// A bench draws the same N x K weight for every M of a baseline, and drawing it is most of the host's work: the last
+// weight of each type is kept per process (one entry, so memory stays at one weight).
+template <typename Weight, typename Make>
+std::shared_ptr<const Weight> last_weight(const WeightKey& key, const Make& make) {
+  static std::mutex mutex;
+  static WeightKey cached_key;
+  static std::shared_ptr<const Weight> cached;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!cached || !(cached_key == key)) {
+    cached.reset();  // release the old weight before drawing the new one
+    cached = std::make_shared<const Weight>(make());
+    cached_key = key;
+  }
+  return cached;
+}
+
+// A 16-bit weight: its bits as uploaded and the values they round to, which the reference multiplies.
+struct Dense16Weight {
+  std::vector<uint8_t> bits;
+  std::vector<float> values;
+};
+
 void make_16bit(HostOperands& operands, uint64_t seed) {
   const bool bf16 = operands.kind == BaselineKind::BF16;
   const int64_t m = operands.executed.m;
@@ -157,22 +193,26 @@ void make_16bit(HostOperands& operands, uint64_t seed) {
   const auto to_bits = [bf16](float value) { return bf16 ? float_to_bf16_bits(value) : float_to_f16_bits(value); };
   const auto from_bits = [bf16](uint16_t bits) { return bf16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits); };
 
+  // Rounds in place so that the reference sees exactly what the GPU reads.
+  const auto rounded = [&](std::vector<float>& values, std::vector<uint8_t>& bits) {
+    bits.resize(values.size() * 2);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t value_bits = to_bits(values[i]);
+      append_u16(bits, i, value_bits);
+      values[i] = from_bits(value_bits);
+    }
+  };
   std::vector<float> a = random_matrix(m, k, mix(seed, 1), false);
-  std::vector<float> w = random_matrix(n, k, mix(seed, 2), false);
-  operands.activation.resize(a.size() * 2);
-  operands.weight.resize(w.size() * 2);
-  // Round in place so that the reference sees exactly what the GPU reads.
-  for (size_t i = 0; i < a.size(); ++i) {
-    const uint16_t bits = to_bits(a[i]);
-    append_u16(operands.activation, i, bits);
-    a[i] = from_bits(bits);
-  }
-  for (size_t i = 0; i < w.size(); ++i) {
-    const uint16_t bits = to_bits(w[i]);
-    append_u16(operands.weight, i, bits);
-    w[i] = from_bits(bits);
-  }
-  operands.reference = dense_reference(a, w, operands.reference_rows, n, k);
+  rounded(a, operands.activation);
+  const std::shared_ptr<const Dense16Weight> w =
+      last_weight<Dense16Weight>(WeightKey{operands.kind, n, k, seed}, [&] {
+        Dense16Weight weight;
+        weight.values = random_matrix(n, k, mix(seed, 2), false);
+        rounded(weight.values, weight.bits);
+        return weight;
+      });
+  operands.weight = w->bits;
+  operands.reference = dense_reference(a, w->values, operands.reference_rows, n, k);
   FormatSpec format;  // default_tolerance only looks at the output and activation types
   format.activation = bf16 ? ActivationType::BF16 : ActivationType::F16;
   format.output = bf16 ? OutputType::BF16 : OutputType::F16;
@@ -186,7 +226,11 @@ void make_quantized(HostOperands& operands, uint64_t seed, OutputType fp8_output
   const int64_t n = operands.problem.n;
   const int64_t k = operands.problem.k;
 
-  const QuantizedWeights w = quantize_weights(format, random_matrix(n, k, mix(seed, 2), true), n, k);
+  // The weight's quantization does not depend on the output type, so the key need not hold it.
+  const std::shared_ptr<const QuantizedWeights> cached =
+      last_weight<QuantizedWeights>(WeightKey{operands.kind, n, k, seed},
+                                    [&] { return quantize_weights(format, random_matrix(n, k, mix(seed, 2), true), n, k); });
+  const QuantizedWeights& w = *cached;
   const QuantizedActivations a = quantize_activations(format, random_matrix(m, k, mix(seed, 1), true), m, k);
   operands.weight = w.codes;
   operands.activation = a.codes;

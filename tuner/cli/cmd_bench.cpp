@@ -53,6 +53,7 @@ struct BenchOptions {
   std::string output = "table";
   uint64_t seed = 1;
   double time_budget_s = 2.0;
+  double screen_time_s = 0.05;
   double min_time_s = measure::benchmark_measure_options().min_measure_s;
   int blocks = measure::benchmark_measure_options().stability_blocks;
   double clock_dip = measure::MeasureOptions{}.clock_dip_fraction;
@@ -92,7 +93,9 @@ BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
   baseline_options.device = options.device;
   const uint64_t seed = options.seed;
   const int placements = options.placements;
-  target.job_params = [kind, seed, baseline_options, measure_options, placements](
+  baselines::RunoffOptions runoff;
+  runoff.screen_time_s = options.screen_time_s;
+  target.job_params = [kind, seed, baseline_options, measure_options, runoff, placements](
                           const GemmProblem& problem, const std::optional<PinnedAlgorithm>& pinned) {
     baselines::BenchBaselineRequest request;
     request.kind = kind;
@@ -100,6 +103,7 @@ BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
     request.seed = seed;
     request.baseline = baseline_options;
     request.measure = measure_options;
+    request.runoff = runoff;
     request.pinned = pinned;
     request.placements = placements;
     return baselines::to_job_params(request);
@@ -576,6 +580,13 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();
   command->add_option("--seed", options->seed, "seed of the random operands")->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per algorithm at most")
+      ->capture_default_str();
+  command
+      ->add_option("--screen-time", options->screen_time_s,
+                   "seconds each of the top-k algorithms is timed for to rank them (the run-off's rounds too); only "
+                   "the winner then gets the full measurement (--min-time, --blocks, --clock-dip); 0: every "
+                   "algorithm gets the full measurement")
+      ->check(CLI::Range(0.0, baselines::kMaxScreenTimeS))
       ->capture_default_str();
   command
       ->add_option("--min-time", options->min_time_s,

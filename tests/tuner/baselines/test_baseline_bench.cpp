@@ -114,6 +114,47 @@ TEST(JobParams, RoundTripEveryField) {
   EXPECT_EQ(back.measure.min_repetitions, 30);
 }
 
+TEST(JobParams, ScreenTimeTravelsAndIsChecked) {
+  BenchBaselineRequest request;
+  request.problem = {16, 512, 512};
+  request.runoff.screen_time_s = 0.04;
+  EXPECT_DOUBLE_EQ(request_from_job_params(to_job_params(request)).runoff.screen_time_s, 0.04);
+  nlohmann::json params = to_job_params(request);
+  params["runoff"]["screen_time_s"] = -0.5;
+  try {
+    request_from_job_params(params);
+    FAIL() << "no InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("runoff.screen_time_s"), std::string::npos) << error.what();
+  }
+  params["runoff"]["screen_time_s"] = kMaxScreenTimeS * 2;
+  EXPECT_THROW(request_from_job_params(params), InputError);
+}
+
+// Screening keeps what makes the ranking fair (device, L2 mode, flush, confidence target) and drops what only the
+// final number needs (minimum time beyond the screen, stability blocks, throttle retries, clock-dip retries).
+TEST(Screening, OptionsAreShortAndKeepTheComparison) {
+  measure::MeasureOptions full = measure::benchmark_measure_options();
+  full.device = 3;
+  full.l2_flush = measure::L2Flush::Write;
+  full.target_relative_ci = 0.02;
+  const measure::MeasureOptions screen = screening_options(full, 0.05);
+  EXPECT_EQ(screen.device, 3);
+  EXPECT_EQ(screen.l2_flush, measure::L2Flush::Write);
+  EXPECT_FALSE(screen.warm_l2);
+  EXPECT_DOUBLE_EQ(screen.target_relative_ci, 0.02);
+  EXPECT_DOUBLE_EQ(screen.min_measure_s, 0.05);
+  EXPECT_DOUBLE_EQ(screen.time_budget_s, 0.1);
+  EXPECT_LE(screen.max_warmup_s, 0.0125 + 1e-12);
+  EXPECT_LE(screen.min_warmup_s, screen.max_warmup_s);
+  EXPECT_EQ(screen.stability_blocks, 0);
+  EXPECT_EQ(screen.throttle_retries, 0);
+  EXPECT_EQ(screen.clock_dip_fraction, 0);
+  EXPECT_NO_THROW(measure::validate(screen));
+  EXPECT_THROW(screening_options(full, 0), InputError);
+  EXPECT_THROW(screening_options(full, kMaxScreenTimeS + 1), InputError);
+}
+
 TEST(JobParams, BadFieldsAreInputErrorsNamingThem) {
   nlohmann::json params = to_job_params(BenchBaselineRequest{});
   params["baseline"] = "cublaslt-fp64";

@@ -209,6 +209,31 @@ TEST(BaselineGpu, PlacementsTimeTheChosenAlgorithmOnEverySetOfOperands) {
   EXPECT_NE(result.notes.find("again, in reverse order"), std::string::npos) << result.notes;
 }
 
+// Screening: every algorithm is ranked on a short measurement, and only the winner is measured with the full
+// options (here a 0.2 s minimum time and stability blocks), which its stored measurement shows.
+TEST(BaselineGpu, ScreeningMeasuresOnlyTheWinnerInFull) {
+  QTUNE_REQUIRE_GPU();
+  BaselineOptions options;
+  options.top_k = 4;
+  measure::MeasureOptions full = measure::benchmark_measure_options();
+  full.min_measure_s = 0.2;
+  RunoffOptions runoff;
+  runoff.screen_time_s = 0.02;
+  const TargetResult result = bench_baseline(BaselineKind::F16, {256, 4096, 4096}, 7, options, full, runoff);
+  ASSERT_TRUE(result.supported) << result.unsupported_reason;
+  const VariantResult* best = result.best_variant();
+  ASSERT_NE(best, nullptr) << result.notes;
+  ASSERT_TRUE(best->measurement.has_value());
+  EXPECT_EQ(best->measurement->stability_blocks, full.stability_blocks);
+  EXPECT_GE(best->measurement->total_seconds - best->measurement->warmup_seconds, full.min_measure_s * 0.99) << best->measurement->stop_reason;
+  for (const VariantResult& variant : result.variants) {
+    if (&variant == best || !variant.measurement) continue;
+    EXPECT_EQ(variant.measurement->stability_blocks, 0) << variant.label;
+    EXPECT_LT(variant.measurement->total_seconds, full.min_measure_s) << variant.label;
+  }
+  EXPECT_NE(result.notes.find("measured in full"), std::string::npos) << result.notes;
+}
+
 class BaselineTopK : public testing::TestWithParam<GpuCase> {};
 
 // Timing the top k gives a best algorithm: verified, measured, and no slower than any other measured one.

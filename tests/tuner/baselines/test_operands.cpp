@@ -130,6 +130,27 @@ TEST(Operands, AreDeterministicInTheSeed) {
   EXPECT_NE(a.weight, c.weight);
 }
 
+// The weight is kept between calls (a bench draws it once for all its M): what comes back for a key is what drawing
+// it afresh gives, whichever weights were drawn in between, and the kept one never leaks into another key.
+TEST(Operands, TheKeptWeightIsTheOneTheKeyDraws) {
+  for (const BaselineKind kind : {BaselineKind::F16, BaselineKind::BF16, BaselineKind::Fp8Block128}) {
+    const HostOperands first = make_host_operands(kind, {4, 128, 256}, 4, 21);
+    const HostOperands other_m = make_host_operands(kind, {16, 128, 256}, 16, 21);
+    const HostOperands other_seed = make_host_operands(kind, {4, 128, 256}, 4, 22);
+    const HostOperands other_shape = make_host_operands(kind, {4, 256, 256}, 4, 21);
+    const HostOperands again = make_host_operands(kind, {4, 128, 256}, 4, 21);
+    EXPECT_EQ(first.weight, other_m.weight) << baseline_id(kind);
+    EXPECT_NE(first.weight, other_seed.weight) << baseline_id(kind);
+    EXPECT_NE(first.weight.size(), other_shape.weight.size()) << baseline_id(kind);
+    EXPECT_EQ(first.weight, again.weight) << baseline_id(kind);
+    EXPECT_EQ(first.reference, again.reference) << baseline_id(kind);
+    EXPECT_EQ(first.weight_scales, again.weight_scales) << baseline_id(kind);
+  }
+  // BF16 after F16 of the same shape and seed: other bits, not the kept F16 weight.
+  EXPECT_NE(make_host_operands(BaselineKind::F16, {4, 128, 256}, 4, 21).weight,
+            make_host_operands(BaselineKind::BF16, {4, 128, 256}, 4, 21).weight);
+}
+
 TEST(Operands, AreNeverAllZero) {
   const HostOperands operands = make_host_operands(BaselineKind::F16, {2, 8, 16}, 2, 3);
   EXPECT_TRUE(std::any_of(operands.activation.begin(), operands.activation.end(), [](uint8_t b) { return b != 0; }));
