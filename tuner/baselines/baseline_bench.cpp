@@ -431,69 +431,100 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
   return result;
 }
 
-TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
-                            const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options,
-                            const RunoffOptions& runoff_options, const std::optional<PinnedAlgorithm>& pinned,
-                            int placements) {
-  if (placements < 1 || placements > 16) QTUNE_INPUT_ERROR("placements: must be 1..16, got " + std::to_string(placements));
-  BaselineOptions listing = baseline_options;
-  if (pinned) {
-    if (pinned->search_depth < 1) {
-      QTUNE_INPUT_ERROR("pinned.search_depth: must be at least 1, got " + std::to_string(pinned->search_depth));
+namespace {
+
+// Copies of `baseline`'s operands in other physical memory, each behind a spacer allocation, with `chosen` selected
+// and verified on each. Every set stays alive as long as this does, so that the allocator cannot hand the same
+// pages back.
+struct PlacedCopies {
+  std::vector<runtime::DeviceBuffer> spacers;
+  std::vector<std::unique_ptr<CublasLtBaseline>> copies;
+};
+
+PlacedCopies place_copies(const CublasLtBaseline& baseline, const AlgoInfo& chosen, int count) {
+  PlacedCopies placed;
+  for (int placement = 1; placement <= count; ++placement) {
+    placed.spacers.emplace_back(static_cast<std::size_t>(placement) * (std::size_t{7} << 20) + (std::size_t{3} << 20));
+    auto copy = std::make_unique<CublasLtBaseline>(baseline.kind(), baseline.options());
+    copy->prepare_copy_of(baseline);  // the same operands elsewhere in memory, not drawn again
+    const std::optional<size_t> position = find_algorithm(copy->algorithms(), chosen);
+    if (!position) {
+      QTUNE_THROW(Error, "placements: cuBLASLt did not list the chosen algorithm again (" + chosen.describe() + ")");
     }
-    listing.top_k = std::max(listing.top_k, pinned->search_depth);
+    copy->select_algorithm(copy->algorithms()[*position].heuristic_index);
+    const VerifyResult verified = copy->verify();
+    if (!verified.passed) {
+      QTUNE_THROW(Error, "placements: the chosen algorithm failed verification on placement " +
+                             std::to_string(placement) + ": " + verified.message);
+    }
+    placed.copies.push_back(std::move(copy));
   }
-  CublasLtBaseline baseline(kind, listing);
-  baseline.prepare(problem, seed);
-  TargetResult result = tune_baseline(baseline, measure_options, runoff_options, pinned, baseline_options.top_k);
-  result.problem = problem;
-  result.device = runtime::Device::get(baseline_options.device).info();
-  VariantResult* best = result.best >= 0 ? &result.variants[static_cast<size_t>(result.best)] : nullptr;
-  if (placements > 1 && best != nullptr && best->measurement) {
-    // Operands land in other physical memory when other allocations sit before them; every set stays alive until
-    // the end so that the allocator cannot hand the same pages back.
-    const AlgoInfo chosen = algo_info_from_json(best->params.dump());
-    std::vector<runtime::DeviceBuffer> spacers;
-    std::vector<std::unique_ptr<CublasLtBaseline>> copies;
-    std::vector<measure::Measurement> parts = {*best->measurement};
-    result.placement_medians_us.push_back(best->measurement->median_us);
-    for (int placement = 1; placement < placements; ++placement) {
-      spacers.emplace_back(static_cast<std::size_t>(placement) * (std::size_t{7} << 20) + (std::size_t{3} << 20));
-      auto copy = std::make_unique<CublasLtBaseline>(kind, listing);
-      copy->prepare_copy_of(baseline);  // the same operands elsewhere in memory, not drawn again
-      const std::optional<size_t> position = find_algorithm(copy->algorithms(), chosen);
-      if (!position) QTUNE_THROW(Error, "placements: cuBLASLt did not list the chosen algorithm again (" + chosen.describe() + ")");
-      copy->select_algorithm(copy->algorithms()[*position].heuristic_index);
-      const VerifyResult verified = copy->verify();
-      if (!verified.passed) QTUNE_THROW(Error, "placements: the chosen algorithm failed verification on placement " + std::to_string(placement) + ": " + verified.message);
-      CublasLtBaseline& target = *copy;
-      parts.push_back(measure::measure([&](CUstream stream) { target.launch(stream); }, measure_options));
-      result.placement_medians_us.push_back(parts.back().median_us);
-      copies.push_back(std::move(copy));
-    }
-    // A second pass, in reverse order, times every set again: a set that repeats its own time shows that the time
-    // follows where the operands sit, not when they were timed.
-    for (int placement = placements - 1; placement >= 0; --placement) {
-      CublasLtBaseline& target = placement == 0 ? baseline : *copies[static_cast<size_t>(placement - 1)];
-      parts.push_back(measure::measure([&](CUstream stream) { target.launch(stream); }, measure_options));
-      result.placement_second_pass_us.insert(result.placement_second_pass_us.begin(), parts.back().median_us);
-    }
-    // The stored measurement is every sample of both passes on every set: its median weighs each set alike.
-    *best->measurement = measure::pool_measurements(parts, measure_options.confidence);
-    auto list = [](const std::vector<double>& values) {
-      std::string text;
-      for (const double value : values) {
-        char item[32];
-        std::snprintf(item, sizeof item, "%.2f", value);
-        text += (text.empty() ? "" : " / ") + std::string(item);
-      }
-      return text;
-    };
-    const std::string medians = list(result.placement_medians_us) + " us; again, in reverse order: " + list(result.placement_second_pass_us);
-    result.notes += (result.notes.empty() ? "" : "; ") + std::string("all samples of ") + std::to_string(placements) +
-                    " operand placements timed twice, medians " + medians + " us";
+  return placed;
+}
+
+std::string medians_text(const std::vector<double>& values) {
+  std::string text;
+  for (const double value : values) {
+    char item[32];
+    std::snprintf(item, sizeof item, "%.2f", value);
+    text += (text.empty() ? "" : " / ") + std::string(item);
   }
+  return text;
+}
+
+// --placements: the chosen algorithm timed on every set, in two passes, and the samples of all of them pooled.
+void time_each_placement(CublasLtBaseline& baseline, PlacedCopies& placed, const measure::MeasureOptions& options,
+                         TargetResult& result) {
+  VariantResult& best = result.variants.at(static_cast<size_t>(result.best));
+  const auto set = [&](size_t index) -> CublasLtBaseline& { return index == 0 ? baseline : *placed.copies[index - 1]; };
+  const size_t sets = placed.copies.size() + 1;
+  std::vector<measure::Measurement> parts = {*best.measurement};
+  result.placement_medians_us.push_back(best.measurement->median_us);
+  for (size_t index = 1; index < sets; ++index) {
+    parts.push_back(measure::measure([&](CUstream stream) { set(index).launch(stream); }, options));
+    result.placement_medians_us.push_back(parts.back().median_us);
+  }
+  // A second pass, in reverse order, times every set again: a set that repeats its own time shows that the time
+  // follows where the operands sit, not when they were timed.
+  for (size_t index = sets; index-- > 0;) {
+    parts.push_back(measure::measure([&](CUstream stream) { set(index).launch(stream); }, options));
+    result.placement_second_pass_us.insert(result.placement_second_pass_us.begin(), parts.back().median_us);
+  }
+  // The stored measurement is every sample of both passes on every set: its median weighs each set alike.
+  *best.measurement = measure::pool_measurements(parts, options.confidence);
+  append_note(result.notes, "all samples of " + std::to_string(sets) + " operand placements timed twice, medians " +
+                                medians_text(result.placement_medians_us) + " us; again, in reverse order: " +
+                                medians_text(result.placement_second_pass_us) + " us");
+}
+
+}  // namespace
+
+TargetResult bench_baseline(const BenchBaselineRequest& request) {
+  validate_placements(request);
+  BaselineOptions listing = request.baseline;
+  if (request.pinned) {
+    if (request.pinned->search_depth < 1) {
+      QTUNE_INPUT_ERROR("pinned.search_depth: must be at least 1, got " + std::to_string(request.pinned->search_depth));
+    }
+    listing.top_k = std::max(listing.top_k, request.pinned->search_depth);
+  }
+  CublasLtBaseline baseline(request.kind, listing);
+  baseline.prepare(request.problem, request.seed);
+  TargetResult result = tune_baseline(baseline, request.measure, request.runoff, request.pinned, request.baseline.top_k);
+  result.problem = request.problem;
+  result.device = runtime::Device::get(request.baseline.device).info();
+  const VariantResult* best = result.best_variant();
+  if (request.placements == 1 || best == nullptr || !best->measurement) return result;
+  PlacedCopies placed = place_copies(baseline, algo_info_from_json(best->params.dump()), request.placements - 1);
+  time_each_placement(baseline, placed, request.measure, result);
   return result;
+}
+
+void validate_placements(const BenchBaselineRequest& request) {
+  if (request.placements < 1 || request.placements > kMaxPlacements) {
+    QTUNE_INPUT_ERROR("placements: must be 1.." + std::to_string(kMaxPlacements) + ", got " +
+                      std::to_string(request.placements));
+  }
 }
 
 // ---------------------------------------------------------------- worker job
@@ -534,9 +565,7 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
   validate_problem(request.problem, "m, n, k");
   request.seed = job_field(params, "seed", request.seed);
   request.placements = job_field(params, "placements", request.placements);
-  if (request.placements < 1 || request.placements > 16) {
-    QTUNE_INPUT_ERROR("placements: must be 1..16, got " + std::to_string(request.placements));
-  }
+  validate_placements(request);
   request.baseline.top_k = job_field(params, "top_k", request.baseline.top_k);
   request.baseline.workspace_bytes = job_field(params, "workspace_bytes", request.baseline.workspace_bytes);
   request.baseline.max_verify_rows = job_field(params, "max_verify_rows", request.baseline.max_verify_rows);
@@ -574,8 +603,7 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
 void register_baseline_jobs() {
   measure::register_job(kBenchBaselineJob, [](const nlohmann::json& params) {
     const BenchBaselineRequest request = request_from_job_params(params);
-    return nlohmann::json(bench_baseline(request.kind, request.problem, request.seed, request.baseline, request.measure,
-                                         request.runoff, request.pinned, request.placements));
+    return nlohmann::json(bench_baseline(request));
   });
 }
 

@@ -139,16 +139,10 @@ int best_variant_index(const std::vector<VariantResult>& variants);
 TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOptions& options,
                            const RunoffOptions& runoff_options = {},
                            const std::optional<PinnedAlgorithm>& pinned = std::nullopt, int top_k = 0);
-// prepare + tune_baseline; an unsupported baseline comes back with supported == false and the reason. With `pinned`,
-// cuBLASLt lists max(top_k, pinned->search_depth) algorithms to find it; the top k are timed if it is not used.
-// With placements > 1 the chosen algorithm is timed again on placements - 1 more sets of operands (BenchBaselineRequest).
-TargetResult bench_baseline(BaselineKind kind, const GemmProblem& problem, uint64_t seed,
-                            const BaselineOptions& baseline_options, const measure::MeasureOptions& measure_options,
-                            const RunoffOptions& runoff_options = {},
-                            const std::optional<PinnedAlgorithm>& pinned = std::nullopt, int placements = 1);
 
 // ---- The worker job (containment: a faulting cuBLASLt kernel kills the worker, not the run) ----
 inline constexpr const char* kBenchBaselineJob = "bench-baseline";
+inline constexpr int kMaxPlacements = 16;
 struct BenchBaselineRequest {
   BaselineKind kind = BaselineKind::F16;
   GemmProblem problem;
@@ -158,9 +152,15 @@ struct BenchBaselineRequest {
   RunoffOptions runoff;
   std::optional<PinnedAlgorithm> pinned;  // travels as "pinned": {"algorithm": AlgoInfo JSON, "origin", "search_depth"}
   // Sets of operands the chosen algorithm is timed on (1..16), each allocated beside the others behind a spacer, so
-  // that they land elsewhere in memory; the reported median is the median of their medians.
+  // that they land elsewhere in memory; each set is timed alone, twice, and the samples of all are pooled.
   int placements = 1;
 };
+void validate_placements(const BenchBaselineRequest& request);  // InputError naming placements
+
+// prepare + tune_baseline; an unsupported baseline comes back with supported == false and the reason. With `pinned`,
+// cuBLASLt lists max(top_k, pinned->search_depth) algorithms to find it; the top k are timed if it is not used.
+// With placements > 1 the chosen algorithm is timed again on placements - 1 more sets of operands.
+TargetResult bench_baseline(const BenchBaselineRequest& request);
 nlohmann::json to_job_params(const BenchBaselineRequest& request);
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params);  // InputError naming a bad field
 // Registers kBenchBaselineJob (runs bench_baseline, returns the TargetResult as JSON). Idempotent.

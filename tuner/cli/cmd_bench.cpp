@@ -141,8 +141,7 @@ class JobRunner {
     try {
       if (job == baselines::kBenchBaselineJob) {
         const auto request = baselines::request_from_job_params(params);
-        outcome.result = baselines::bench_baseline(request.kind, request.problem, request.seed, request.baseline,
-                                                   request.measure, request.runoff, request.pinned, request.placements);
+        outcome.result = baselines::bench_baseline(request);
       } else if (job == "selftest-device") {
         outcome.result = runtime::Device::get(params.value("device", 0)).info();
       } else if (job == "selftest-copy") {
@@ -575,7 +574,7 @@ void add_bench_command(CLI::App& app) {
                       "time the chosen algorithm on this many sets of operands, each allocated beside the others "
                       "behind a spacer (other memory), in two passes (the second in reverse order), and report the "
                       "statistics of all their samples pooled; the note lists both passes' medians")
-      ->check(CLI::Range(1, 16))
+      ->check(CLI::Range(1, baselines::kMaxPlacements))
       ->capture_default_str();
   command->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();
   command->add_option("--seed", options->seed, "seed of the random operands")->capture_default_str();

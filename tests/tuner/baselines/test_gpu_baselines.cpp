@@ -190,7 +190,8 @@ TEST(BaselineGpu, PlacementsTimeTheChosenAlgorithmOnEverySetOfOperands) {
   options.top_k = 2;
   measure::MeasureOptions measure_options;
   measure_options.time_budget_s = 0.2;
-  const TargetResult result = bench_baseline(BaselineKind::F16, {256, 2048, 2048}, 7, options, measure_options, {}, std::nullopt, 3);
+  BenchBaselineRequest request{BaselineKind::F16, {256, 2048, 2048}, 7, options, measure_options, {}, std::nullopt, 3};
+  const TargetResult result = bench_baseline(request);
   ASSERT_TRUE(result.supported) << result.unsupported_reason;
   const VariantResult* best = result.best_variant();
   ASSERT_NE(best, nullptr);
@@ -219,7 +220,7 @@ TEST(BaselineGpu, ScreeningMeasuresOnlyTheWinnerInFull) {
   full.min_measure_s = 0.2;
   RunoffOptions runoff;
   runoff.screen_time_s = 0.02;
-  const TargetResult result = bench_baseline(BaselineKind::F16, {256, 4096, 4096}, 7, options, full, runoff);
+  const TargetResult result = bench_baseline({BaselineKind::F16, {256, 4096, 4096}, 7, options, full, runoff, std::nullopt});
   ASSERT_TRUE(result.supported) << result.unsupported_reason;
   const VariantResult* best = result.best_variant();
   ASSERT_NE(best, nullptr) << result.notes;
@@ -245,7 +246,7 @@ TEST_P(BaselineTopK, TimingPicksTheFastestVerifiedAlgorithm) {
   measure::MeasureOptions measure_options;
   measure_options.time_budget_s = 0.3;
   const auto start = std::chrono::steady_clock::now();
-  const TargetResult result = bench_baseline(c.kind, c.problem, 7, options, measure_options);
+  const TargetResult result = bench_baseline({c.kind, c.problem, 7, options, measure_options, {}, std::nullopt});
   std::cout << "[ bench    ] " << result.target << " M=" << c.problem.m << " N=" << c.problem.n << " K=" << c.problem.k
             << " in " << seconds_since(start) << " s\n";
   if (!result.supported) {
