@@ -58,7 +58,9 @@ std::string file_uri(const std::filesystem::path& path, OpenMode mode) {
   }
   switch (mode) {
     case OpenMode::ReadOnly:
-      // A -wal or -journal means a writer has (or had) the file open: read through it with locks, as usual.
+      // A -wal or -journal means a writer has (or had) the file open: read through it with locks, as usual. Without
+      // one the file is whole. The price of reading it without locks or a -shm: a writer that opens the file meanwhile
+      // is not seen, and if it checkpointed pages into the file during the read, the read could fail as malformed.
       return uri + (exists_beside(path, "-wal") || exists_beside(path, "-journal") ? "?mode=ro" : "?mode=ro&immutable=1");
     case OpenMode::ReadWrite: return uri + "?mode=rw";
     case OpenMode::ReadWriteCreate: return uri + "?mode=rwc";
