@@ -100,8 +100,9 @@ TEST(DbCommand, ReadOnlyCommandsWorkInAReadOnlyFolderAndLeaveNothingThere) {
     GTEST_SKIP() << "the user nobody cannot run " << qtune << " (or runuser is missing): checked as root only";
   }
   fs::permissions(out, fs::perms::all);
-  for (const std::string command : {"db info", "export -o " + quoted((out / "nobody.json").string()), "search-eval",
-                                    "report -o " + quoted((out / "nobody-report").string())}) {
+  const std::vector<std::string> nobody_commands = {"db info", "export -o " + quoted((out / "nobody.json").string()), "search-eval",
+                                                    "report -o " + quoted((out / "nobody-report").string())};
+  for (const std::string& command : nobody_commands) {
     const std::string line = as_nobody + quoted(qtune) + " " + command + " --db " + quoted(db.string()) + " >/dev/null 2>" +
                              quoted((out / "stderr.txt").string());
     const int status = std::system(line.c_str());
