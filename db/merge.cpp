@@ -14,24 +14,6 @@ namespace {
 
 constexpr std::string_view kSource = "merge_source";
 
-// A file URI that opens `path` read-only; characters with a meaning in URIs are percent-encoded.
-std::string read_only_uri(const fs::path& path) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string uri = "file:";
-  for (const unsigned char c : fs::absolute(path).lexically_normal().string()) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '-' ||
-                       c == '_' || c == '.' || c == '~';
-    if (plain) {
-      uri += static_cast<char>(c);
-    } else {
-      uri += '%';
-      uri += kHex[c >> 4];
-      uri += kHex[c & 0x0f];
-    }
-  }
-  return uri + "?mode=ro";
-}
-
 // A table whose rows belong to a run. `mapped` columns hold ids of runs, problems or configs and are translated
 // through the temp maps; `columns` are copied as they are. A source row is copied unless this store already has a
 // row equal in every column (after translation), which makes merging idempotent.
@@ -93,7 +75,7 @@ class AttachedSource {
  public:
   AttachedSource(Connection& connection, const fs::path& path) : connection_(connection) {
     Statement attach = connection.prepare("ATTACH DATABASE ? AS " + std::string(kSource));
-    attach.bind(1, read_only_uri(path));
+    attach.bind(1, file_uri(path, OpenMode::ReadOnly));
     attach.run();
   }
   ~AttachedSource() {
@@ -114,31 +96,32 @@ class AttachedSource {
 
 }  // namespace
 
+void Store::require_merge_source(const fs::path& other) {
+  std::error_code error;
+  if (!fs::exists(other, error)) QTUNE_INPUT_ERROR(other.string() + ": no such database to merge");
+  Store source = open_read_only(other);
+  if (source.schema_version() != kSchemaVersion) {
+    QTUNE_INPUT_ERROR(other.string() + ": schema version " + std::to_string(source.schema_version()) + " differs from " +
+                      std::to_string(kSchemaVersion) + "; migrate it first with `qtune db init --db " + other.string() + "`");
+  }
+  // A row whose reference is broken could not be mapped and would be lost without a word: refuse such a source.
+  Statement broken = source.connection().prepare("PRAGMA foreign_key_check");
+  if (broken.step()) {
+    QTUNE_INPUT_ERROR(other.string() + ": has rows with broken references (table " + broken.column_text(0) +
+                      "); see `qtune db check --db " + other.string() + "`; nothing was merged");
+  }
+}
+
 MergeSummary Store::merge(const fs::path& other) {
   if (read_only()) QTUNE_INPUT_ERROR(path().string() + ": opened read-only; cannot merge into it");
   std::error_code error;
-  if (!fs::exists(other, error)) QTUNE_INPUT_ERROR(other.string() + ": no such database to merge");
-  if (fs::equivalent(other, path(), error)) QTUNE_INPUT_ERROR(other.string() + ": cannot merge a database into itself");
-  {
-    Store source = open_read_only(other);
-    if (source.schema_version() != kSchemaVersion) {
-      QTUNE_INPUT_ERROR(other.string() + ": schema version " + std::to_string(source.schema_version()) + " differs from " +
-                        std::to_string(kSchemaVersion) + "; migrate it first with `qtune db init --db " + other.string() + "`");
-    }
-  }
+  if (fs::exists(other, error) && fs::equivalent(other, path(), error)) QTUNE_INPUT_ERROR(other.string() + ": cannot merge a database into itself");
+  require_merge_source(other);
 
   Connection& connection = *connection_;
   const std::string src(kSource);
   AttachedSource attached(connection, other);
   MergeSummary summary;
-  // A row whose reference is broken could not be mapped and would be lost without a word: refuse such a source.
-  {
-    Statement broken = connection.prepare("PRAGMA " + src + ".foreign_key_check");
-    if (broken.step()) {
-      QTUNE_INPUT_ERROR(other.string() + ": has rows with broken references (table " + broken.column_text(0) +
-                        "); see `qtune db check --db " + other.string() + "`; nothing was merged");
-    }
-  }
   Transaction transaction(connection);
 
   connection.execute("INSERT OR IGNORE INTO main.problems (format, m, n, k) SELECT format, m, n, k FROM " + src +
@@ -169,6 +152,9 @@ MergeSummary Store::merge(const fs::path& other) {
                      "CREATE TEMP TABLE merge_config_map (src_id INTEGER PRIMARY KEY, dst_id INTEGER NOT NULL); "
                      "INSERT INTO temp.merge_config_map SELECT s.id, d.id FROM " + src + ".kernel_configs s JOIN main.kernel_configs d "
                      "ON d.kind = s.kind AND d.family = s.family AND d.params = s.params AND d.source_hash = s.source_hash");
+  connection.execute("INSERT OR IGNORE INTO main.run_processes (run_id, host, pid, process_start) "
+                     "SELECT m.dst_id, s.host, s.pid, s.process_start FROM " + src + ".run_processes s "
+                     "JOIN temp.merge_run_map m ON m.src_id = s.run_id ORDER BY s.run_id");
 
   const RunTable compiles{"compiles",
                           {"run_id", "config_id"},

@@ -1,5 +1,7 @@
 #include "db/schema.hpp"
 
+#include <map>
+#include <set>
 #include <string>
 
 #include "db/sqlite.hpp"
@@ -163,12 +165,25 @@ CREATE TABLE external_results (
 CREATE INDEX external_results_by_problem ON external_results (problem_id);
 )sql";
 
+// Version 3: which process runs a run, so that a later run can tell a run whose process was killed. `process_start`
+// is "<boot id> <start time in clock ticks since boot>", so a pid reused after the process died, or after a reboot,
+// does not pass for it.
+constexpr std::string_view kVersion3 = R"sql(
+CREATE TABLE run_processes (
+  run_id        INTEGER PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+  host          TEXT NOT NULL,
+  pid           INTEGER NOT NULL CHECK (pid > 0),
+  process_start TEXT NOT NULL
+);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
   static const std::vector<Migration> all = {
       {1, "runs, problems, kernel configs, compiles, verifications, measurements, winners", kVersion1},
       {2, "shards, measurement phases, pruning counts, external results", kVersion2},
+      {3, "the host, pid and start time of each run's process", kVersion3},
   };
   return all;
 }
@@ -199,6 +214,48 @@ void require_usable(const SchemaState& state, const std::filesystem::path& path)
   }
 }
 
+namespace {
+
+using TableColumns = std::map<std::string, std::set<std::string>>;
+
+TableColumns table_columns(Connection& connection) {
+  Statement statement = connection.prepare(
+      "SELECT m.name, p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p "
+      "WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'");
+  TableColumns columns;
+  while (statement.step()) columns[statement.column_text(0)].insert(statement.column_text(1));
+  return columns;
+}
+
+// The tables and columns of every schema version, from running the migrations in memory once.
+const std::vector<TableColumns>& expected_columns() {
+  static const std::vector<TableColumns> by_version = [] {
+    std::vector<TableColumns> versions(1);  // version 0: nothing
+    Connection memory("expected schema", OpenMode::Memory);
+    for (const Migration& migration : migrations()) {
+      memory.execute(migration.sql);
+      versions.push_back(table_columns(memory));
+    }
+    return versions;
+  }();
+  return by_version;
+}
+
+}  // namespace
+
+void require_schema_tables(Connection& connection, int version, const std::filesystem::path& file) {
+  if (version < 1 || version > kSchemaVersion) return;  // require_usable speaks about these
+  const TableColumns found = table_columns(connection);
+  for (const auto& [table, columns] : expected_columns()[static_cast<std::size_t>(version)]) {
+    const auto present = found.find(table);
+    const std::string what = file.string() + ": marked as a qtune database of schema version " + std::to_string(version) + " but ";
+    if (present == found.end()) QTUNE_INPUT_ERROR(what + "it has no table '" + table + "'; it was left unchanged");
+    for (const std::string& column : columns) {
+      if (present->second.count(column) == 0) QTUNE_INPUT_ERROR(what + "table '" + table + "' has no column '" + column + "'; it was left unchanged");
+    }
+  }
+}
+
 int migrate(Connection& connection, int target_version) {
   if (target_version < 1 || target_version > kSchemaVersion) {
     QTUNE_THROW(Error, "migrate: target version " + std::to_string(target_version) + " is outside 1.." + std::to_string(kSchemaVersion));
@@ -206,6 +263,7 @@ int migrate(Connection& connection, int target_version) {
   // Look before taking the write lock, so that a file we must refuse is never written to (not even a journal).
   const SchemaState before = read_schema_state(connection);
   require_usable(before, connection.path());
+  require_schema_tables(connection, static_cast<int>(before.user_version), connection.path());
   if (before.user_version >= target_version) return static_cast<int>(before.user_version);
 
   Transaction transaction(connection);

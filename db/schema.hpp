@@ -10,7 +10,10 @@ namespace qtune::db {
 
 class Connection;
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
+// The oldest version whose rows the queries read as they are (read-only commands do not migrate): version 3 added
+// only a table of its own (run_processes).
+inline constexpr int kOldestReadableVersion = 2;
 inline constexpr std::int64_t kApplicationId = 0x7174756E;  // "qtun"
 
 struct Migration {
@@ -34,6 +37,10 @@ SchemaState read_schema_state(Connection& connection);
 
 // Throws InputError naming `file` unless the state is an empty file or a qtune database no newer than this build.
 void require_usable(const SchemaState& state, const std::filesystem::path& file);
+
+// Throws InputError naming `file` unless it holds every table and column of schema version `version` (a file may mark
+// itself as qtune's and still hold other tables).
+void require_schema_tables(Connection& connection, int version, const std::filesystem::path& file);
 
 // Brings a qtune (or empty) database to `target_version` (<= kSchemaVersion) in one transaction; returns the
 // version found before. Throws InputError, changing nothing, if the file is newer than `target_version`'s build

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <cstring>
+#include <system_error>
 #include <utility>
 
 #include "kernels/error.hpp"
@@ -34,24 +35,59 @@ std::string short_sql(std::string_view sql) {
   return text;
 }
 
+bool exists_beside(const std::filesystem::path& path, std::string_view suffix) {
+  std::error_code error;
+  return std::filesystem::exists(std::filesystem::path(path.string() + std::string(suffix)), error);
+}
+
 }  // namespace
+
+std::string file_uri(const std::filesystem::path& path, OpenMode mode) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string uri = "file:";
+  for (const unsigned char c : std::filesystem::absolute(path).lexically_normal().string()) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '-' ||
+                       c == '_' || c == '.' || c == '~';
+    if (plain) {
+      uri += static_cast<char>(c);
+    } else {
+      uri += '%';
+      uri += kHex[c >> 4];
+      uri += kHex[c & 0x0f];
+    }
+  }
+  switch (mode) {
+    case OpenMode::ReadOnly:
+      // A -wal or -journal means a writer has (or had) the file open: read through it with locks, as usual. Without
+      // one the file is whole. The price of reading it without locks or a -shm: a writer that opens the file meanwhile
+      // is not seen, and if it checkpointed pages into the file during the read, the read could fail as malformed.
+      return uri + (exists_beside(path, "-wal") || exists_beside(path, "-journal") ? "?mode=ro" : "?mode=ro&immutable=1");
+    case OpenMode::ReadWrite: return uri + "?mode=rw";
+    case OpenMode::ReadWriteCreate: return uri + "?mode=rwc";
+    case OpenMode::Memory: return ":memory:";
+  }
+  return uri;
+}
 
 // ---------------------------------------------------------------------------------------------------- Connection
 
 Connection::Connection(const std::filesystem::path& path, OpenMode mode, int busy_timeout_ms) : path_(path), mode_(mode) {
+  // The URI is made here from the path, so a path that looks like a URI ("file:x?mode=memory") is just a file name.
   int flags = SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
   switch (mode) {
     case OpenMode::ReadOnly: flags |= SQLITE_OPEN_READONLY; break;
     case OpenMode::ReadWrite: flags |= SQLITE_OPEN_READWRITE; break;
-    case OpenMode::ReadWriteCreate: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE; break;
+    case OpenMode::ReadWriteCreate:
+    case OpenMode::Memory: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE; break;
   }
-  const int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+  const std::string uri = mode == OpenMode::Memory ? std::string(":memory:") : file_uri(path, mode);
+  const int rc = sqlite3_open_v2(uri.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     // On failure the handle (if any) holds the message; it must still be closed.
     const std::string message = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
     db_ = nullptr;
-    QTUNE_LIBRARY_ERROR("SQLite", "cannot open '" + path.string() + "': " + message);
+    throw SqliteError("cannot open '" + path.string() + "': " + message, message, __FILE__, __LINE__);
   }
   try {
     QTUNE_SQLITE_CHECK(*this, sqlite3_extended_result_codes(db_, 1), "enable extended result codes");
@@ -72,13 +108,14 @@ Connection::~Connection() {
   if (db_ != nullptr && sqlite3_close(db_) != SQLITE_OK) sqlite3_close_v2(db_);
 }
 
+std::string Connection::reason(int result_code) const { return db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(result_code); }
+
 std::string Connection::error_message(int result_code) const {
-  std::string message = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(result_code);
-  return message + " (code " + std::to_string(result_code) + ") [" + path_.string() + "]";
+  return reason(result_code) + " (code " + std::to_string(result_code) + ") [" + path_.string() + "]";
 }
 
 void Connection::fail(int result_code, std::string_view what, const char* file, int line) const {
-  throw LibraryError("SQLite", std::string(what) + ": " + error_message(result_code), file, line);
+  throw SqliteError(std::string(what) + ": " + error_message(result_code), reason(result_code), file, line);
 }
 
 void Connection::execute(std::string_view sql) {
@@ -97,8 +134,9 @@ void Connection::execute(std::string_view sql) {
       // Read the message before finalizing, which would otherwise be the last call to report on.
       const std::string message = "run \"" + short_sql(sqlite3_sql(statement) != nullptr ? sqlite3_sql(statement) : "") + "\": " +
                                   error_message(rc);
+      const std::string sqlite_reason = reason(rc);
       sqlite3_finalize(statement);
-      throw LibraryError("SQLite", message, __FILE__, __LINE__);
+      throw SqliteError(message, sqlite_reason, __FILE__, __LINE__);
     }
     QTUNE_SQLITE_CHECK(*this, sqlite3_finalize(statement), "finalize");
     begin = tail;
@@ -169,8 +207,9 @@ bool Statement::step() {
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
   const std::string message = connection_->error_message(rc);
+  const std::string reason = connection_->reason(rc);
   sqlite3_reset(statement_);  // so the statement can be reused
-  throw LibraryError("SQLite", "run \"" + short_sql(sql_) + "\": " + message, __FILE__, __LINE__);
+  throw SqliteError("run \"" + short_sql(sql_) + "\": " + message, reason, __FILE__, __LINE__);
 }
 
 void Statement::run() {

@@ -11,18 +11,38 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/error.hpp"
+
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace qtune::db {
 
 enum class OpenMode {
-  ReadOnly,         // never writes to the file
+  ReadOnly,         // never writes to the file, nor creates a -wal, -shm or -journal beside it
   ReadWrite,        // the file must exist
   ReadWriteCreate,  // creates the file if missing
+  Memory,           // a private database in memory; the path only names it in messages
 };
 
 using Blob = std::vector<std::byte>;
+
+// A failed SQLite call: LibraryError("SQLite", ...) that also keeps SQLite's own words (sqlite3_errmsg), so that a
+// caller can tell the user what is wrong with a file without the SQL and source location around it.
+class SqliteError : public LibraryError {
+ public:
+  SqliteError(const std::string& message, std::string reason, const char* file, int line)
+      : LibraryError("SQLite", message, file, line), reason_(std::move(reason)) {}
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
+};
+
+// The SQLite URI that opens `path` as a file of exactly that name (never as a URI or ":memory:") in `mode`. A read-only
+// open of a file that no process has open (no -wal or -journal beside it) is `immutable`, so SQLite needs neither
+// locks nor a -shm file: such a file reads in a read-only folder and leaves nothing behind.
+std::string file_uri(const std::filesystem::path& path, OpenMode mode);
 
 class Connection;
 
@@ -125,6 +145,7 @@ class Connection {
   // Throws LibraryError for a failed SQLite result code, with this connection's error message.
   [[noreturn]] void fail(int result_code, std::string_view what, const char* file, int line) const;
   std::string error_message(int result_code) const;  // "<sqlite3_errmsg> (code N) [<path>]"
+  std::string reason(int result_code) const;         // "<sqlite3_errmsg>"
 
   sqlite3* handle() const { return db_; }
   int next_savepoint_id() { return ++savepoint_counter_; }

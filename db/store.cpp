@@ -5,10 +5,13 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <system_error>
 
+#include "db/process_identity.hpp"
 #include "kernels/error.hpp"
 
 namespace qtune::db {
@@ -387,24 +390,77 @@ Store::~Store() = default;
 const fs::path& Store::path() const { return connection_->path(); }
 bool Store::read_only() const { return connection_->read_only(); }
 
+namespace {
+
+std::uint32_t big_endian_u32(const unsigned char* bytes) {
+  return (std::uint32_t{bytes[0]} << 24) | (std::uint32_t{bytes[1]} << 16) | (std::uint32_t{bytes[2]} << 8) | std::uint32_t{bytes[3]};
+}
+
+// Says in one line what is wrong with a non-empty file that SQLite would only call "not a database" or "malformed":
+// not SQLite's header, or shorter than the pages its header counts (a truncated copy).
+void require_sqlite_file(const fs::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) QTUNE_INPUT_ERROR(path.string() + ": cannot be read (" + std::strerror(errno) + ")");
+  std::array<unsigned char, 100> header{};
+  stream.read(reinterpret_cast<char*>(header.data()), static_cast<std::streamsize>(header.size()));
+  static constexpr char kMagic[] = "SQLite format 3";  // and its terminating NUL: 16 bytes
+  if (stream.gcount() < static_cast<std::streamsize>(header.size()) || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0) {
+    QTUNE_INPUT_ERROR(path.string() + ": not a SQLite database (it does not begin with SQLite's file header)");
+  }
+  std::error_code error;
+  if (fs::exists(path.string() + "-wal", error)) return;  // the WAL may hold pages the main file does not have yet
+  const std::uint64_t page_size = header[16] == 0 && header[17] == 1 ? 65536 : (std::uint64_t{header[16]} << 8) | header[17];
+  // The header's page count is valid only when its two change counters agree (SQLite's file format, section 1.3.7).
+  const bool count_valid = std::memcmp(header.data() + 24, header.data() + 92, 4) == 0;
+  const std::uint64_t pages = big_endian_u32(header.data() + 28);
+  const std::uint64_t size = fs::file_size(path, error);
+  if (!error && count_valid && pages > 0 && size < pages * page_size) {
+    QTUNE_INPUT_ERROR(path.string() + ": truncated: " + std::to_string(size) + " bytes, but its header counts " + std::to_string(pages) +
+                      " pages of " + std::to_string(page_size) + " bytes (an incomplete copy?); it was left unchanged");
+  }
+}
+
+// A file SQLite cannot read at all is the user's input, not a failure of qtune: one line, no SQL.
+template <typename Body>
+auto reading_file(const fs::path& path, const Body& body) {
+  try {
+    return body();
+  } catch (const SqliteError& error) {
+    QTUNE_INPUT_ERROR(path.string() + ": SQLite cannot read it as a database (" + error.reason() + "); it was left unchanged");
+  }
+}
+
+}  // namespace
+
 Store Store::open(const fs::path& path, const OpenOptions& options) {
   std::error_code error;
   const bool exists = fs::exists(path, error);
   if (exists && fs::is_directory(path, error)) QTUNE_INPUT_ERROR(path.string() + ": is a directory, not a database file");
+  const bool has_content = exists && fs::file_size(path, error) > 0;
 
   if (options.read_only) {
     if (!exists) QTUNE_INPUT_ERROR(path.string() + ": no such database (create one with `qtune db init --db " + path.string() + "`)");
-    auto connection = std::make_unique<Connection>(path, OpenMode::ReadOnly, options.busy_timeout_ms);
-    const SchemaState state = read_schema_state(*connection);
-    require_usable(state, path);
-    const int version = static_cast<int>(state.user_version);
-    return Store(std::move(connection), version, version);
+    if (!has_content) QTUNE_INPUT_ERROR(path.string() + ": an empty file, not a qtune database (`qtune db init --db " + path.string() + "` makes it one)");
+    require_sqlite_file(path);
+    return reading_file(path, [&] {
+      auto connection = std::make_unique<Connection>(path, OpenMode::ReadOnly, options.busy_timeout_ms);
+      const SchemaState state = read_schema_state(*connection);
+      require_usable(state, path);
+      const int version = static_cast<int>(state.user_version);
+      require_schema_tables(*connection, version, path);
+      return Store(std::move(connection), version, version);
+    });
   }
 
   // Look at an existing file through a read-only connection first: a file to refuse must not see a single write.
-  if (exists && fs::file_size(path, error) > 0) {
-    Connection probe(path, OpenMode::ReadOnly, options.busy_timeout_ms);
-    require_usable(read_schema_state(probe), path);
+  if (has_content) {
+    require_sqlite_file(path);
+    reading_file(path, [&] {
+      Connection probe(path, OpenMode::ReadOnly, options.busy_timeout_ms);
+      const SchemaState state = read_schema_state(probe);
+      require_usable(state, path);
+      require_schema_tables(probe, static_cast<int>(state.user_version), path);
+    });
   }
   auto connection = std::make_unique<Connection>(path, OpenMode::ReadWriteCreate, options.busy_timeout_ms);
   const int version_at_open = migrate(*connection);
@@ -417,11 +473,29 @@ Store Store::open(const fs::path& path, const OpenOptions& options) {
   return Store(std::move(connection), version_at_open, kSchemaVersion);
 }
 
+void Store::require_readable() {
+  const std::string file = path().string();
+  if (schema_version_ == 0) QTUNE_INPUT_ERROR(file + ": holds no qtune tables yet (`qtune db init --db " + file + "` creates them)");
+  if (schema_version_ < kOldestReadableVersion) {
+    QTUNE_INPUT_ERROR(file + ": schema version " + std::to_string(schema_version_) + " is too old to read; `qtune db init --db " + file +
+                      "` migrates it");
+  }
+  reading_file(path(), [&] {
+    Statement broken = connection_->prepare("PRAGMA foreign_key_check");
+    if (broken.step()) {
+      QTUNE_INPUT_ERROR(file + ": damaged: row " + broken.column_text(1) + " of table " + broken.column_text(0) +
+                        " refers to a missing row of " + broken.column_text(2) + " (`qtune db check --db " + file + "` lists all)");
+    }
+  });
+}
+
 // ---------------------------------------------------------------------------------------------------- writes
 
 RunId Store::insert_run(const RunInfo& run) {
   require(!run.tool_version.empty(), "insert_run: tool_version is empty");
   require(!run.git_sha.empty(), "insert_run: git_sha is empty");
+  Transaction transaction(*connection_);
+  mark_interrupted_runs();
   Statement statement = connection_->prepare(
       "INSERT INTO runs (uuid, kind, started_at, tool_version, git_sha, cuda_version, driver_version, host, gpu_name, "
       "gpu_uuid, gpu_profile, sm, sm_count, sm_clock_mhz, mem_clock_mhz, command_line, shard, notes) "
@@ -430,7 +504,49 @@ RunId Store::insert_run(const RunInfo& run) {
                      run.cuda_version, run.driver_version, run.host, run.gpu_name, run.gpu_uuid, run.gpu_profile, run.sm,
                      run.sm_count, run.sm_clock_mhz, run.mem_clock_mhz, run.command_line, run.shard, run.notes);
   statement.run();
-  return RunId{connection_->last_insert_rowid()};
+  const RunId id{connection_->last_insert_rowid()};
+  // The process that inserts a run is the one running it.
+  const ProcessIdentity process = current_process();
+  Statement owner = connection_->prepare("INSERT INTO run_processes (run_id, host, pid, process_start) VALUES (?, ?, ?, ?)");
+  owner.bind_all(id_value(id), process.host, process.pid, process.start);
+  owner.run();
+  transaction.commit();
+  return id;
+}
+
+namespace {
+
+struct RunOfProcess {
+  RunId run{};
+  ProcessIdentity process;
+};
+
+// Runs still marked running whose process is known to be gone.
+std::vector<RunOfProcess> runs_of_gone_processes(Connection& connection) {
+  Statement statement = connection.prepare(
+      "SELECT r.id, p.host, p.pid, p.process_start FROM runs r JOIN run_processes p ON p.run_id = r.id "
+      "WHERE r.status = 'running' ORDER BY r.id");
+  std::vector<RunOfProcess> gone;
+  while (statement.step()) {
+    RunOfProcess row{RunId{statement.column_int(0)}, ProcessIdentity{statement.column_text(1), statement.column_int(2), statement.column_text(3)}};
+    if (process_state(row.process) == ProcessState::Gone) gone.push_back(std::move(row));
+  }
+  return gone;
+}
+
+}  // namespace
+
+std::vector<RunId> Store::mark_interrupted_runs() {
+  Transaction transaction(*connection_);
+  std::vector<RunId> marked;
+  for (const RunOfProcess& row : runs_of_gone_processes(*connection_)) {
+    Statement statement = connection_->prepare("UPDATE runs SET status = 'interrupted' WHERE id = ? AND status = 'running'");
+    statement.bind(1, id_value(row.run));
+    statement.run();
+    if (connection_->changes() == 1) marked.push_back(row.run);
+  }
+  transaction.commit();
+  return marked;
 }
 
 void Store::finish_run(RunId run, RunStatus status) {
@@ -822,6 +938,13 @@ std::vector<std::string> Store::check() {
   });
   if (schema_version_ != kSchemaVersion) return problems;
 
+  attempt("run check", [&] {
+    for (const RunOfProcess& row : runs_of_gone_processes(*connection_)) {
+      problems.push_back("run #" + std::to_string(id_value(row.run)) + " is marked running, but its process (pid " +
+                         std::to_string(row.process.pid) + " on " + row.process.host +
+                         ") is gone: it was interrupted (the next run in this database marks it so)");
+    }
+  });
   attempt("winner check", [&] {
     Statement statement = connection_->prepare(
         "SELECT w.problem_id, w.gpu, w.config_id, c.kind, "
@@ -852,7 +975,7 @@ std::vector<std::string> Store::check_file(const fs::path& path) {
     Store store = open_read_only(path);
     return store.check();
   } catch (const InputError&) {
-    throw;  // no such file, a newer schema, not a qtune file: the user's input, not a finding
+    throw;  // no such file, not a whole SQLite file, a newer schema, not a qtune file: the user's input, not a finding
   } catch (const Error& error) {
     return {std::string("cannot read the database: ") + error.what()};
   }

@@ -260,7 +260,8 @@ class Store {
   static Store open(const std::filesystem::path& path, const OpenOptions& options = {});
   static Store open_read_only(const std::filesystem::path& path) { return open(path, OpenOptions{.read_only = true}); }
 
-  // check() of a file opened read-only; a file that cannot even be opened is reported as a problem, not thrown.
+  // check() of a file opened read-only. A file that is no whole SQLite database (not SQLite, empty, truncated) or no
+  // qtune database is an InputError, as for open(); damage SQLite meets while checking is reported as a problem.
   static std::vector<std::string> check_file(const std::filesystem::path& path);
 
   Store(Store&&) noexcept;
@@ -270,6 +271,9 @@ class Store {
   const std::filesystem::path& path() const;
   int schema_version() const { return schema_version_; }    // the file's version now
   int version_at_open() const { return version_at_open_; }  // before migrating: 0 for a new file
+  // Throws InputError unless the tables that reports, exports and searches read are all there (kOldestReadableVersion
+  // on) and no row refers to a missing one.
+  void require_readable();
   bool read_only() const;
   Connection& connection() { return *connection_; }
 
@@ -277,7 +281,12 @@ class Store {
   Transaction transaction() { return Transaction(*connection_); }
 
   // ---- writes
+  // Inserts a run owned by this process (its host, pid and start time are stored with it), after marking the runs
+  // whose process is gone as interrupted.
   RunId insert_run(const RunInfo& run);
+  // Marks every run still marked running whose process is gone (killed, or its host rebooted) as interrupted; a run
+  // of another host is left as it is. Returns the runs it marked.
+  std::vector<RunId> mark_interrupted_runs();
   void finish_run(RunId run, RunStatus status);  // sets the status and finished_at = now
   ProblemId upsert_problem(const Problem& problem);      // the existing id if already stored
   ConfigId upsert_config(const KernelConfig& config);    // the existing id if already stored
@@ -321,6 +330,8 @@ class Store {
   // configs by their unique keys, and a row already here is not copied again, so merging the same file twice
   // changes nothing. The other file is opened read-only and must have this build's schema version.
   MergeSummary merge(const std::filesystem::path& other);
+  // Throws InputError unless `other` exists and could be merged: this build's schema version, no broken references.
+  static void require_merge_source(const std::filesystem::path& other);
 
  private:
   Store(std::unique_ptr<Connection> connection, int version_at_open, int schema_version);

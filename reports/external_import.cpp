@@ -44,6 +44,27 @@ std::string read_text(const fs::path& file) {
 
 std::string notes_text(nlohmann::json notes) { return notes.dump(); }  // keys sorted: the same row gives the same text
 
+// A GEMM time that could be real: positive, finite and at most an hour (larger is a unit mistake or garbage, and
+// overflows to infinity once converted).
+constexpr double kLongestTimeUs = 3600e6;
+
+std::optional<std::string> time_problem(double time_us) {
+  if (std::isnan(time_us) || time_us <= 0) return "not a positive number";
+  if (time_us > kLongestTimeUs) return "longer than an hour (the most a GEMM time may be)";  // infinity too
+  return std::nullopt;
+}
+
+// The shape check every import path shares: a quantized format's groups and blocks must divide N and K.
+std::optional<std::string> shape_problem(const std::string& format, std::int64_t n, std::int64_t k) {
+  if (is_dense_format(format)) return std::nullopt;
+  try {
+    FormatSpec::parse(format).validate_shape(n, k);
+  } catch (const InputError& error) {
+    return "N=" + std::to_string(n) + ", K=" + std::to_string(k) + ": " + error.what();
+  }
+  return std::nullopt;
+}
+
 // ---------------------------------------------------------------------------------------------------- Humming
 
 // Humming's dtype names -> qtune element type names.
@@ -164,6 +185,7 @@ ExternalFile read_humming(const nlohmann::json& json, const fs::path& file, cons
   const std::int64_t k = problem.positive_int("shape_k");
   const std::string derived_format = humming_format(problem, file);
   const std::string format = options.format ? canonical_format_text(*options.format, "--format") : derived_format;
+  if (const auto problem_text = shape_problem(format, n, k)) field_error(file, "problem", *problem_text);
 
   std::string gpu;
   if (options.gpu) {
@@ -195,10 +217,12 @@ ExternalFile read_humming(const nlohmann::json& json, const fs::path& file, cons
     if (error != std::errc() || end != m_text.data() + m_text.size() || m < 1) field_error(file, "result." + m_text, "the key must be a positive M");
     if (!entry.is_object() || !entry.contains("time")) field_error(file, "result." + m_text + ".time", "missing");
     const nlohmann::json& time = entry["time"];
-    if (!time.is_number() || !std::isfinite(time.get<double>()) || time.get<double>() <= 0) {
-      field_error(file, "result." + m_text + ".time", "expected a positive number of milliseconds");
+    if (!time.is_number()) field_error(file, "result." + m_text + ".time", "expected a number of milliseconds");
+    const double time_us = time.get<double>() * 1000.0;
+    if (const auto problem_text = time_problem(time_us)) {
+      field_error(file, "result." + m_text + ".time", time.dump() + " ms is " + *problem_text);
     }
-    result.rows.push_back({db::Problem{format, m, n, k}, "humming", label, gpu, time.get<double>() * 1000.0, notes_string});
+    result.rows.push_back({db::Problem{format, m, n, k}, "humming", label, gpu, time_us, notes_string});
   }
   return result;
 }
@@ -240,20 +264,13 @@ ExternalRow generic_row(const std::map<std::string, std::string>& cells, const f
   row.problem.m = positive_int("m");
   row.problem.n = positive_int("n");
   row.problem.k = positive_int("k");
-  if (!is_dense_format(row.problem.format)) {
-    try {
-      FormatSpec::parse(row.problem.format).validate_shape(row.problem.n, row.problem.k);
-    } catch (const InputError& error) {
-      fail("format", error.what());
-    }
-  }
+  if (const auto problem_text = shape_problem(row.problem.format, row.problem.n, row.problem.k)) fail("format", *problem_text);
   const auto time = cell("time_us");
   if (!time) fail("time_us", "missing");
   double time_us = 0;
   const auto [end, error] = std::from_chars(time->data(), time->data() + time->size(), time_us);
-  if (error != std::errc() || end != time->data() + time->size() || !std::isfinite(time_us) || time_us <= 0) {
-    fail("time_us", "'" + *time + "' is not a positive number of microseconds");
-  }
+  if (error != std::errc() || end != time->data() + time->size()) fail("time_us", "'" + *time + "' is not a number of microseconds");
+  if (const auto problem_text = time_problem(time_us)) fail("time_us", "'" + *time + "' microseconds is " + *problem_text);
   row.time_us = time_us;
   row.source = cell("source").value_or(file.stem().string());
   if (options.label) {
@@ -390,7 +407,21 @@ ExternalFile read_csv(const std::string& text, const fs::path& file, const Impor
 
 }  // namespace
 
-ExternalFile read_external_file(const fs::path& path, const ImportOptions& options) {
+namespace {
+
+// Two rows of one file for the same result would silently replace each other: refused, whatever the file's kind.
+void require_distinct_rows(const ExternalFile& file) {
+  std::set<std::tuple<std::string, std::string, std::string, std::int64_t, std::int64_t, std::int64_t, std::string>> keys;
+  for (const ExternalRow& row : file.rows) {
+    if (!keys.emplace(row.source, row.label, row.problem.format, row.problem.m, row.problem.n, row.problem.k, row.gpu).second) {
+      QTUNE_INPUT_ERROR(file.path.string() + ": two results for " + row.source + "/" + row.label + " " + row.problem.format + " m=" +
+                        std::to_string(row.problem.m) + " n=" + std::to_string(row.problem.n) + " k=" + std::to_string(row.problem.k) +
+                        " on " + row.gpu);
+    }
+  }
+}
+
+ExternalFile read_any_kind(const fs::path& path, const ImportOptions& options) {
   const std::string text = read_text(path);
   const auto first = text.find_first_not_of(" \t\r\n");
   const bool looks_like_json = first != std::string::npos && (text[first] == '{' || text[first] == '[');
@@ -404,21 +435,15 @@ ExternalFile read_external_file(const fs::path& path, const ImportOptions& optio
   } catch (const nlohmann::json::parse_error& error) {
     QTUNE_INPUT_ERROR(path.string() + ": invalid JSON: " + error.what());
   }
-  ExternalFile result;
-  if (json.is_object() && json.contains("problem") && json.contains("result")) {
-    result = read_humming(json, path, options);
-  } else {
-    result = read_json_list(json, path, options);
-  }
-  // Two rows of one file for the same result would silently replace each other.
-  std::set<std::tuple<std::string, std::string, std::string, std::int64_t, std::int64_t, std::int64_t, std::string>> keys;
-  for (const ExternalRow& row : result.rows) {
-    if (!keys.emplace(row.source, row.label, row.problem.format, row.problem.m, row.problem.n, row.problem.k, row.gpu).second) {
-      QTUNE_INPUT_ERROR(path.string() + ": two results for " + row.source + "/" + row.label + " " + row.problem.format + " m=" +
-                        std::to_string(row.problem.m) + " n=" + std::to_string(row.problem.n) + " k=" + std::to_string(row.problem.k) +
-                        " on " + row.gpu);
-    }
-  }
+  if (json.is_object() && json.contains("problem") && json.contains("result")) return read_humming(json, path, options);
+  return read_json_list(json, path, options);
+}
+
+}  // namespace
+
+ExternalFile read_external_file(const fs::path& path, const ImportOptions& options) {
+  ExternalFile result = read_any_kind(path, options);
+  require_distinct_rows(result);
   return result;
 }
 

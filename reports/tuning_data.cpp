@@ -138,6 +138,7 @@ Cell& cell_for(CellIndex& index, const std::string& gpu, const db::ProblemRecord
 }  // namespace
 
 TuningData load_tuning_data(db::Store& store, const DataFilter& filter) {
+  store.require_readable();  // a damaged file is named as such, not met as a missing row half-way through
   TuningData data;
   for (auto& config : store.list_configs()) data.configs.emplace(db::id_value(config.id), std::move(config));
   // Parsed once here: the heuristic relabelling and the fallback regret look configs up per cell.

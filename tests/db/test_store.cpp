@@ -413,8 +413,9 @@ TEST_F(StoreTest, TableCountsAndRunSummaries) {
   store_.set_winner(Winner{run, problem, config, 10, "fastest"});
   std::map<std::string, std::int64_t> counts;
   for (const auto& count : store_.table_counts()) counts[count.table] = count.rows;
-  EXPECT_EQ(counts.size(), 9u);
+  EXPECT_EQ(counts.size(), 10u);
   EXPECT_EQ(counts["runs"], 1);
+  EXPECT_EQ(counts["run_processes"], 1);
   EXPECT_EQ(counts["measurements"], 2);
   EXPECT_EQ(counts["winners"], 1);
   EXPECT_EQ(counts["compiles"], 0);
@@ -500,6 +501,12 @@ TEST(StoreCrash, KilledWriterLeavesOnlyCommittedUnits) {
   ASSERT_EQ(measurements.size(), 1u);
   EXPECT_DOUBLE_EQ(measurements[0].stats->median_us, 10);
   EXPECT_FALSE(store.find_problem(Problem{"never-committed", 1, 1, 1}).has_value());
+  // The killed run is still marked running: check says its process is gone, and the next run marks it interrupted.
+  const auto findings = store.check();
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_NE(findings[0].find("run #1 is marked running, but its process (pid " + std::to_string(child)), std::string::npos) << findings[0];
+  store.insert_run(testing::sample_run());
+  EXPECT_EQ(store.list_runs()[0].status, RunStatus::Interrupted);
   EXPECT_TRUE(store.check().empty());
 }
 

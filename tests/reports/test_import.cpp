@@ -232,6 +232,45 @@ TEST(ImportGeneric, AFileIsStoredWhollyOrNotAtAll) {
   EXPECT_EQ(store.list_external_results().size(), 1u);
 }
 
+TEST(ImportGeneric, DuplicateCsvRowsAreRefusedAsInJson) {
+  TempDir dir;
+  const std::string db = (dir / "qtune.db").string();
+  testing::write_text(dir / "twice.csv", "format,m,n,k,time_us,label,gpu\nf16,1,64,64,3,x,h200\nf16,1,64,64,4,x,h200\n");
+  expect_input_error([&] { read_external_file(dir / "twice.csv"); }, {"twice.csv", "two results", "f16 m=1 n=64 k=64 on h200"});
+  EXPECT_EQ(testing::run_qtune({"import", (dir / "twice.csv").string(), "--db", db}), 2);
+  EXPECT_FALSE(fs::exists(db));  // the file is read whole before the database is opened
+}
+
+TEST(ImportHumming, ATimeMustBeFinitePositiveAndAtMostAnHour) {
+  TempDir dir;
+  const std::string db = (dir / "qtune.db").string();
+  const nlohmann::json problem = {{"shape_n", 8192}, {"shape_k", 8192}, {"a_dtype", "float16"}, {"b_dtype", "int4"}};
+  for (const double milliseconds : {1e306, 3.6e6 * 1.01, 0.0}) {
+    nlohmann::json file = humming_file(problem);
+    file["result"]["64"]["time"] = milliseconds;
+    testing::write_text(dir / "time.json", file.dump());
+    expect_input_error([&] { read_external_file(dir / "time.json"); }, {"time.json", "field 'result.64.time'"});
+    EXPECT_EQ(testing::run_qtune({"import", (dir / "time.json").string(), "--db", db}), 2) << milliseconds;
+  }
+  nlohmann::json longest = humming_file(problem);
+  longest["result"]["64"]["time"] = 3.6e6;  // one hour: slow, but a time
+  testing::write_text(dir / "hour.json", longest.dump());
+  EXPECT_DOUBLE_EQ(read_external_file(dir / "hour.json").rows.at(1).time_us, 3.6e9);
+  // The same bound in CSV.
+  testing::write_text(dir / "time.csv", "format,m,n,k,time_us,label,gpu\nf16,1,64,64,1e306,x,h200\n");
+  expect_input_error([&] { read_external_file(dir / "time.csv"); }, {"time.csv", "line 2", "field 'time_us'", "longer than an hour"});
+}
+
+TEST(ImportHumming, AShapeTheFormatCannotTakeIsRefusedAsInCsv) {
+  TempDir dir;
+  const nlohmann::json problem = {{"shape_n", 8192}, {"shape_k", 8200}, {"a_dtype", "float16"}, {"b_dtype", "int4"},
+                                  {"weight_scale_group_size", 128}};
+  testing::write_text(dir / "g128.json", humming_file(problem).dump());
+  expect_input_error([&] { read_external_file(dir / "g128.json"); }, {"g128.json", "field 'problem'", "K=8200", "group size"});
+  testing::write_text(dir / "g128.csv", "format,m,n,k,time_us,label,gpu\nw4a16-int4-g128,1,8192,8200,20,a,h200\n");
+  expect_input_error([&] { read_external_file(dir / "g128.csv"); }, {"g128.csv", "field 'format'", "K=8200", "group size"});
+}
+
 TEST(ImportHumming, EverySharedSampleImportsOrIsRefusedWithAReason) {
   // CI clones the repository beside shared/; this reads Humming's published files as they are.
   const fs::path samples = fs::path(QTUNE_SOURCE_DIR) / ".." / "shared" / "samples" / "humming-results";

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -66,7 +67,7 @@ void run_info(const DbOptions& options) {
   db::Store store = db::Store::open_read_only(options.db_path);
   const auto counts = store.table_counts();
   std::vector<db::RunSummary> runs;
-  if (store.schema_version() == db::kSchemaVersion) runs = store.run_summaries();
+  if (store.schema_version() >= db::kOldestReadableVersion) runs = store.run_summaries();
 
   if (style == reports::OutputStyle::Json) {
     nlohmann::json out;
@@ -136,20 +137,33 @@ void run_check(const DbOptions& options) {
 void run_merge(const DbOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   const std::string& output = options.merge_output;
-  for (const auto& input : options.merge_inputs) {
-    std::error_code error;
-    if (!fs::exists(input, error)) QTUNE_INPUT_ERROR("db merge: IN '" + input + "' does not exist");
-  }
-  db::Store store = db::Store::open(output);
+  // Every input is checked before OUT is opened, so a bad input leaves no OUT behind (nor a changed one).
+  for (const auto& input : options.merge_inputs) db::Store::require_merge_source(input);
+  std::error_code error;
+  const bool output_existed = fs::exists(output, error);
+  std::optional<db::Store> store(db::Store::open(output));
+  // A merge that fails part-way keeps the inputs merged before it; a new OUT is then removed as a whole.
+  struct RemoveIfNew {
+    std::optional<db::Store>& opened;
+    const std::string& file;
+    bool armed;
+    ~RemoveIfNew() {
+      if (!armed) return;
+      opened.reset();
+      std::error_code ignored;
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(file + suffix, ignored);
+    }
+  } remove_new_output{store, output, !output_existed};
   reports::Table table({"input", "runs added", "runs present", "problems", "configs", "compiles", "verifications", "measurements",
                         "winners", "pruning", "external"});
   for (const auto& input : options.merge_inputs) {
-    const db::MergeSummary s = store.merge(input);
+    const db::MergeSummary s = store->merge(input);
     table.add_row({input, std::to_string(s.runs_added), std::to_string(s.runs_already_present),
                    std::to_string(s.problems_added), std::to_string(s.configs_added), std::to_string(s.compiles_added),
                    std::to_string(s.verifications_added), std::to_string(s.measurements_added), std::to_string(s.winners_changed),
                    std::to_string(s.pruning_counts_changed), std::to_string(s.external_results_added)});
   }
+  remove_new_output.armed = false;
   if (style == reports::OutputStyle::Text) std::cout << "merged into " << output << " (rows added per input)\n";
   table.print(std::cout, style);
 }

@@ -57,6 +57,7 @@ void run(const SearchEvalCommandOptions& options) {
   search::make_cost_model(options.cost_model);  // an unknown name fails here, naming the field
 
   db::Store store = db::Store::open_read_only(options.db_path);
+  store.require_readable();
   const tune::SearchEvalReport report = tune::run_search_eval(store, eval);
 
   if (options.per_problem) {

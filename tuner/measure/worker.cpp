@@ -173,12 +173,15 @@ std::pair<nlohmann::json, bool> execute(std::uint64_t id, const std::string& job
   return {response, sticky};
 }
 
-// An orphaned worker (its parent died, e.g. killed during a GPU hang) ends itself instead of running on.
-void watch_parent() {
+// An orphaned worker (its parent was killed, e.g. kill -9 during a GPU hang) ends itself instead of running on: the
+// parent's end of the socket closes when the parent dies, however it dies, so a hang-up is seen at once, even in the
+// middle of a job. A changed parent pid is the fallback for a socket some other process still holds.
+void watch_parent(int socket_fd) {
   const pid_t parent = getppid();
-  std::thread([parent] {
+  std::thread([socket_fd, parent] {
     while (true) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      pollfd hang_up{socket_fd, POLLRDHUP, 0};
+      if (poll(&hang_up, 1, 500) > 0 && (hang_up.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) _exit(0);  // end of input
       if (getppid() != parent) _exit(kExitProtocolError);
     }
   }).detach();
@@ -222,7 +225,7 @@ std::vector<std::string> registered_jobs() {
 int run_worker(int socket_fd) {
   runtime::install_crash_report("qtune worker");
   register_selftest_jobs();
-  watch_parent();
+  watch_parent(socket_fd);
   const nlohmann::json ready{{"ready", true}, {"pid", getpid()}, {"jobs", registered_jobs()}};
   if (!send_all(socket_fd, ready.dump() + "\n")) return kExitProtocolError;
   std::string buffer;

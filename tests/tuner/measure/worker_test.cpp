@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,8 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
+#include <chrono>
 
 #include "kernels/error.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
@@ -213,6 +216,57 @@ TEST(Worker, StoppingEndsTheProcess) {
     ASSERT_TRUE(process_exists(pid));
   }
   EXPECT_FALSE(process_exists(pid)) << "the worker outlived its Worker";
+}
+
+// The pid of a child process of `parent` (the worker), waiting up to `patience` for one to appear; 0 if none does.
+int child_of(int parent, std::chrono::milliseconds patience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream status(entry.path() / "status");
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("PPid:", 0) == 0 && std::stoi(line.substr(5)) == parent) return std::stoi(name);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+// Gone, or a zombie nobody reaps (an orphan's new parent may be a PID 1 that does not reap).
+bool process_gone(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  const auto name_end = text.rfind(')');
+  return name_end != std::string::npos && name_end + 2 < text.size() && text[name_end + 2] == 'Z';
+}
+
+TEST(Worker, AWorkerWhoseParentIsKilledMidJobExits) {
+  // The parent, as `qtune tune` would be: it runs a long job in its worker, and is then killed with SIGKILL.
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    Worker worker;
+    worker.run("selftest-sleep", {{"seconds", 120}}, 300);
+    _exit(0);
+  }
+  const int worker_pid = child_of(parent, std::chrono::seconds(30));
+  ASSERT_GT(worker_pid, 0) << "the parent started no worker";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the job is running
+  ASSERT_FALSE(process_gone(worker_pid));
+  kill(parent, SIGKILL);
+  int status = 0;
+  waitpid(parent, &status, 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  while (!process_gone(worker_pid) && std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const bool gone = process_gone(worker_pid);
+  if (!gone) kill(worker_pid, SIGKILL);
+  EXPECT_TRUE(gone) << "the worker (pid " << worker_pid << ") outlived its killed parent by 5 s";
 }
 
 TEST(Worker, GpuSelftestsWithoutAGpuAreNoGpuErrors) {

@@ -69,8 +69,11 @@ TEST(TuneResume, KillMidRunLosesNothingAndTheRerunDuplicatesNothing) {
   size_t before_verifications = 0;
   {
     db::Store store = db::Store::open(database);
-    EXPECT_TRUE(store.check().empty());
     EXPECT_EQ(store.list_runs().at(0).status, db::RunStatus::Running);  // it never got to say otherwise
+    const auto findings = store.check();  // but its process is gone, and check says so
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_NE(findings[0].find("run #1 is marked running, but its process (pid " + std::to_string(child) + " on "), std::string::npos)
+        << findings[0];
     for (const auto& measurement : store.list_measurements()) before_ids.insert(db::id_value(measurement.id));
     before_verifications = store.list_verifications().size();
     ASSERT_LT(before_verifications, total_jobs);
@@ -84,6 +87,7 @@ TEST(TuneResume, KillMidRunLosesNothingAndTheRerunDuplicatesNothing) {
 
   db::Store store = db::Store::open(database);
   db::Store reference = db::Store::open(dir / "reference.db");
+  EXPECT_EQ(store.list_runs().at(0).status, db::RunStatus::Interrupted);  // marked by the rerun
   EXPECT_TRUE(store.check().empty());
   std::set<std::int64_t> after_ids;
   for (const auto& measurement : store.list_measurements()) after_ids.insert(db::id_value(measurement.id));
