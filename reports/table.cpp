@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 
 namespace qtune::reports {
 
@@ -16,7 +17,7 @@ OutputStyle parse_output_style(std::string_view text) {
   if (text == "table" || text == "text") return OutputStyle::Text;
   if (text == "json") return OutputStyle::Json;
   if (text == "csv") return OutputStyle::Csv;
-  QTUNE_INPUT_ERROR("--output: unknown style '" + std::string(text) + "' (expected table, json or csv)");
+  QTUNE_INPUT_ERROR("--output: unknown style " + quote_input(text) + " (expected table, json or csv)");
 }
 
 Table::Table(std::vector<std::string> columns) : columns_(std::move(columns)) {}
@@ -80,21 +81,12 @@ void Table::print_json(std::ostream& out) const {
     }
     rows.push_back(std::move(object));
   }
-  out << rows.dump(2) << "\n";
+  out << json_text(rows, 2) << "\n";
 }
 
 void Table::print_csv(std::ostream& out) const {
-  auto quote = [](const std::string& cell) {
-    if (cell.find_first_of(",\"\n\r") == std::string::npos) return cell;
-    std::string quoted = "\"";
-    for (char ch : cell) {
-      if (ch == '"') quoted += '"';
-      quoted += ch;
-    }
-    return quoted + "\"";
-  };
   auto print_line = [&](const std::vector<std::string>& cells) {
-    for (size_t c = 0; c < cells.size(); ++c) out << (c ? "," : "") << quote(cells[c]);
+    for (size_t c = 0; c < cells.size(); ++c) out << (c ? "," : "") << csv_field(cells[c]);
     out << "\n";
   };
   print_line(columns_);
