@@ -157,22 +157,37 @@ std::string csv_field(std::string_view text) {
 std::string json_text(const nlohmann::json& json, int indent) { return dump_replacing(json, indent); }
 std::string json_text(const nlohmann::ordered_json& json, int indent) { return dump_replacing(json, indent); }
 
-std::string quote_input(std::string_view text, std::size_t limit) {
-  std::string out = "'";
-  std::size_t at = 0;
-  while (at < text.size() && at < limit) {
-    const std::size_t length = utf8_sequence_length(text, at);
-    const auto byte = static_cast<unsigned char>(text[at]);
+namespace {
+
+// printable_text of text[0, limit) (not cutting a UTF-8 sequence); `used` is where it stopped.
+std::string printable_prefix(std::string_view text, std::size_t limit, std::size_t& used) {
+  std::string out;
+  used = 0;
+  while (used < text.size() && used < limit) {
+    const std::size_t length = utf8_sequence_length(text, used);
+    const auto byte = static_cast<unsigned char>(text[used]);
     if (length > 1) {
-      out.append(text.substr(at, length));
-      at += length;
+      out.append(text.substr(used, length));
+      used += length;
     } else {
-      out += length == 1 && printable_ascii(byte) ? std::string(1, text[at]) : hex_byte(byte);
-      ++at;
+      out += length == 1 && printable_ascii(byte) ? std::string(1, text[used]) : hex_byte(byte);
+      ++used;
     }
   }
-  out += "'";
-  if (at < text.size()) out += "\xE2\x80\xA6(" + std::to_string(text.size()) + " bytes)";  // "…"
+  return out;
+}
+
+}  // namespace
+
+std::string printable_text(std::string_view text) {
+  std::size_t used = 0;
+  return printable_prefix(text, text.size(), used);
+}
+
+std::string quote_input(std::string_view text, std::size_t limit) {
+  std::size_t used = 0;
+  std::string out = "'" + printable_prefix(text, limit, used) + "'";
+  if (used < text.size()) out += "\xE2\x80\xA6(" + std::to_string(text.size()) + " bytes)";  // "…"
   return out;
 }
 

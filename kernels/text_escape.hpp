@@ -36,6 +36,9 @@ std::string csv_field(std::string_view text);
 std::string json_text(const nlohmann::json& json, int indent = -1);
 std::string json_text(const nlohmann::ordered_json& json, int indent = -1);
 
+// Text for a terminal: control characters and invalid UTF-8 as \xNN (no escape sequence reaches the terminal).
+std::string printable_text(std::string_view text);
+
 // User input quoted for a message: '...' with non-printable and invalid bytes as \xNN, cut after `limit` bytes
 // with "…(N bytes)" so that a message stays one short line whatever the input.
 std::string quote_input(std::string_view text, std::size_t limit = 80);

@@ -39,9 +39,15 @@ void Table::print(std::ostream& out, OutputStyle style) const {
 }
 
 void Table::print_text(std::ostream& out) const {
+  // Cells may hold stored or imported text: nothing in them may drive the terminal.
+  std::vector<std::vector<std::string>> shown;
+  for (const auto& row : rows_) {
+    shown.emplace_back();
+    for (const std::string& cell : row) shown.back().push_back(printable_text(cell));
+  }
   std::vector<size_t> widths(columns_.size());
   for (size_t c = 0; c < columns_.size(); ++c) widths[c] = columns_[c].size();
-  for (const auto& row : rows_)
+  for (const auto& row : shown)
     for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
   auto print_line = [&](const std::vector<std::string>& cells) {
     std::string line;
@@ -55,7 +61,7 @@ void Table::print_text(std::ostream& out) const {
   std::vector<std::string> rule;
   for (size_t width : widths) rule.emplace_back(width, '-');
   print_line(rule);
-  for (const auto& row : rows_) print_line(row);
+  for (const auto& row : shown) print_line(row);
 }
 
 namespace {

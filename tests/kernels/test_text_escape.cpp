@@ -58,6 +58,7 @@ TEST(QuoteInput, IsShortAndPrintable) {
   EXPECT_EQ(quote_input("w4a16"), "'w4a16'");
   EXPECT_EQ(quote_input("a\nb\x1b[31m\xff"), "'a\\x0ab\\x1b[31m\\xff'");
   EXPECT_EQ(quote_input("\xe6\x97\xa5"), "'\xe6\x97\xa5'");  // printable UTF-8 stays
+  EXPECT_EQ(printable_text("red \x1b[31m\r\xff \xe6\x97\xa5"), "red \\x1b[31m\\x0d\\xff \xe6\x97\xa5");
   const std::string quoted = quote_input(std::string(100000, 'x'));
   EXPECT_EQ(quoted, "'" + std::string(80, 'x') + "'\xe2\x80\xa6(100000 bytes)");
 }
