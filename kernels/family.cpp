@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 
@@ -58,16 +59,16 @@ KernelConfig KernelConfig::parse(std::string_view text, std::string_view family)
     const std::string_view item = text.substr(start, comma - start);
     const size_t equals = item.find('=');
     if (equals == std::string_view::npos || equals == 0) {
-      QTUNE_INPUT_ERROR("config: '" + std::string(item) + "' is not of the form name=value");
+      QTUNE_INPUT_ERROR("config: " + quote_input(item) + " is not of the form name=value");
     }
     const std::string name(item.substr(0, equals));
     const std::string_view value_text = item.substr(equals + 1);
     int value = 0;
     const auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
     if (error != std::errc() || end != value_text.data() + value_text.size() || value_text.empty()) {
-      QTUNE_INPUT_ERROR("config: parameter '" + name + "': '" + std::string(value_text) + "' is not an integer");
+      QTUNE_INPUT_ERROR("config: parameter " + quote_input(name) + ": " + quote_input(value_text) + " is not an integer");
     }
-    if (!config.params.emplace(name, value).second) QTUNE_INPUT_ERROR("config: parameter '" + name + "' given twice");
+    if (!config.params.emplace(name, value).second) QTUNE_INPUT_ERROR("config: parameter " + quote_input(name) + " given twice");
     start = comma + 1;
   }
   return config;
@@ -189,7 +190,7 @@ const KernelFamily& find_family(std::string_view name) {
   if (const KernelFamily* family = family_named(name)) return *family;
   std::string known;
   for (const KernelFamily* family : kernel_families()) known += (known.empty() ? "" : ", ") + family->name();
-  QTUNE_INPUT_ERROR("family: unknown kernel family '" + std::string(name) + "' (known: " + known + ")");
+  QTUNE_INPUT_ERROR("family: unknown kernel family " + quote_input(name) + " (known: " + known + ")");
 }
 
 int sm_of_arch(std::string_view arch, std::string_view field) {
@@ -199,7 +200,7 @@ int sm_of_arch(std::string_view arch, std::string_view field) {
   int sm = 0;
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), sm);
   if (!arch.starts_with("sm_") || error != std::errc() || end != digits.data() + digits.size() || sm <= 0) {
-    QTUNE_INPUT_ERROR(std::string(field) + ": '" + std::string(arch) + "' is not an architecture such as sm_90a");
+    QTUNE_INPUT_ERROR(std::string(field) + ": " + quote_input(arch) + " is not an architecture such as sm_90a");
   }
   return sm;
 }

@@ -11,6 +11,7 @@
 
 #include "kernels/codec.hpp"
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 
 // Every user-facing error starts with the field it is about.
 #define QTUNE_FIELD_ERROR(field, message) QTUNE_INPUT_ERROR(std::string(field) + ": " + (message))
@@ -18,7 +19,8 @@
 namespace qtune {
 namespace {
 
-std::string quote(std::string_view text) { return "'" + std::string(text) + "'"; }
+// Bounded and escaped: a spec can be anything a user or a file passes.
+std::string quote(std::string_view text) { return quote_input(text); }
 
 std::string lower_trimmed(std::string_view text) {
   size_t begin = 0;

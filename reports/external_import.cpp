@@ -13,6 +13,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/tuning_data.hpp"
 
 namespace qtune::reports {
@@ -31,7 +32,7 @@ std::string_view to_string(ExternalFileKind kind) {
 namespace {
 
 [[noreturn]] void field_error(const fs::path& file, const std::string& field, const std::string& what) {
-  QTUNE_INPUT_ERROR(file.string() + ": field '" + field + "': " + what);
+  QTUNE_INPUT_ERROR(file.string() + ": field " + quote_input(field) + ": " + what);  // a field name may come from the file
 }
 
 std::string read_text(const fs::path& file) {
@@ -128,7 +129,7 @@ class HummingProblem {
     if (!has(key) || !problem_[key].is_string()) field_error(file_, "problem." + key, "missing or not a string");
     const std::string dtype = problem_[key].get<std::string>();
     const auto element = humming_element(dtype);
-    if (!element) field_error(file_, "problem." + key, "unknown dtype '" + dtype + "'");
+    if (!element) field_error(file_, "problem." + key, "unknown dtype " + quote_input(dtype));
     return *element;
   }
 
@@ -238,7 +239,7 @@ const std::set<std::string>& known_columns() {
 ExternalRow generic_row(const std::map<std::string, std::string>& cells, const fs::path& file, const std::string& where,
                         const ImportOptions& options) {
   auto fail = [&](const std::string& field, const std::string& what) {
-    QTUNE_INPUT_ERROR(file.string() + ": " + where + "field '" + field + "': " + what);
+    QTUNE_INPUT_ERROR(file.string() + ": " + where + "field " + quote_input(field) + ": " + what);
   };
   auto cell = [&](const std::string& name) -> std::optional<std::string> {
     const auto found = cells.find(name);
@@ -250,9 +251,12 @@ ExternalRow generic_row(const std::map<std::string, std::string>& cells, const f
     if (!text) fail(name, "missing");
     std::int64_t value = 0;
     const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), value);
-    if (error != std::errc() || end != text->data() + text->size() || value < 1) fail(name, "'" + *text + "' is not a positive integer");
+    if (error != std::errc() || end != text->data() + text->size() || value < 1) fail(name, quote_input(*text) + " is not a positive integer");
     return value;
   };
+  for (const auto& [name, value] : cells) {
+    if (!is_valid_utf8(value)) fail(name, "not valid UTF-8: " + quote_input(value));
+  }
   ExternalRow row;
   const auto format = cell("format");
   if (!format) fail("format", "missing");
@@ -269,8 +273,10 @@ ExternalRow generic_row(const std::map<std::string, std::string>& cells, const f
   if (!time) fail("time_us", "missing");
   double time_us = 0;
   const auto [end, error] = std::from_chars(time->data(), time->data() + time->size(), time_us);
-  if (error != std::errc() || end != time->data() + time->size()) fail("time_us", "'" + *time + "' is not a number of microseconds");
-  if (const auto problem_text = time_problem(time_us)) fail("time_us", "'" + *time + "' microseconds is " + *problem_text);
+  if (error != std::errc() || end != time->data() + time->size()) {
+    fail("time_us", quote_input(*time) + " is not a number of microseconds");
+  }
+  if (const auto problem_text = time_problem(time_us)) fail("time_us", quote_input(*time) + " microseconds is " + *problem_text);
   row.time_us = time_us;
   row.source = cell("source").value_or(file.stem().string());
   if (options.label) {
@@ -414,14 +420,22 @@ void require_distinct_rows(const ExternalFile& file) {
   std::set<std::tuple<std::string, std::string, std::string, std::int64_t, std::int64_t, std::int64_t, std::string>> keys;
   for (const ExternalRow& row : file.rows) {
     if (!keys.emplace(row.source, row.label, row.problem.format, row.problem.m, row.problem.n, row.problem.k, row.gpu).second) {
-      QTUNE_INPUT_ERROR(file.path.string() + ": two results for " + row.source + "/" + row.label + " " + row.problem.format + " m=" +
-                        std::to_string(row.problem.m) + " n=" + std::to_string(row.problem.n) + " k=" + std::to_string(row.problem.k) +
-                        " on " + row.gpu);
+      QTUNE_INPUT_ERROR(file.path.string() + ": two results for " + quote_input(row.source + "/" + row.label) + " " +
+                        row.problem.format + " m=" + std::to_string(row.problem.m) + " n=" + std::to_string(row.problem.n) +
+                        " k=" + std::to_string(row.problem.k) + " on " + quote_input(row.gpu));
     }
   }
 }
 
 ExternalFile read_any_kind(const fs::path& path, const ImportOptions& options) {
+  // Names and labels go into JSON notes, reports and tables: they must be text, checked before anything is stored.
+  const std::string name = path.string();
+  if (!is_valid_utf8(name) || std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+    QTUNE_INPUT_ERROR("file name: " + quote_input(name, 4096) + " is not valid UTF-8 text; rename the file");
+  }
+  for (const auto& [flag, value] : {std::pair{"--label", &options.label}, {"--gpu", &options.gpu}, {"--format", &options.format}, {"--timing", &options.timing}}) {
+    if (*value && !is_valid_utf8(**value)) QTUNE_INPUT_ERROR(std::string(flag) + ": not valid UTF-8: " + quote_input(**value));
+  }
   const std::string text = read_text(path);
   const auto first = text.find_first_not_of(" \t\r\n");
   const bool looks_like_json = first != std::string::npos && (text[first] == '{' || text[first] == '[');
@@ -433,7 +447,7 @@ ExternalFile read_any_kind(const fs::path& path, const ImportOptions& options) {
   try {
     json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& error) {
-    QTUNE_INPUT_ERROR(path.string() + ": invalid JSON: " + error.what());
+    QTUNE_INPUT_ERROR(path.string() + ": invalid JSON: " + quote_input(error.what(), 200));
   }
   if (json.is_object() && json.contains("problem") && json.contains("result")) return read_humming(json, path, options);
   return read_json_list(json, path, options);

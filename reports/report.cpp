@@ -13,6 +13,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/external_import.hpp"
 #include "reports/selection_table.hpp"
 #include "reports/svg_chart.hpp"
@@ -93,7 +94,10 @@ h3{font-size:17px;margin-top:28px}h4{font-size:15px;margin-top:22px}
 table{border-collapse:collapse;margin:8px 0 16px 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}caption{caption-side:top;text-align:left;font-weight:bold;padding:4px 0}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.table-wrap{overflow-x:auto;max-width:100%}.charts svg{border:1px solid #e0e0e0}p.note{color:#555;font-size:13px}
-p.empty{font-size:18px;color:#a00;border:1px solid #a00;padding:12px})";
+p.empty{font-size:18px;color:#a00;border:1px solid #a00;padding:12px}
+td.long{overflow-wrap:anywhere;min-width:12em;text-align:left;font-size:12px})";
+
+constexpr std::size_t kLongCell = 24;
 
 std::string html_of(const Document& document, const std::string& title) {
   std::ostringstream html;
@@ -119,7 +123,8 @@ std::string html_of(const Document& document, const std::string& title) {
         html << "</tr></thead>\n<tbody>\n";
         for (const auto& row : block.table->rows()) {
           html << "<tr>";
-          for (const std::string& cell : row) html << "<td>" << xml_escape(cell) << "</td>";
+          // Long text (configs, labels) wraps, so that the numbers beside it stay on a laptop screen.
+          for (const std::string& cell : row) html << (cell.size() > kLongCell ? "<td class=\"long\">" : "<td>") << xml_escape(cell) << "</td>";
           html << "</tr>\n";
         }
         html << "</tbody>\n</table></div>\n";
@@ -138,37 +143,31 @@ std::string html_of(const Document& document, const std::string& title) {
   return html.str();
 }
 
-std::string markdown_cell(const std::string& text) {
-  std::string out;
-  for (const char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
-  return out;
-}
-
 std::string markdown_of(const Document& document) {
   std::ostringstream md;
   for (const Block& block : document.blocks()) {
     switch (block.kind) {
-      case Block::Kind::Heading: md << std::string(static_cast<std::size_t>(block.level), '#') << " " << block.text << "\n\n"; break;
-      case Block::Kind::Paragraph: md << block.text << "\n\n"; break;
+      case Block::Kind::Heading: md << std::string(static_cast<std::size_t>(block.level), '#') << " " << markdown_escape(block.text) << "\n\n"; break;
+      case Block::Kind::Paragraph: md << markdown_escape(block.text) << "\n\n"; break;
       case Block::Kind::TableBlock: {
-        if (!block.text.empty()) md << "**" << block.text << "**\n\n";
+        if (!block.text.empty()) md << "**" << markdown_escape(block.text) << "**\n\n";
         const auto& columns = block.table->columns();
         md << "|";
-        for (const auto& column : columns) md << " " << markdown_cell(column) << " |";
+        for (const auto& column : columns) md << " " << markdown_escape(column) << " |";
         md << "\n|";
         for (std::size_t c = 0; c < columns.size(); ++c) md << (c == 0 ? "---|" : "---:|");
         md << "\n";
         for (const auto& row : block.table->rows()) {
           md << "|";
-          for (const auto& cell : row) md << " " << markdown_cell(cell) << " |";
+          for (const auto& cell : row) md << " " << markdown_escape(cell) << " |";
           md << "\n";
         }
         md << "\n";
         break;
       }
-      case Block::Kind::ChartBlock: md << "![" << block.chart->title << "](charts/" << block.chart->id << ".svg)\n\n"; break;
+      case Block::Kind::ChartBlock: md << "![" << markdown_escape(block.chart->title) << "](charts/" << block.chart->id << ".svg)\n\n"; break;
       case Block::Kind::Bullets:
-        for (const std::string& item : block.items) md << "- " << item << "\n";
+        for (const std::string& item : block.items) md << "- " << markdown_escape(item) << "\n";
         md << "\n";
         break;
     }
@@ -215,6 +214,7 @@ struct Series {
   std::map<std::int64_t, double> time_us;
   std::map<std::int64_t, ProblemCost> cost;
   std::map<std::int64_t, std::string> config;
+  std::map<std::int64_t, std::string> family;  // the kernel family of each tuned winner
 };
 
 constexpr std::string_view kQtuneTiming = "CUPTI kernel time, median, cold L2 (qtune)";
@@ -227,6 +227,18 @@ struct Section {
       if (one.kind == kind) return &one;
     return nullptr;
   }
+  // Per M, the fastest of the cuBLASLt baselines measured (on this format or the dense GEMM of the same shape).
+  std::map<std::int64_t, double> fastest_cublaslt() const {
+    std::map<std::int64_t, double> fastest;
+    for (const Series& one : series) {
+      if (one.kind != SeriesKind::Baseline || one.name.rfind("cublaslt", 0) != 0) continue;
+      for (const auto& [m, time] : one.time_us) {
+        const auto [position, inserted] = fastest.try_emplace(m, time);
+        if (!inserted) position->second = std::min(position->second, time);
+      }
+    }
+    return fastest;
+  }
 };
 
 std::string config_text(const TuningData& data, std::int64_t config) {
@@ -238,15 +250,30 @@ std::string config_text(const TuningData& data, std::int64_t config) {
   }
 }
 
-Series& series_named(std::vector<Series>& series, const std::string& name, SeriesKind kind, const std::string& timing) {
-  for (Series& one : series)
-    if (one.name == name) return one;
-  series.push_back(Series{name, kind, timing, {}, {}, {}});
-  return series.back();
-}
+// The series of one section while its cells are added, found by name in log time (a store may hold many labels).
+class SeriesSet {
+ public:
+  Series& named(const std::string& name, SeriesKind kind, const std::string& timing) {
+    const auto [found, inserted] = index_.emplace(name, series_.size());
+    if (inserted) series_.push_back(Series{name, kind, timing, {}, {}, {}, {}});
+    return series_[found->second];
+  }
+  // Tuned, heuristic, baselines, external; by name within each kind.
+  std::vector<Series> ordered() && {
+    std::stable_sort(series_.begin(), series_.end(), [](const Series& a, const Series& b) {
+      if (a.kind != b.kind) return static_cast<int>(a.kind) < static_cast<int>(b.kind);
+      return a.name < b.name;
+    });
+    return std::move(series_);
+  }
+
+ private:
+  std::vector<Series> series_;
+  std::map<std::string, std::size_t> index_;
+};
 
 // Adds one cell's results; `suffix` names the problem when it is a dense GEMM shown beside a quantized format.
-void add_cell(std::vector<Series>& series, const Cell& cell, const TuningData& data, const std::string& suffix) {
+void add_cell(SeriesSet& series, const Cell& cell, const TuningData& data, const std::string& suffix) {
   const std::int64_t m = cell.problem.m;
   const ProblemCost cost = problem_cost(cell.problem);
   auto put = [&](Series& one, double time) {
@@ -254,32 +281,26 @@ void add_cell(std::vector<Series>& series, const Cell& cell, const TuningData& d
     one.cost[m] = cost;
   };
   if (cell.winner) {
-    Series& tuned = series_named(series, "tuned table" + suffix, SeriesKind::Tuned, std::string(kQtuneTiming));
+    Series& tuned = series.named("tuned table" + suffix, SeriesKind::Tuned, std::string(kQtuneTiming));
     put(tuned, cell.winner->median_us);
     tuned.config[m] = config_text(data, db::id_value(cell.winner->config));
+    tuned.family[m] = data.config(db::id_value(cell.winner->config)).family;
   }
   if (const auto time = cell.heuristic_us()) {
-    Series& heuristic = series_named(series, "heuristic" + suffix, SeriesKind::Heuristic, std::string(kQtuneTiming));
+    Series& heuristic = series.named("heuristic" + suffix, SeriesKind::Heuristic, std::string(kQtuneTiming));
     put(heuristic, *time);
     heuristic.config[m] = config_text(data, *cell.heuristic_config);
   }
   for (const auto& [family, time] : cell.baseline_us) {
-    put(series_named(series, family + suffix, SeriesKind::Baseline, std::string(kQtuneTiming)), time);
+    put(series.named(family + suffix, SeriesKind::Baseline, std::string(kQtuneTiming)), time);
   }
   for (const db::ExternalResultRecord& result : cell.external) {
     const std::string legend = timing_legend(timing_of(result));
     // The label alone where it already names its source (Humming's files name the kernel: marlin, torch, ...).
     const bool label_names_source = result.source == "humming" || result.label.find(result.source) != std::string::npos;
     const std::string label = label_names_source ? result.label : result.source + " " + result.label;
-    put(series_named(series, label + suffix + " (" + legend + ")", SeriesKind::External, legend), result.time_us);
+    put(series.named(label + suffix + " (" + legend + ")", SeriesKind::External, legend), result.time_us);
   }
-}
-
-void order_series(std::vector<Series>& series) {
-  std::stable_sort(series.begin(), series.end(), [](const Series& a, const Series& b) {
-    if (a.kind != b.kind) return static_cast<int>(a.kind) < static_cast<int>(b.kind);
-    return a.name < b.name;
-  });
 }
 
 // ---------------------------------------------------------------------------------------------------- GPU limits
@@ -370,13 +391,16 @@ class ReportBuilder {
       document_.paragraph(message_);
       return;
     }
+    std::map<std::string, std::vector<Section>> sections;
+    for (const auto& [gpu_key, gpu] : data_.gpus) sections.emplace(gpu_key, sections_of(gpu));
+    headline(sections);
     document_.paragraph(
         "qtune's own times (tuned table, heuristic, baselines) are CUPTI kernel durations: the median of adaptive repetitions "
         "with a cold L2, measured side by side. External results keep the timing method they were measured with, named in every "
         "legend: Humming's published files are means of CUDA-event times that include launch overhead, so at small M they read "
         "slower than the kernel alone. GB/s counts the least memory each GEMM moves (A, W and their scales, C once); TFLOP/s is "
         "2 M N K / time. Speedups are the other series' time / the tuned table's time (> 1: the tuned table is faster).");
-    for (const auto& [gpu_key, gpu] : data_.gpus) build_gpu(gpu);
+    for (const auto& [gpu_key, gpu] : data_.gpus) build_gpu(gpu, sections.at(gpu_key));
     std::size_t charts = document_.chart_ids().size();
     message_ = "report of " + std::to_string(data_.gpus.size()) + " GPU(s), " + std::to_string(sections_) + " shape(s), " +
                std::to_string(charts) + " chart(s)";
@@ -411,26 +435,72 @@ class ReportBuilder {
     for (const auto& [key, cells] : groups) {
       const bool dense = is_dense_format(key.format);
       if (dense && quantized_shapes.count({key.n, key.k}) > 0) continue;  // shown beside the quantized formats
-      Section section{key, {}};
-      for (const Cell* cell : cells) add_cell(section.series, *cell, data_, "");
+      SeriesSet series;
+      for (const Cell* cell : cells) add_cell(series, *cell, data_, "");
       if (!dense) {
         for (const auto& [other_key, other_cells] : groups) {
           if (!is_dense_format(other_key.format) || other_key.n != key.n || other_key.k != key.k) continue;
-          for (const Cell* cell : other_cells) add_cell(section.series, *cell, data_, " [" + other_key.format + " dense]");
+          for (const Cell* cell : other_cells) add_cell(series, *cell, data_, " [" + other_key.format + " dense]");
         }
       }
-      order_series(section.series);
-      sections.push_back(std::move(section));
+      sections.push_back(Section{key, std::move(series).ordered()});
     }
     return sections;
   }
 
-  void build_gpu(const GpuData& gpu) {
+  // What a user asks first: per GPU and shape, how much faster the tuned table is than the heuristic and cuBLASLt.
+  void headline(const std::map<std::string, std::vector<Section>>& sections) {
+    document_.heading(2, "Headline: the tuned table against the heuristic and cuBLASLt", unique_id({"headline"}));
+    Table table({"GPU", "format", "shape N x K", "M", "winner families", "vs heuristic", "vs cuBLASLt", "won vs heuristic", "won vs cuBLASLt"});
+    bool cublaslt_missing = false;
+    for (const auto& [gpu, gpu_sections] : sections) {
+      for (const Section& section : gpu_sections) {
+        const Series* tuned = section.find(SeriesKind::Tuned);
+        if (tuned == nullptr || tuned->time_us.empty()) continue;
+        const Series* heuristic = section.find(SeriesKind::Heuristic);
+        const std::map<std::int64_t, double> cublaslt = section.fastest_cublaslt();
+        cublaslt_missing = cublaslt_missing || cublaslt.empty();
+        std::set<std::string> families;
+        for (const auto& [m, family] : tuned->family) families.insert(family);
+        std::string family_text;
+        for (const std::string& family : families) family_text += (family_text.empty() ? "" : ", ") + family;
+        const std::string ms = std::to_string(tuned->time_us.begin()->first) + "-" + std::to_string(tuned->time_us.rbegin()->first);
+        const auto [heuristic_mean, heuristic_won] = compare(*tuned, heuristic ? heuristic->time_us : std::map<std::int64_t, double>{});
+        const auto [cublaslt_mean, cublaslt_won] = compare(*tuned, cublaslt);
+        table.add_row({gpu, section.key.format, std::to_string(section.key.n) + " x " + std::to_string(section.key.k), ms, family_text,
+                       heuristic_mean, cublaslt_mean, heuristic_won, cublaslt_won});
+      }
+    }
+    if (table.rows().empty()) {
+      document_.paragraph("No tuned winners yet: run `qtune tune` to compare a tuned table with the heuristic and cuBLASLt.");
+      return;
+    }
+    document_.table(std::move(table), "Geometric-mean speedup over the tuned M buckets (> 1: the tuned table is faster) and the cells it wins");
+    document_.paragraph("A cell is won at " + percent(kWinThreshold - 1) + " or more. cuBLASLt: the fastest cuBLASLt baseline measured per cell" +
+                        std::string(cublaslt_missing ? "; where none was measured, run `qtune bench --baseline cublaslt-f16 --format F "
+                                                       "--shape N,K --m ...` into the database (scripts/run.sh does)." : "."));
+  }
+
+  // The geometric-mean speedup of `tuned` over `reference` where both were measured, and "won of compared".
+  static std::pair<std::string, std::string> compare(const Series& tuned, const std::map<std::int64_t, double>& reference) {
+    std::vector<double> ratios;
+    int won = 0;
+    for (const auto& [m, time] : reference) {
+      const auto tuned_time = tuned.time_us.find(m);
+      if (tuned_time == tuned.time_us.end()) continue;
+      ratios.push_back(time / tuned_time->second);
+      won += ratios.back() >= kWinThreshold ? 1 : 0;
+    }
+    const auto mean = geometric_mean(ratios);
+    if (!mean) return {"-", "-"};
+    return {ratio_text(*mean), std::to_string(won) + " of " + std::to_string(ratios.size())};
+  }
+
+  void build_gpu(const GpuData& gpu, const std::vector<Section>& sections) {
     const Roof roof = roof_for(gpu);
     const std::string gpu_title = roof.profile ? gpu.gpu + " (" + roof.profile->display_name + ")" : gpu.gpu;
-    document_.heading(2, "GPU " + gpu_title, "gpu-" + slug(gpu.gpu));
+    document_.heading(2, "GPU " + gpu_title, unique_id({"gpu", gpu.gpu}));
     runs_table(gpu);
-    const std::vector<Section> sections = sections_of(gpu);
     sections_ += static_cast<int>(sections.size());
 
     std::map<std::string, std::vector<const Section*>> by_format;
@@ -439,7 +509,7 @@ class ReportBuilder {
     summary(gpu, by_format);
     std::vector<VerdictRow> verdicts;
     for (const auto& [format, format_sections] : by_format) {
-      document_.heading(3, "Format " + format, "format-" + slug(gpu.gpu + "-" + format));
+      document_.heading(3, "Format " + format, unique_id({"format", gpu.gpu, format}));
       roofline(gpu, roof, format, format_sections);
       for (const Section* section : format_sections) shape_section(gpu, *section, verdicts);
     }
@@ -461,7 +531,7 @@ class ReportBuilder {
   }
 
   void summary(const GpuData& gpu, const std::map<std::string, std::vector<const Section*>>& by_format) {
-    document_.heading(3, "Summary", "summary-" + slug(gpu.gpu));
+    document_.heading(3, "Summary", unique_id({"summary", gpu.gpu}));
     std::set<std::string> references;
     for (const auto& [format, sections] : by_format)
       for (const Section* section : sections)
@@ -506,7 +576,7 @@ class ReportBuilder {
 
   void roofline(const GpuData& gpu, const Roof& roof, const std::string& format, const std::vector<const Section*>& sections) {
     Chart chart;
-    chart.id = "roofline-" + slug(gpu.gpu + "-" + format);
+    chart.id = unique_id({"roofline", gpu.gpu, format});
     chart.title = "Roofline " + format + " on " + gpu.gpu;
     chart.x_label = "arithmetic intensity (FLOP/byte, log)";
     chart.y_label = "achieved TFLOP/s (log)";
@@ -560,10 +630,10 @@ class ReportBuilder {
     for (const std::string& note : notes) document_.paragraph(note);
   }
 
-  Chart shape_chart(const GpuData& gpu, const Section& section, const std::string& what) const {
+  Chart shape_chart(const GpuData& gpu, const Section& section, const std::string& what) {
     Chart chart;
     const ShapeKey& key = section.key;
-    chart.id = what + "-" + slug(gpu.gpu + "-" + key.format + "-n" + std::to_string(key.n) + "-k" + std::to_string(key.k));
+    chart.id = unique_id({what, gpu.gpu, key.format, "n" + std::to_string(key.n), "k" + std::to_string(key.k)});
     chart.x_label = "M (tokens, log2)";
     chart.x_scale = AxisScale::Log2;
     const std::string shape = key.format + " N=" + std::to_string(key.n) + " K=" + std::to_string(key.k);
@@ -596,7 +666,7 @@ class ReportBuilder {
   void shape_section(const GpuData& gpu, const Section& section, std::vector<VerdictRow>& verdicts) {
     const ShapeKey& key = section.key;
     document_.heading(4, key.format + " N=" + std::to_string(key.n) + " K=" + std::to_string(key.k),
-                      "shape-" + slug(gpu.gpu + "-" + key.format + "-n" + std::to_string(key.n) + "-k" + std::to_string(key.k)));
+                      unique_id({"shape", gpu.gpu, key.format, "n" + std::to_string(key.n), "k" + std::to_string(key.k)}));
     for (const std::string what : {"time", "bandwidth", "tflops"}) document_.chart(shape_chart(gpu, section, what));
 
     for (const Series& series : section.series) {
@@ -617,6 +687,7 @@ class ReportBuilder {
       for (const auto& [m, time] : series.time_us) ms.insert(m);
 
     std::vector<std::string> columns = {"M"};
+    if (tuned != nullptr) columns.push_back("tuned family");
     for (const Series& series : section.series) columns.push_back(series.name + " (us)");
     std::vector<const Series*> references;
     if (tuned != nullptr) {
@@ -632,6 +703,10 @@ class ReportBuilder {
     std::map<const Series*, std::vector<double>> ratios;
     for (const std::int64_t m : ms) {
       std::vector<std::string> row = {std::to_string(m)};
+      if (tuned != nullptr) {
+        const auto family = tuned->family.find(m);
+        row.push_back(family == tuned->family.end() ? "-" : family->second);
+      }
       for (const Series& series : section.series) {
         const auto time = series.time_us.find(m);
         row.push_back(time == series.time_us.end() ? "-" : microseconds(time->second));
@@ -668,7 +743,7 @@ class ReportBuilder {
       table.add_row(std::move(row));
     }
     if (tuned != nullptr && !references.empty()) {
-      std::vector<std::string> row = {"geomean"};
+      std::vector<std::string> row = {"geomean", ""};
       for (std::size_t i = 0; i < section.series.size(); ++i) row.push_back("");
       for (const Series* reference : references) {
         const auto mean = geometric_mean(ratios[reference]);
@@ -682,7 +757,7 @@ class ReportBuilder {
   }
 
   void verdict_section(const GpuData& gpu, const std::vector<VerdictRow>& verdicts) {
-    document_.heading(3, "Tuned table against the heuristic", "verdicts-" + slug(gpu.gpu));
+    document_.heading(3, "Tuned table against the heuristic", unique_id({"verdicts", gpu.gpu}));
     if (verdicts.empty()) {
       document_.paragraph("No cell has both a tuned winner and a measured heuristic on this GPU.");
       return;
@@ -728,7 +803,7 @@ class ReportBuilder {
       }
     }
     if (groups.empty()) return;
-    document_.heading(3, "Imported external results", "external-" + slug(gpu.gpu));
+    document_.heading(3, "Imported external results", unique_id({"external", gpu.gpu}));
     for (const auto& [key, group] : groups) {
       std::string formats;
       for (const std::string& format : group.first) formats += (formats.empty() ? "" : ", ") + format;
@@ -738,8 +813,25 @@ class ReportBuilder {
     document_.table(std::move(table), "Imported with `qtune import`; not measured by qtune");
   }
 
+  // An HTML id (and chart file name) from free text such as a GPU name: each part slugged and cut short, and a
+  // counter appended when another element already has it ("Foo GPU" and "foo-gpu" both slug to "foo-gpu").
+  std::string unique_id(std::initializer_list<std::string> parts) {
+    constexpr std::size_t kPartLength = 40;
+    std::string id;
+    for (const std::string& part : parts) {
+      std::string piece = slug(part).substr(0, kPartLength);
+      while (!piece.empty() && piece.back() == '-') piece.pop_back();
+      if (!piece.empty()) id += (id.empty() ? "" : "-") + piece;
+    }
+    if (id.empty()) id = "id";
+    std::string candidate = id;
+    for (int suffix = 2; !ids_.insert(candidate).second; ++suffix) candidate = id + "-" + std::to_string(suffix);
+    return candidate;
+  }
+
   const TuningData& data_;
   const ReportOptions& options_;
+  std::set<std::string> ids_;
   Document document_;
   Table cells_csv_;
   Table speedups_csv_;
@@ -766,30 +858,44 @@ ReportResult write_report(db::Store& store, const fs::path& directory, const Rep
   ReportBuilder builder(data, options);
   builder.build();
 
-  std::error_code error;
-  fs::create_directories(directory / "charts", error);
-  if (error) QTUNE_LIBRARY_ERROR("system", "cannot create " + (directory / "charts").string() + ": " + error.message());
-
   ReportResult result;
   result.empty = builder.empty();
   result.message = builder.message();
   result.chart_ids = builder.document().chart_ids();
-  auto write = [&](const fs::path& relative, const std::string& text) {
-    write_file_atomically(directory / relative, text);
+  std::vector<FileText> files;
+  auto add = [&](const fs::path& relative, std::string text) {
+    files.push_back({directory / relative, std::move(text)});
     result.files.push_back(relative);
   };
   const std::string title = "qtune report" + (options.database_label.empty() ? std::string() : ": " + options.database_label);
-  write("index.html", html_of(builder.document(), title));
-  write("report.md", markdown_of(builder.document()));
+  add("index.html", html_of(builder.document(), title));
+  add("report.md", markdown_of(builder.document()));
   for (const Block& block : builder.document().blocks()) {
     if (block.kind == Block::Kind::ChartBlock) {
-      write(fs::path("charts") / (block.chart->id + ".svg"), "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + render_svg(*block.chart));
+      add(fs::path("charts") / (block.chart->id + ".svg"), "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + render_svg(*block.chart));
     }
   }
-  write("cells.csv", csv_text(builder.cells_csv()));
-  write("speedups.csv", csv_text(builder.speedups_csv()));
-  write("tuned_vs_heuristic.csv", csv_text(builder.verdicts_csv()));
-  write("summary.csv", csv_text(builder.summary_csv()));
+  add("cells.csv", csv_text(builder.cells_csv()));
+  add("speedups.csv", csv_text(builder.speedups_csv()));
+  add("tuned_vs_heuristic.csv", csv_text(builder.verdicts_csv()));
+  add("summary.csv", csv_text(builder.summary_csv()));
+
+  // The whole report or nothing: folders this call created are removed again when a file cannot be written.
+  std::vector<fs::path> created;
+  for (const fs::path& folder : {directory, directory / "charts"}) {
+    std::error_code error;
+    if (fs::is_directory(folder, error)) continue;
+    fs::create_directories(folder, error);
+    if (error) QTUNE_LIBRARY_ERROR("system", "cannot create " + folder.string() + ": " + error.message());
+    created.push_back(folder);
+  }
+  try {
+    write_files_atomically(files);
+  } catch (...) {
+    std::error_code ignored;
+    for (auto folder = created.rbegin(); folder != created.rend(); ++folder) fs::remove(*folder, ignored);
+    throw;
+  }
   return result;
 }
 

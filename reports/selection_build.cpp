@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/selection_table.hpp"
 
 namespace qtune::reports {
@@ -18,7 +19,7 @@ SelectionTable build_selection_table(const TuningData& data, const std::string& 
   if (found == data.gpus.end()) {
     std::string known;
     for (const auto& [key, unused] : data.gpus) known += (known.empty() ? "" : ", ") + key;
-    QTUNE_INPUT_ERROR("--gpu: no results for GPU '" + gpu + "' (GPUs in the database: " + (known.empty() ? "none" : known) + ")");
+    QTUNE_INPUT_ERROR("--gpu: no results for GPU " + quote_input(gpu) + " (GPUs in the database: " + (known.empty() ? "none" : known) + ")");
   }
   const GpuData& gpu_data = found->second;
   std::set<std::int64_t> winner_runs;
@@ -35,7 +36,7 @@ SelectionTable build_selection_table(const TuningData& data, const std::string& 
     table.formats[shape.format].push_back({shape.n, shape.k, compact_ranges(std::move(winners))});
   }
   if (table.formats.empty()) {
-    QTUNE_INPUT_ERROR("--gpu: GPU '" + gpu + "' has no winners" + " for the selected formats (run `qtune tune` first)");
+    QTUNE_INPUT_ERROR("--gpu: GPU " + quote_input(gpu) + " has no winners" + " for the selected formats (run `qtune tune` first)");
   }
 
   std::vector<const db::RunRecord*> runs;

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 
 namespace qtune::reports {
 
@@ -291,23 +292,25 @@ SelectionTable SelectionTable::from_json(const nlohmann::json& json, std::string
 
 namespace {
 
+bool identifier_syntax(std::string_view name) {
+  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// A kernel parameter name usable as a member of the header's Config.
 bool is_identifier(const std::string& name) {
   static const std::set<std::string> reserved = {"family", "text", "int", "class", "struct", "auto", "const", "default",
                                                  "delete", "new", "this", "case", "do", "for", "if", "else", "while",
                                                  "return", "switch", "template", "namespace", "register", "union", "long",
                                                  "short", "signed", "unsigned", "char", "double", "float", "bool", "void"};
-  if (name.empty() || reserved.count(name) > 0) return false;
-  if (!(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return identifier_syntax(name) && reserved.count(name) == 0;
 }
 
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
+// A provenance field as one comment-safe text (a table read from JSON may hold anything there).
+std::string provenance_comment(const nlohmann::json& run, const char* key) {
+  const auto found = run.find(key);
+  if (found == run.end()) return "";
+  return cpp_comment_text(found->is_string() ? found->get<std::string>() : json_text(*found));
 }
 
 // Parameter names of every config in the table: each family's declared order, families by name.
@@ -339,8 +342,33 @@ std::vector<std::string> parameter_columns(const std::set<KernelConfig>& configs
 
 }  // namespace
 
+void check_cpp_namespace(std::string_view name) {
+  // Keywords and alternative tokens of C++23, and the macros of the standard headers a lower-case name could hit.
+  static const std::set<std::string, std::less<>> refused = {
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char",
+      "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit",
+      "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete", "do", "double",
+      "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto", "if",
+      "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq", "nullptr", "operator", "or",
+      "or_eq", "private", "protected", "public", "register", "reinterpret_cast", "requires", "return", "short", "signed",
+      "sizeof", "static", "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local",
+      "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual", "void",
+      "volatile", "wchar_t", "while", "xor", "xor_eq", "final", "override", "import", "module",
+      "assert", "errno", "offsetof", "setjmp", "va_arg", "va_copy", "va_end", "va_start", "stdin", "stdout", "stderr",
+      "linux", "unix", "major", "minor", "makedev", "std"};
+  const std::string shown = quote_input(name);
+  if (!identifier_syntax(name)) QTUNE_INPUT_ERROR("--namespace: " + shown + " is not a C++ identifier");
+  if (refused.count(name) > 0) QTUNE_INPUT_ERROR("--namespace: " + shown + " is a C++ keyword or a standard name");
+  if ((name[0] == '_' && (name.size() == 1 || std::isupper(static_cast<unsigned char>(name[1])))) || name.find("__") != std::string_view::npos) {
+    QTUNE_INPUT_ERROR("--namespace: " + shown + " is reserved for the implementation ('_' + capital, or '__')");
+  }
+  if (std::none_of(name.begin(), name.end(), [](char c) { return std::islower(static_cast<unsigned char>(c)); })) {
+    QTUNE_INPUT_ERROR("--namespace: " + shown + " is spelled like a macro (no lower-case letter); a macro of that name would replace it");
+  }
+}
+
 std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const {
-  if (!is_identifier(std::string(namespace_name))) QTUNE_INPUT_ERROR("--namespace: '" + std::string(namespace_name) + "' is not a C++ identifier");
+  check_cpp_namespace(namespace_name);
   std::set<KernelConfig> config_set;
   for (const auto& [format, shapes] : formats)
     for (const ShapeRules& shape : shapes)
@@ -352,7 +380,7 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
   };
 
   std::ostringstream out;
-  out << "// Generated by `qtune export` for GPU \"" << gpu << "\". Do not edit: re-export from the database instead.\n"
+  out << "// Generated by `qtune export` for GPU \"" << cpp_comment_text(gpu) << "\". Do not edit: re-export from the database instead.\n"
       << "// Self-contained: needs only <array>, <cstdint> and <string_view> (C++17 or later).\n"
       << "//\n"
       << "// select(format, m, n, k) returns the tuned kernel configuration for a GEMM C[M,N] = A[M,K] * W[N,K]^T, or\n"
@@ -364,8 +392,9 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
   if (provenance.contains("runs")) {
     out << "//\n// Winners from " << provenance["runs"].size() << " run(s):\n";
     for (const auto& run : provenance["runs"]) {
-      out << "//   " << run.value("uuid", "") << " started " << run.value("started_at", "") << ", qtune "
-          << run.value("tool_version", "") << " (" << run.value("git_sha", "") << "), " << run.value("gpu_name", "") << "\n";
+      out << "//   " << provenance_comment(run, "uuid") << " started " << provenance_comment(run, "started_at") << ", qtune "
+          << provenance_comment(run, "tool_version") << " (" << provenance_comment(run, "git_sha") << "), "
+          << provenance_comment(run, "gpu_name") << "\n";
     }
   }
   out << "#pragma once\n\n#include <array>\n#include <cstdint>\n#include <string_view>\n\n"
@@ -379,10 +408,10 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
       << "struct Range {\n  std::int64_t m_min;\n  std::int64_t m_max;  // kNoUpperEnd: every larger M\n  int config;  // index into kConfigs\n};\n\n"
       << "struct Shape {\n  int format;  // index into kFormats\n  std::int64_t n;\n  std::int64_t k;\n  int first_range;  // index into kRanges\n  int range_count;\n};\n\n"
       << "inline constexpr std::int64_t kNoUpperEnd = INT64_MAX;\n"
-      << "inline constexpr std::string_view kGpu = " << quoted(gpu) << ";\n\n";
+      << "inline constexpr std::string_view kGpu = " << cpp_string_literal(gpu) << ";\n\n";
 
   out << "inline constexpr std::array<std::string_view, " << formats.size() << "> kFormats{{\n";
-  for (const auto& [format, shapes] : formats) out << "    " << quoted(format) << ",\n";
+  for (const auto& [format, shapes] : formats) out << "    " << cpp_string_literal(format) << ",\n";
   out << "}};\n\n";
   out << "// Per format: an untuned (N, K) takes the nearest tuned shape's rules (true) or the family heuristic (false:\n"
       << "// select() returns nullptr and the caller runs its heuristic).\n"
@@ -390,18 +419,18 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
   for (const auto& [format, shapes] : formats) {
     const auto method = fallback_methods.find(format);
     const bool nearest = method == fallback_methods.end() || method->second == FallbackMethod::NearestShape;
-    out << "    " << (nearest ? "true" : "false") << ",  // " << format << "\n";
+    out << "    " << (nearest ? "true" : "false") << ",  // " << cpp_comment_text(format) << "\n";
   }
   out << "}};\n\n";
 
   out << "inline constexpr std::array<Config, " << configs.size() << "> kConfigs{{\n";
   for (const KernelConfig& config : configs) {
-    out << "    {" << quoted(config.family);
+    out << "    {" << cpp_string_literal(config.family);
     for (const std::string& column : columns) {
       const auto found = config.params.find(column);
       out << ", " << (found == config.params.end() ? 0 : found->second);
     }
-    out << ", " << quoted(config.to_string()) << "},\n";
+    out << ", " << cpp_string_literal(config.to_string()) << "},\n";
   }
   out << "}};\n\n";
 
@@ -414,7 +443,7 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
       shapes_out << "    {" << format_index << ", " << shape.n << ", " << shape.k << ", " << range_index << ", " << shape.ranges.size() << "},\n";
       for (const MRange& range : shape.ranges) {
         ranges_out << "    {" << range.m_min << ", " << (range.m_max ? std::to_string(*range.m_max) : "kNoUpperEnd") << ", "
-                   << config_index(range.config) << "},  // " << format << " n=" << shape.n << " k=" << shape.k << "\n";
+                   << config_index(range.config) << "},  // " << cpp_comment_text(format) << " n=" << shape.n << " k=" << shape.k << "\n";
         ++range_index;
       }
     }
@@ -509,27 +538,53 @@ constexpr const Config* select(std::string_view format, std::int64_t m, std::int
 
 // ---------------------------------------------------------------------------------------------------- files
 
-void write_file_atomically(const fs::path& path, const std::string& text) {
+namespace {
+
+fs::path temporary_beside(const fs::path& path) {
   fs::path temporary = path;
   temporary += ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
-    if (!stream) QTUNE_LIBRARY_ERROR("system", "cannot write " + temporary.string());
+  return temporary;
+}
+
+void write_temporary(const fs::path& temporary, const std::string& text) {
+  std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
+  if (stream) {
     stream << text;
     stream.flush();
-    if (!stream) {
-      stream.close();
-      std::error_code ignored;
-      fs::remove(temporary, ignored);
-      QTUNE_LIBRARY_ERROR("system", "cannot write " + temporary.string());
-    }
   }
-  std::error_code error;
-  fs::rename(temporary, path, error);
-  if (error) {
+  if (!stream) QTUNE_LIBRARY_ERROR("system", "cannot write " + temporary.string());
+}
+
+}  // namespace
+
+void write_file_atomically(const fs::path& path, const std::string& text) { write_files_atomically({{path, text}}); }
+
+void write_files_atomically(const std::vector<FileText>& files) {
+  for (const FileText& file : files) {  // a rename onto a folder would fail after earlier files were renamed
+    std::error_code error;
+    if (fs::is_directory(file.path, error)) QTUNE_LIBRARY_ERROR("system", "cannot write " + file.path.string() + ": it is a directory");
+  }
+  std::vector<fs::path> temporaries;
+  auto remove_temporaries = [&] {
     std::error_code ignored;
-    fs::remove(temporary, ignored);
-    QTUNE_LIBRARY_ERROR("system", "cannot rename " + temporary.string() + " to " + path.string() + ": " + error.message());
+    for (const fs::path& temporary : temporaries) fs::remove(temporary, ignored);
+  };
+  try {
+    for (const FileText& file : files) {
+      temporaries.push_back(temporary_beside(file.path));
+      write_temporary(temporaries.back(), file.text);
+    }
+  } catch (...) {
+    remove_temporaries();
+    throw;
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    std::error_code error;
+    fs::rename(temporaries[i], files[i].path, error);
+    if (error) {
+      remove_temporaries();
+      QTUNE_LIBRARY_ERROR("system", "cannot rename " + temporaries[i].string() + " to " + files[i].path.string() + ": " + error.message());
+    }
   }
 }
 

@@ -157,8 +157,14 @@ struct SelectionTable {
 
   // A C++ header that needs only <array>, <cstdint> and <string_view> (C++17), with constexpr tables and
   // `select(format, m, n, k)` returning a `const Config*` (nullptr for a format not in the table).
+  // Throws InputError("--namespace: ...") for a name check_cpp_namespace refuses.
   std::string to_cpp_header(std::string_view namespace_name = "qtune_table") const;
 };
+
+// Throws InputError("--namespace: ...") unless `name` is an identifier the header can use as its namespace: not a
+// keyword or alternative token, not reserved (`_X`, `__`), not a standard macro (INT64_MAX, assert) or a name
+// spelled like a macro (no lower-case letter).
+void check_cpp_namespace(std::string_view name);
 
 // The table of one GPU's winners (only formats with winners; dense f16/bf16 problems never have any).
 // Throws InputError when the GPU has no winner of the selected formats.
@@ -171,5 +177,13 @@ std::map<std::string, FallbackMethod> choose_fallback_methods(const SelectionTab
 
 // Writes `text` to `path` atomically (a temporary file beside it, then a rename). Throws LibraryError("system", ...).
 void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+
+struct FileText {
+  std::filesystem::path path;
+  std::string text;
+};
+// Writes every file or none: each into a temporary file beside it first, then all renamed into place; on a failure
+// the temporary files are removed and no target is touched. Throws LibraryError("system", ...).
+void write_files_atomically(const std::vector<FileText>& files);
 
 }  // namespace qtune::reports

@@ -7,6 +7,8 @@
 #include <limits>
 #include <sstream>
 
+#include "kernels/text_escape.hpp"
+
 namespace qtune::reports {
 
 namespace {
@@ -16,6 +18,17 @@ constexpr int kMarginRight = 24;
 constexpr int kMarginTop = 40;
 constexpr int kMarginBottom = 52;
 constexpr int kLegendRowHeight = 18;
+constexpr int kLegendSwatch = 30;         // the line sample and the gap before the name
+constexpr double kLegendCharWidth = 7.0;  // a generous average width of a 12 px sans-serif character
+
+// The legend name as drawn: cut with "…" when it is wider than `width` pixels (data-series keeps the whole name).
+std::string legend_text(const std::string& name, double width) {
+  const auto fits = static_cast<std::size_t>(std::max(4.0, width / kLegendCharWidth));
+  if (name.size() <= fits) return name;
+  std::size_t cut = fits - 1;
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+  return name.substr(0, cut) + "\xE2\x80\xA6";
+}
 
 std::string coordinate(double value) {
   char text[32];
@@ -87,21 +100,6 @@ double position(const Axis& axis, double value, double from, double to) {
 
 }  // namespace
 
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string_view palette_color(std::size_t index) {
   static constexpr std::array<std::string_view, 10> colors = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                                               "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
@@ -152,9 +150,18 @@ std::string render_svg(const Chart& chart) {
   const Axis y_axis = make_axis(y_low, y_high, chart.y_scale);
 
   std::size_t legend_entries = 0;
-  for (const auto& points : visible) legend_entries += points.empty() ? 0 : 1;
-  const int legend_rows = static_cast<int>((legend_entries + 1) / 2);
+  std::size_t longest_name = 0;
+  for (std::size_t s = 0; s < chart.series.size(); ++s) {
+    if (visible[s].empty()) continue;
+    ++legend_entries;
+    longest_name = std::max(longest_name, chart.series[s].name.size());
+  }
   const int width = chart.width;
+  const double legend_width = width - kMarginRight - kMarginLeft;
+  // Two columns only when every name fits in half the width: a longer name would run into its neighbour.
+  const int legend_columns = static_cast<double>(longest_name) * kLegendCharWidth + kLegendSwatch <= legend_width / 2 - 8 ? 2 : 1;
+  const double column_width = legend_width / legend_columns;
+  const int legend_rows = static_cast<int>((legend_entries + legend_columns - 1) / legend_columns);
   const int height = kMarginTop + chart.plot_height + kMarginBottom + legend_rows * kLegendRowHeight + 8;
   const double left = kMarginLeft, right = width - kMarginRight;
   const double top = kMarginTop, bottom = kMarginTop + chart.plot_height;
@@ -225,12 +232,13 @@ std::string render_svg(const Chart& chart) {
       paths << "<path class=\"series\" data-series=\"" << name << "\" d=\"" << marker_path << "\" fill=\"" << color << "\" fill-opacity=\"0.75\"/>\n";
     }
     drawn.push_back(paths.str());
-    const double legend_x = left + (legend_index % 2 == 0 ? 0 : (right - left) / 2);
-    const double legend_y = bottom + kMarginBottom + static_cast<double>(legend_index / 2) * kLegendRowHeight + 4;
+    const auto column = legend_index % static_cast<std::size_t>(legend_columns);
+    const double legend_x = left + static_cast<double>(column) * column_width;
+    const double legend_y = bottom + kMarginBottom + static_cast<double>(legend_index / static_cast<std::size_t>(legend_columns)) * kLegendRowHeight + 4;
     legend << "<g class=\"legend-entry\"><line x1=\"" << coordinate(legend_x) << "\" y1=\"" << coordinate(legend_y) << "\" x2=\""
         << coordinate(legend_x + 24) << "\" y2=\"" << coordinate(legend_y) << "\" stroke=\"" << color << "\" stroke-width=\"3\""
         << (series.dashed ? " stroke-dasharray=\"6 4\"" : "") << "/><text x=\"" << coordinate(legend_x + 30) << "\" y=\""
-        << coordinate(legend_y + 4) << "\">" << name << "</text></g>\n";
+        << coordinate(legend_y + 4) << "\">" << xml_escape(legend_text(series.name, column_width - kLegendSwatch - 8)) << "</text></g>\n";
     ++legend_index;
   }
   for (auto paths = drawn.rbegin(); paths != drawn.rend(); ++paths) svg << *paths;

@@ -41,7 +41,6 @@ struct Chart {
 // The chart as an <svg> element (with the SVG namespace, so the same text is a valid standalone .svg file).
 std::string render_svg(const Chart& chart);
 
-std::string xml_escape(std::string_view text);
 // A colour of the fixed palette (cycles).
 std::string_view palette_color(std::size_t index);
 // Short axis numbers: 1, 2.5, 0.01, 1k, 16k, 1.5M; on a log2 axis powers of two from 1024 up read 1K, 2K, 16K.

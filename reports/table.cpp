@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 
 namespace qtune::reports {
 
@@ -16,7 +17,7 @@ OutputStyle parse_output_style(std::string_view text) {
   if (text == "table" || text == "text") return OutputStyle::Text;
   if (text == "json") return OutputStyle::Json;
   if (text == "csv") return OutputStyle::Csv;
-  QTUNE_INPUT_ERROR("--output: unknown style '" + std::string(text) + "' (expected table, json or csv)");
+  QTUNE_INPUT_ERROR("--output: unknown style " + quote_input(text) + " (expected table, json or csv)");
 }
 
 Table::Table(std::vector<std::string> columns) : columns_(std::move(columns)) {}
@@ -38,9 +39,15 @@ void Table::print(std::ostream& out, OutputStyle style) const {
 }
 
 void Table::print_text(std::ostream& out) const {
+  // Cells may hold stored or imported text: nothing in them may drive the terminal.
+  std::vector<std::vector<std::string>> shown;
+  for (const auto& row : rows_) {
+    shown.emplace_back();
+    for (const std::string& cell : row) shown.back().push_back(printable_text(cell));
+  }
   std::vector<size_t> widths(columns_.size());
   for (size_t c = 0; c < columns_.size(); ++c) widths[c] = columns_[c].size();
-  for (const auto& row : rows_)
+  for (const auto& row : shown)
     for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
   auto print_line = [&](const std::vector<std::string>& cells) {
     std::string line;
@@ -54,7 +61,7 @@ void Table::print_text(std::ostream& out) const {
   std::vector<std::string> rule;
   for (size_t width : widths) rule.emplace_back(width, '-');
   print_line(rule);
-  for (const auto& row : rows_) print_line(row);
+  for (const auto& row : shown) print_line(row);
 }
 
 namespace {
@@ -80,21 +87,12 @@ void Table::print_json(std::ostream& out) const {
     }
     rows.push_back(std::move(object));
   }
-  out << rows.dump(2) << "\n";
+  out << json_text(rows, 2) << "\n";
 }
 
 void Table::print_csv(std::ostream& out) const {
-  auto quote = [](const std::string& cell) {
-    if (cell.find_first_of(",\"\n\r") == std::string::npos) return cell;
-    std::string quoted = "\"";
-    for (char ch : cell) {
-      if (ch == '"') quoted += '"';
-      quoted += ch;
-    }
-    return quoted + "\"";
-  };
   auto print_line = [&](const std::vector<std::string>& cells) {
-    for (size_t c = 0; c < cells.size(); ++c) out << (c ? "," : "") << quote(cells[c]);
+    for (size_t c = 0; c < cells.size(); ++c) out << (c ? "," : "") << csv_field(cells[c]);
     out << "\n";
   };
   print_line(columns_);

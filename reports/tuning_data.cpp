@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "kernels/format.hpp"
 #include "search/gpu_profile.hpp"
 #include "tuner/tune/tuner.hpp"
@@ -45,7 +46,7 @@ std::vector<std::string> parse_format_list(std::string_view text, std::string_vi
   }
   std::vector<std::string> formats;
   for (const std::string& piece : pieces) {
-    if (piece.empty()) QTUNE_INPUT_ERROR(std::string(field) + ": empty format in '" + std::string(text) + "'");
+    if (piece.empty()) QTUNE_INPUT_ERROR(std::string(field) + ": empty format in " + quote_input(text));
     const std::string format = canonical_format_text(piece, field);
     if (std::find(formats.begin(), formats.end(), format) == formats.end()) formats.push_back(format);
   }

@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 
 namespace qtune::search {
 
@@ -50,7 +51,7 @@ fs::path config_dir() {
     tried += (tried.empty() ? "" : ", ") + candidate.string();
   }
   if (const char* env = std::getenv("QTUNE_CONFIG_DIR"); env != nullptr && *env != '\0') {
-    QTUNE_INPUT_ERROR("QTUNE_CONFIG_DIR: '" + std::string(env) + "' is not a directory");
+    QTUNE_INPUT_ERROR("QTUNE_CONFIG_DIR: " + quote_input(env) + " is not a directory");
   }
   QTUNE_INPUT_ERROR("configs directory not found (tried " + tried + "); set QTUNE_CONFIG_DIR");
 }
@@ -89,7 +90,7 @@ ConfigObject::ConfigObject(const nlohmann::json& value, std::string file, std::s
     : value_(&value), file_(std::move(file)), path_(std::move(path)) {
   if (!value.is_object()) {
     if (path_.empty()) QTUNE_INPUT_ERROR(file_ + ": expected a JSON object at the top level, found " + json_type_name(value));
-    QTUNE_INPUT_ERROR(file_ + ": field '" + path_ + "': expected an object, found " + json_type_name(value));
+    QTUNE_INPUT_ERROR(file_ + ": field " + quote_input(path_) + ": expected an object, found " + json_type_name(value));
   }
 }
 
@@ -98,7 +99,7 @@ std::string ConfigObject::field_path(std::string_view key) const {
 }
 
 void ConfigObject::fail(std::string_view key, std::string_view message) const {
-  QTUNE_INPUT_ERROR(file_ + ": field '" + field_path(key) + "': " + std::string(message));
+  QTUNE_INPUT_ERROR(file_ + ": field " + quote_input(field_path(key)) + ": " + std::string(message));
 }
 
 const nlohmann::json* ConfigObject::find(std::string_view key) const {

@@ -7,6 +7,7 @@
 #include <Eigen/Dense>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 
 namespace qtune::search {
 
@@ -235,7 +236,7 @@ const std::vector<std::string>& cost_model_names() {
 std::unique_ptr<CostModel> make_cost_model(std::string_view name, double ridge_lambda) {
   if (name == "trees") return std::make_unique<BoostedTreesCostModel>();
   if (name == "ridge") return std::make_unique<RidgeCostModel>(ridge_lambda);
-  QTUNE_INPUT_ERROR("cost_model: unknown cost model '" + std::string(name) + "' (expected trees or ridge)");
+  QTUNE_INPUT_ERROR("cost_model: unknown cost model " + quote_input(name) + " (expected trees or ridge)");
 }
 
 }  // namespace qtune::search

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "search/config_files.hpp"
 
 namespace qtune::search {
@@ -66,7 +67,7 @@ GpuProfile load_gpu_profile(const fs::path& file) {
   profile.source_file = file;
 
   profile.name = root.required_string("name");
-  if (!valid_profile_name(profile.name)) root.fail("name", "expected lower-case letters, digits, '-' or '_', got '" + profile.name + "'");
+  if (!valid_profile_name(profile.name)) root.fail("name", "expected lower-case letters, digits, '-' or '_', got " + quote_input(profile.name));
   profile.display_name = root.required_string("display_name");
   profile.aliases = root.required_string_array("aliases");
 
@@ -75,7 +76,7 @@ GpuProfile load_gpu_profile(const fs::path& file) {
   profile.arch = root.required_string("arch");
   const std::string base_arch = "sm_" + std::to_string(profile.sm);
   if (profile.arch != base_arch && profile.arch != base_arch + "a" && profile.arch != base_arch + "f") {
-    root.fail("arch", "'" + profile.arch + "' does not match sm " + std::to_string(profile.sm) + " (expected " + base_arch +
+    root.fail("arch", quote_input(profile.arch) + " does not match sm " + std::to_string(profile.sm) + " (expected " + base_arch +
                           ", " + base_arch + "a or " + base_arch + "f)");
   }
   profile.sm_count = positive_int_at_most(root, "sm_count", 1024);
@@ -147,8 +148,8 @@ std::vector<GpuProfile> load_gpu_profiles(const fs::path& directory) {
   for (const auto& file : json_files_in(directory)) {
     GpuProfile profile = load_gpu_profile(file);
     if (profile.name != file.stem().string()) {
-      QTUNE_INPUT_ERROR(file.string() + ": field 'name': '" + profile.name + "' does not match the file name '" +
-                        file.stem().string() + "'");
+      QTUNE_INPUT_ERROR(file.string() + ": field 'name': " + quote_input(profile.name) + " does not match the file name " +
+                        quote_input(file.stem().string()));
     }
     std::vector<std::string> names{profile.name, profile.display_name};
     names.insert(names.end(), profile.aliases.begin(), profile.aliases.end());
@@ -156,7 +157,7 @@ std::vector<GpuProfile> load_gpu_profiles(const fs::path& directory) {
       const std::string key = normalize_gpu_name(name);
       const auto [it, inserted] = owner_of_name.emplace(key, profile.name);
       if (!inserted && it->second != profile.name) {
-        QTUNE_INPUT_ERROR(file.string() + ": field 'aliases': '" + name + "' is already a name of profile '" + it->second + "'");
+        QTUNE_INPUT_ERROR(file.string() + ": field 'aliases': " + quote_input(name) + " is already a name of profile '" + it->second + "'");
       }
     }
     profiles.push_back(std::move(profile));
@@ -188,7 +189,7 @@ GpuProfile gpu_profile_by_name(std::string_view name_alias_or_path, std::string_
   if (const GpuProfile* profile = find_gpu_profile(profiles, name_alias_or_path)) return *profile;
   std::string known;
   for (const auto& profile : profiles) known += (known.empty() ? "" : ", ") + profile.name;
-  QTUNE_INPUT_ERROR(std::string(field) + ": unknown GPU profile '" + std::string(name_alias_or_path) + "' (known: " + known + ")");
+  QTUNE_INPUT_ERROR(std::string(field) + ": unknown GPU profile " + quote_input(name_alias_or_path) + " (known: " + known + ")");
 }
 
 std::optional<GpuProfile> match_device(const std::vector<GpuProfile>& profiles, const DeviceIdentity& device) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "search/config_files.hpp"
 
 namespace qtune::search {
@@ -37,7 +38,7 @@ std::vector<std::int64_t> parse_m_list(std::string_view text, std::string_view f
     std::int64_t value = 0;
     const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (item.empty() || error != std::errc() || end != item.data() + item.size() || value <= 0) {
-      QTUNE_INPUT_ERROR(std::string(field) + ": '" + std::string(item) + "' is not a positive integer");
+      QTUNE_INPUT_ERROR(std::string(field) + ": " + quote_input(item) + " is not a positive integer");
     }
     if (!values.empty() && value <= values.back()) {
       QTUNE_INPUT_ERROR(std::string(field) + ": expected values in ascending order without repeats (" + std::to_string(value) +

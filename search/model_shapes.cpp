@@ -5,6 +5,7 @@
 #include <set>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "search/config_files.hpp"
 
 namespace qtune::search {
@@ -110,7 +111,7 @@ ModelShapes load_model_shapes(const fs::path& file) {
   for (std::size_t i = 0; i < gemm_objects.size(); ++i) {
     const ConfigObject& object = gemm_objects[i];
     ModelGemm gemm = load_gemm(object, model.hyperparameters);
-    if (!names.insert(gemm.name).second) object.fail("name", "'" + gemm.name + "' appears twice");
+    if (!names.insert(gemm.name).second) object.fail("name", quote_input(gemm.name) + " appears twice");
     for (const int tp : model.tensor_parallel) {
       if (gemm.parallel == Parallelism::Column && gemm.n % tp != 0) {
         object.fail("n", std::to_string(gemm.n) + " is not divisible by tensor_parallel " + std::to_string(tp));
@@ -132,7 +133,7 @@ std::vector<ModelShapes> load_model_shape_sets(const fs::path& directory) {
   for (const auto& file : json_files_in(directory)) {
     ModelShapes model = load_model_shapes(file);
     if (!names.insert(lower(model.name)).second) {
-      QTUNE_INPUT_ERROR(file.string() + ": field 'name': '" + model.name + "' is the name of another model file");
+      QTUNE_INPUT_ERROR(file.string() + ": field 'name': " + quote_input(model.name) + " is the name of another model file");
     }
     models.push_back(std::move(model));
   }
@@ -153,7 +154,7 @@ ModelShapes model_shapes_by_name(std::string_view name_or_path, std::string_view
   }
   std::string known;
   for (const auto& model : models) known += (known.empty() ? "" : ", ") + model.name;
-  QTUNE_INPUT_ERROR(std::string(field) + ": unknown model '" + std::string(name_or_path) + "' (known: " + known + ")");
+  QTUNE_INPUT_ERROR(std::string(field) + ": unknown model " + quote_input(name_or_path) + " (known: " + known + ")");
 }
 
 std::vector<ShardedGemm> sharded_gemms(const ModelShapes& model, int tp, std::string_view field) {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 
 namespace qtune::search {
 
@@ -222,7 +223,7 @@ std::unique_ptr<Strategy> make_strategy(std::string_view name, const StrategyOpt
   if (name == "random") return std::make_unique<RandomStrategy>(options.seed);
   if (name == "halving") return std::make_unique<HalvingStrategy>(options.seed, options.halving_eta);
   if (name == "model") return std::make_unique<ModelGuidedStrategy>(options);
-  QTUNE_INPUT_ERROR("strategy: unknown strategy '" + std::string(name) +
+  QTUNE_INPUT_ERROR("strategy: unknown strategy " + quote_input(name) +
                     "' (expected exhaustive, random, halving or model)");
 }
 

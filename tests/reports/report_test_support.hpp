@@ -54,6 +54,9 @@ struct FixtureSpec {
   std::vector<std::int64_t> m_buckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
   bool baselines = true;
   std::string gpu_profile = "h200";
+  std::string gpu_name = "NVIDIA H200";
+  std::string git_sha = "0123456789ab";
+  std::string tool_version = "0.1.0";
   std::string run_uuid = "00000000-0000-4000-8000-000000000001";
 };
 
@@ -144,12 +147,12 @@ inline db::RunInfo fixture_run(const FixtureSpec& spec) {
   run.uuid = spec.run_uuid;
   run.kind = "tune";
   run.started_at = "2025-06-01T12:00:00Z";
-  run.tool_version = "0.1.0";
-  run.git_sha = "0123456789ab";
+  run.tool_version = spec.tool_version;
+  run.git_sha = spec.git_sha;
   run.cuda_version = "13.0";
   run.driver_version = "580.65";
   run.host = "gpu-node-1";
-  run.gpu_name = "NVIDIA H200";
+  run.gpu_name = spec.gpu_name;
   run.gpu_uuid = "GPU-synthetic";
   run.gpu_profile = spec.gpu_profile;
   run.sm = 90;

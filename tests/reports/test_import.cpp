@@ -292,5 +292,62 @@ TEST(ImportHumming, EverySharedSampleImportsOrIsRefusedWithAReason) {
   EXPECT_LE(refused, 1);
 }
 
+// Defect 6 of issue 18: invalid UTF-8 in a label, a note or the file name is refused (exit 2 naming the field)
+// before anything is stored; it gave exit 1 [json.exception.type_error.316] after the rows were committed.
+TEST(ImportText, InvalidUtf8IsRefusedBeforeAnythingIsStored) {
+  TempDir dir;
+  const std::string db = (dir / "qtune.db").string();
+  { db::Store::open(db); }
+  const std::string header = "format,m,n,k,time_us,label,gpu,notes\n";
+  testing::write_text(dir / "label.csv", header + "f16,1,64,64,3,bad\xff\xfe,h200,fine\n");
+  testing::write_text(dir / "notes.csv", header + "f16,1,64,64,3,ok,h200,bad\xc3\n");
+  testing::write_text(dir / "name\xff.csv", header + "f16,1,64,64,3,ok,h200,fine\n");
+  expect_input_error([&] { read_external_file(dir / "label.csv"); }, {"label.csv", "line 2", "field 'label'", "not valid UTF-8", "\\xff"});
+  expect_input_error([&] { read_external_file(dir / "notes.csv"); }, {"notes.csv", "field 'notes'", "not valid UTF-8"});
+  expect_input_error([&] { read_external_file(dir / "name\xff.csv"); }, {"file name", "\\xff"});
+  ImportOptions options;
+  options.label = "x\xff";
+  expect_input_error([&] { read_external_file(dir / "notes.csv", options); }, {"--label", "not valid UTF-8"});
+  for (const std::string file : {"label.csv", "notes.csv", "name\xff.csv"}) {
+    EXPECT_EQ(testing::run_qtune({"import", (dir / file).string(), "--db", db, "--output", "json"}), 2) << file;
+  }
+  EXPECT_EQ(db::Store::open_read_only(db).list_external_results().size(), 0u);
+}
+
+// Defect 16 of issue 18: binary or huge input is echoed quoted, escaped and cut short.
+TEST(ImportText, MessagesQuoteInputBounded) {
+  TempDir dir;
+  const std::string header = "format,m,n,k,time_us,label,gpu\n";
+  testing::write_text(dir / "m.csv", header + "f16," + std::string(100000, '9') + "x,64,64,3,a,h200\n");
+  testing::write_text(dir / "binary.csv", header + "f16,\x01\x02\x1b[2J\xff,64,64,3,a,h200\n");
+  testing::write_text(dir / "column.csv", "format," + std::string(100000, 'c') + "\n");
+  for (const std::string file : {"m.csv", "binary.csv", "column.csv"}) {
+    try {
+      read_external_file(dir / file);
+      FAIL() << file << " accepted";
+    } catch (const InputError& error) {
+      const std::string message = error.what();
+      EXPECT_LT(message.size(), (dir / file).string().size() + 250) << message.substr(0, 300);
+      for (const char c : message) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << message;
+      EXPECT_EQ(message.find('\xff'), std::string::npos) << message;
+    }
+  }
+}
+
+// Defect 15 of issue 18: the import summary counts labels instead of printing every one.
+TEST(ImportText, SummaryNamesAFewLabelsAndCountsTheRest) {
+  TempDir dir;
+  std::string csv = "format,m,n,k,time_us,label,gpu\n";
+  for (int i = 0; i < 1000; ++i) csv += "f16,1,64,64,3,label" + std::to_string(1000 + i) + ",h200\n";
+  testing::write_text(dir / "many.csv", csv);
+  ::testing::internal::CaptureStdout();
+  const int status = testing::run_qtune({"import", (dir / "many.csv").string(), "--db", (dir / "qtune.db").string(), "--output", "csv"});
+  const std::string output = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(status, 0);
+  EXPECT_NE(output.find("label1000; label1001; label1002; \xe2\x80\xa6 and 997 more"), std::string::npos) << output;
+  EXPECT_LT(output.size(), 600u) << output;
+  EXPECT_EQ(db::Store::open_read_only(dir / "qtune.db").list_external_results().size(), 1000u);
+}
+
 }  // namespace
 }  // namespace qtune::reports

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <set>
 
 #include "kernels/error.hpp"
@@ -427,6 +428,87 @@ TEST_F(ExportFixture, GeneratedHeaderCompilesStandaloneAndSelectsLikeTheLibrary)
   const std::string output = command_output((dir_ / "select").string(), &status);
   ASSERT_EQ(status, 0) << output;
   EXPECT_EQ(output, expected.str());
+}
+
+// Defect 1 of issue 18: strings from the database reach the header only as escaped literals and comment text.
+TEST(ExportEscaping, DatabaseStringsCannotInjectCodeIntoTheHeader) {
+  TempDir dir;
+  FixtureSpec spec;
+  spec.formats = {"w4a16-int4-ch"};
+  spec.shapes = {{8192, 8192}};
+  spec.m_buckets = {1, 16};
+  spec.baselines = false;
+  spec.gpu_profile = "";  // the GPU key is then the free-text device name, which becomes kGpu
+  spec.gpu_name = "Foo \"GPU\"\n#error injected by gpu_name ?" "?/ \\";
+  spec.git_sha = "abc\n#error injected by git_sha";
+  spec.tool_version = "0.1\\";  // a trailing backslash would splice the next line into the comment
+  testing::write_fixture_db(dir / "x.db", spec);
+  ASSERT_EQ(testing::run_qtune({"export", "--db", (dir / "x.db").string(), "-o", (dir / "t.hpp").string(), "-o", (dir / "t.json").string()}), 0);
+
+  const std::string header = testing::file_text(dir / "t.hpp");
+  std::istringstream lines(header);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_NE(line.rfind("#error", 0), 0u) << line;
+    if (line.rfind("//", 0) == 0) {
+      EXPECT_NE(line.back(), '\\') << "a comment line that splices the next one: " << line;
+    }
+  }
+  // The JSON keeps the strings exactly.
+  const nlohmann::json json = nlohmann::json::parse(testing::file_text(dir / "t.json"));
+  EXPECT_EQ(json["provenance"]["runs"][0]["git_sha"], spec.git_sha);
+  EXPECT_EQ(json["gpu"], spec.gpu_name);
+
+  // The header compiles, and kGpu holds the name byte for byte.
+  testing::write_text(dir / "main.cpp", "#include \"t.hpp\"\n#include <cstdio>\nint main() {\n"
+                                        "  for (const char c : qtune_table::kGpu) std::printf(\"%02x\", static_cast<unsigned>(static_cast<unsigned char>(c)));\n"
+                                        "  return 0;\n}\n");
+  const std::string compiler = std::getenv("CXX") != nullptr ? std::getenv("CXX") : "c++";
+  int status = 0;
+  const std::string log = command_output(compiler + " -std=c++17 -Wall -Wextra -Werror -I" + dir.path().string() + " " +
+                                             (dir / "main.cpp").string() + " -o " + (dir / "gpu").string(), &status);
+  ASSERT_EQ(status, 0) << log;
+  std::string expected;
+  for (const char c : spec.gpu_name) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+    expected += hex;
+  }
+  EXPECT_EQ(command_output((dir / "gpu").string(), &status), expected);
+}
+
+// Defect 7 of issue 18: --namespace must be an identifier no keyword or macro can hijack, checked before any output.
+TEST_F(ExportFixture, NamespaceIsCheckedBeforeAnyOutputIsWritten) {
+  const std::string db = (dir_ / "qtune.db").string();
+  const std::string json = (dir_ / "t.json").string(), header = (dir_ / "t.hpp").string();
+  for (const std::string name : {"and", "static", "INT64_MAX", "NULL", "a b", "_Table", "my__table", "assert", "std", "9lives", "", "a::b"}) {
+    EXPECT_EQ(testing::run_qtune({"export", "--db", db, "-o", json, "-o", header, "--namespace", name}), 2) << name;
+    EXPECT_FALSE(fs::exists(json)) << name;
+    EXPECT_FALSE(fs::exists(header)) << name;
+  }
+  try {
+    check_cpp_namespace("INT64_MAX");
+    FAIL() << "INT64_MAX accepted";
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()).rfind("--namespace: 'INT64_MAX'", 0), 0u) << error.what();
+  }
+  EXPECT_NO_THROW(check_cpp_namespace("tuned_h200"));
+  EXPECT_NO_THROW(check_cpp_namespace("Table2"));
+  ASSERT_EQ(testing::run_qtune({"export", "--db", db, "-o", json, "-o", header, "--namespace", "tuned_h200"}), 0);
+  EXPECT_NE(testing::file_text(header).find("namespace tuned_h200 {"), std::string::npos);
+}
+
+TEST(WriteFilesAtomically, WritesEveryFileOrNone) {
+  TempDir dir;
+  fs::create_directories(dir / "in-the-way");
+  testing::write_text(dir / "in-the-way" / "keep", "x");
+  EXPECT_ANY_THROW(write_files_atomically({{dir / "a.txt", "a"}, {dir / "in-the-way", "b"}}));
+  EXPECT_ANY_THROW(write_files_atomically({{dir / "a.txt", "a"}, {dir / "missing" / "b.txt", "b"}}));
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir.path())) left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"in-the-way"});  // no a.txt, no temporary file
+  write_files_atomically({{dir / "a.txt", "a"}, {dir / "b.txt", "b"}});
+  EXPECT_EQ(testing::file_text(dir / "a.txt"), "a");
+  EXPECT_EQ(testing::file_text(dir / "b.txt"), "b");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/runtime/build_info.hpp"
 #include "tuner/runtime/crash_report.hpp"
@@ -23,12 +24,12 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
       used = 0;
     }
     if (used == 0 || used != item.size() || value < minimum) {
-      QTUNE_INPUT_ERROR(field + ": '" + item + "' is not " + (minimum == 1 ? std::string("a positive integer") : "an integer >= " + std::to_string(minimum)) +
-                        " (in '" + text + "')");
+      QTUNE_INPUT_ERROR(field + ": " + quote_input(item) + " is not " + (minimum == 1 ? std::string("a positive integer") : "an integer >= " + std::to_string(minimum)) +
+                        " (in " + quote_input(text) + ")");
     }
     values.push_back(value);
   }
-  if (values.empty() || text.back() == ',') QTUNE_INPUT_ERROR(field + ": expected a comma-separated list, got '" + text + "'");
+  if (values.empty() || text.back() == ',') QTUNE_INPUT_ERROR(field + ": expected a comma-separated list, got " + quote_input(text));
   return values;
 }
 
@@ -45,7 +46,7 @@ CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction) {
         double value = -1;
         std::istringstream stream(text);
         const bool number = static_cast<bool>(stream >> value) && stream.eof();
-        return number && (value == 0 || (value >= 0.5 && value <= 1)) ? "" : "must be 0 (off) or in [0.5, 1], got '" + text + "'";
+        return number && (value == 0 || (value >= 0.5 && value <= 1)) ? "" : "must be 0 (off) or in [0.5, 1], got " + quote_input(text);
       })
       ->capture_default_str();
 }

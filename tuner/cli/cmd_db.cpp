@@ -11,6 +11,7 @@
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/table.hpp"
 #include "tuner/cli/commands.hpp"
 
@@ -96,7 +97,7 @@ void run_info(const DbOptions& options) {
                              {"measurements", summary.measurements},
                              {"winners", summary.winners}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";  // run strings are whatever the database holds
     return;
   }
 

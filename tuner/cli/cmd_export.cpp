@@ -13,6 +13,7 @@
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/selection_table.hpp"
 #include "reports/table.hpp"
 #include "reports/tuning_data.hpp"
@@ -76,7 +77,7 @@ ArtefactKind artefact_kind(const fs::path& path) {
   const std::string extension = path.extension().string();
   if (extension == ".json") return ArtefactKind::Json;
   if (extension == ".hpp" || extension == ".h") return ArtefactKind::Header;
-  QTUNE_INPUT_ERROR("-o: '" + path.string() + "': expected a .json, .hpp or .h file");
+  QTUNE_INPUT_ERROR("-o: " + quote_input(path.string()) + ": expected a .json, .hpp or .h file");
 }
 
 std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + reports::format_fixed(100 * fraction, 2) + "%"; }
@@ -134,6 +135,10 @@ void run_export(const ExportOptions& options) {
   for (const std::string& arch : split_list(options.archs)) production::ArchTarget::parse(arch, "--arch");
   std::vector<ArtefactKind> kinds;
   for (const auto& output : options.outputs) kinds.push_back(artefact_kind(output));
+  if (std::find(kinds.begin(), kinds.end(), ArtefactKind::Header) != kinds.end()) reports::check_cpp_namespace(options.namespace_name);
+  if (std::set<std::string>(options.outputs.begin(), options.outputs.end()).size() != options.outputs.size()) {
+    QTUNE_INPUT_ERROR("-o: the same file is given twice");
+  }
   const reports::OutputStyle style = reports::parse_output_style(options.output);
 
   db::Store store = db::Store::open_read_only(options.db_path);
@@ -147,16 +152,19 @@ void run_export(const ExportOptions& options) {
     for (const auto& winner : store.list_winners()) known.insert(winner.gpu);
     std::string list;
     for (const auto& name : known) list += (list.empty() ? "" : ", ") + name;
-    QTUNE_INPUT_ERROR("--gpu: no winners for GPU '" + gpu + "' in " + options.db_path + " (GPUs with winners: " + (list.empty() ? "none" : list) + ")");
+    QTUNE_INPUT_ERROR("--gpu: no winners for GPU " + quote_input(gpu) + " in " + options.db_path + " (GPUs with winners: " + (list.empty() ? "none" : list) + ")");
   }
   reports::SelectionTable table = reports::build_selection_table(data, gpu);
   table.fallback_regret = reports::evaluate_fallback(table, data, data.gpus.at(gpu));
   table.fallback_methods = reports::choose_fallback_methods(table, *table.fallback_regret);
 
+  // Every output is rendered before any is written, and then all are written or none.
+  std::vector<reports::FileText> artefacts;
   for (std::size_t i = 0; i < options.outputs.size(); ++i) {
-    const std::string text = kinds[i] == ArtefactKind::Json ? table.to_json().dump(2) + "\n" : table.to_cpp_header(options.namespace_name);
-    reports::write_file_atomically(options.outputs[i], text);
+    artefacts.push_back({options.outputs[i], kinds[i] == ArtefactKind::Json ? json_text(table.to_json(), 2) + "\n"
+                                                                            : table.to_cpp_header(options.namespace_name)});
   }
+  reports::write_files_atomically(artefacts);
   std::optional<CubinSummary> cubins;
   if (!options.cubins.empty()) cubins = export_cubins(options, table);
   // Compile failures are errors, but only after everything else is written and reported.
@@ -198,7 +206,7 @@ void run_export(const ExportOptions& options) {
       out["cubins"] = {{"directory", options.cubins}, {"kernels", cubins->written}, {"skipped", list(cubins->skipped)},
                        {"failed", list(cubins->failed)}, {"removed_stale", cubins->removed}};
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     check_cubins();
     return;
   }

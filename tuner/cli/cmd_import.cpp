@@ -9,6 +9,7 @@
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/external_import.hpp"
 #include "reports/table.hpp"
 #include "tuner/cli/commands.hpp"
@@ -51,9 +52,15 @@ void run_import(const ImportCommandOptions& options) {
       formats.insert(row.problem.format);
       shapes.insert("n=" + std::to_string(row.problem.n) + " k=" + std::to_string(row.problem.k));
     }
+    // A few values and a count: a file may hold thousands of labels.
     auto joined = [](const std::set<std::string>& values) {
+      constexpr std::size_t kShown = 3;
       std::string text;
-      for (const auto& value : values) text += (text.empty() ? "" : "; ") + value;
+      std::size_t count = 0;
+      for (auto value = values.begin(); value != values.end() && count < kShown; ++value, ++count) {
+        text += (text.empty() ? "" : "; ") + (value->size() > 40 ? quote_input(*value, 40) : *value);
+      }
+      if (values.size() > kShown) text += "; \u2026 and " + std::to_string(values.size() - kShown) + " more";
       return text;
     };
     table.add_row({file.path.string(), std::string(reports::to_string(file.kind)), joined(sources), joined(labels), joined(gpus),
