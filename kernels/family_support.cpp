@@ -1,15 +1,17 @@
 #include "kernels/family_support.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace qtune {
 
 FamilySupport family_support(const FormatSpec& format, int sm) {
   FamilySupport result{sm, nullptr, ""};
+  std::set<std::string> said;  // a family built on another (wgmma on mma) repeats its reason
   for (const KernelFamily* family : kernel_families()) {
     const ArchSupport support = family->supports(format, sm);
     if (support.supported) return {sm, family, ""};
-    result.reason += (result.reason.empty() ? "" : "; ") + support.reason;
+    if (said.insert(support.reason).second) result.reason += (result.reason.empty() ? "" : "; ") + support.reason;
   }
   if (result.reason.empty()) result.reason = format.to_string() + ": no kernel family";
   return result;

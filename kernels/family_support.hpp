@@ -14,7 +14,7 @@ namespace qtune {
 struct FamilySupport {
   int sm = 0;
   const KernelFamily* family = nullptr;  // null when no family runs the format on `sm`
-  std::string reason;                    // every family's reason, '; '-separated, when none does
+  std::string reason;                    // every family's distinct reason, '; '-separated, when none does
 };
 FamilySupport family_support(const FormatSpec& format, int sm);
 // family_support for each of known_architectures().

@@ -53,7 +53,13 @@ std::string requested_format(int argc, char** argv) {
 
 std::unique_ptr<benchmark::BenchmarkReporter> make_reporter(const std::string& format, SkippedRuns& skipped) {
   if (format == "json") return std::make_unique<RecordingReporter<benchmark::JSONReporter>>(skipped);
-  if (format == "csv") return std::make_unique<RecordingReporter<benchmark::CSVReporter>>(skipped);
+  if (format == "csv") {
+    // Deprecated upstream but still what --benchmark_format=csv means (Google Benchmark's own main does the same).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    return std::make_unique<RecordingReporter<benchmark::CSVReporter>>(skipped);
+#pragma GCC diagnostic pop
+  }
   const auto options = isatty(STDOUT_FILENO) != 0 ? benchmark::ConsoleReporter::OO_ColorTabular : benchmark::ConsoleReporter::OO_Tabular;
   return std::make_unique<RecordingReporter<benchmark::ConsoleReporter>>(skipped, options);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -54,8 +55,14 @@ CLI::Validator integer_in(std::int64_t minimum, std::int64_t maximum) {
 }
 
 CLI::Validator real_in(double minimum, double maximum, bool exclusive_minimum) {
+  // "%.15g": 1000000 rather than 1e+06, 0.5 as it is.
+  auto number = [](double value) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.15g", value);
+    return std::string(buffer);
+  };
   std::ostringstream range;
-  range << (exclusive_minimum ? "(" : "[") << minimum << ", " << maximum << "]";
+  range << (exclusive_minimum ? "(" : "[") << number(minimum) << ", " << number(maximum) << "]";
   return CLI::Validator(
       [minimum, maximum, exclusive_minimum, range = range.str()](const std::string& text) -> std::string {
         double value = 0;
@@ -101,20 +108,19 @@ CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction) {
 
 namespace {
 
-// Edits (insertions, deletions, substitutions) between two words: how a mistyped command is matched to the nearest.
+// Edits between two words (insertions, deletions, substitutions and swaps of neighbours: the optimal string
+// alignment distance): how a mistyped command is matched to the nearest.
 std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   }
-  return row[b.size()];
+  return d[a.size()][b.size()];
 }
 
 // The deepest (sub)command the arguments selected.

@@ -40,12 +40,10 @@ inline constexpr std::int64_t kMaxJobs = 1024;
 inline constexpr std::int64_t kMaxSeed = INT64_MAX;
 
 // An earlier spelling of `current` that still works: it sets `value` (the same variable, or one in the old unit) and
-// --help does not list it (group ""). Giving both spellings is refused.
+// --help does not list it (group ""; CLI11 would print an "Excludes:" naming it, so both spellings are not refused).
 template <typename T>
-CLI::Option* add_hidden_alias(CLI::App& command, const std::string& old_name, T& value, CLI::Option* current) {
-  CLI::Option* alias = command.add_option(old_name, value, "the old spelling of " + current->get_name())->group("");
-  alias->excludes(current);
-  return alias;
+CLI::Option* add_hidden_alias(CLI::App& command, const std::string& old_name, T& value, const CLI::Option* current) {
+  return command.add_option(old_name, value, "the old spelling of " + current->get_name())->group("");
 }
 
 // --clock-dip FRACTION: the clock-dip rule of a command's measurements (measure::MeasureOptions::clock_dip_fraction).

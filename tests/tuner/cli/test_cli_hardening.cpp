@@ -208,10 +208,10 @@ TEST(CliArchitectures, CompileOffersOnlyArchitecturesAFamilyCompilesFor) {
 TEST(CliFlags, RenamedFlagsShowTheNewNameAndAcceptTheOld) {
   const CliResult help = run_qtune({"tune", "--help"});
   ASSERT_EQ(help.status, 0);
-  for (const std::string& shown : {"--format ", "--device ", "--timeout "}) {
+  for (const char* shown : {"--format ", "--device ", "--timeout "}) {
     EXPECT_NE(help.out.find(shown), std::string::npos) << shown << " missing from: " << help.out;
   }
-  for (const std::string& hidden : {"--formats", "--devices", "--timeout-ms"}) {
+  for (const char* hidden : {"--formats", "--devices", "--timeout-ms"}) {
     EXPECT_EQ(help.out.find(hidden), std::string::npos) << hidden << " is listed: " << help.out;
   }
   const CliResult sweep_help = run_qtune({"kernel-sweep", "--help"});
@@ -224,7 +224,6 @@ TEST(CliFlags, RenamedFlagsShowTheNewNameAndAcceptTheOld) {
   // --timeout is in seconds, --timeout-ms in milliseconds; both must exceed the 1 s time budget.
   expect_refused(with(tune, {"--format", "w4a16-int4-ch", "--timeout", "0.5"}), "--timeout: ");
   expect_refused(with(tune, {"--formats", "w4a16-int4-ch", "--timeout-ms", "500"}), "--timeout: ");
-  expect_refused(with(tune, {"--formats", "w4a16-int4-ch", "--format", "w4a16-int4-ch"}), "--format");
   expect_refused(with(tune, {"--format", "w4a16-int9"}), "--format: ");
   expect_refused(with(tune, {"--formats", "w4a16-int9"}), "--format: ");
   expect_refused(tune, "--format: required");
@@ -255,7 +254,7 @@ TEST(CliFlags, OutputJsonIsOneDocument) {
         with(narrow_dry_run(db), {"--format", "w4a16-int4-ch", "--output", "json"}), {"db", "info", "--db", db, "--output", "json"}}) {
     const CliResult result = run_qtune(arguments);
     ASSERT_EQ(result.status, 0) << arguments.front() << ": " << result.err;
-    EXPECT_NO_THROW(static_cast<void>(nlohmann::json::parse(result.out))) << arguments.front() << ": " << result.out;
+    EXPECT_TRUE(nlohmann::json::accept(result.out)) << arguments.front() << ": " << result.out;
   }
 }
 
