@@ -56,13 +56,13 @@ CLI::Validator integer_in(std::int64_t minimum, std::int64_t maximum) {
 
 CLI::Validator real_in(double minimum, double maximum, bool exclusive_minimum) {
   // "%.15g": 1000000 rather than 1e+06, 0.5 as it is.
-  auto number = [](double value) {
+  auto shortest = [](double value) {
     char buffer[32];
     std::snprintf(buffer, sizeof(buffer), "%.15g", value);
     return std::string(buffer);
   };
   std::ostringstream range;
-  range << (exclusive_minimum ? "(" : "[") << number(minimum) << ", " << number(maximum) << "]";
+  range << (exclusive_minimum ? "(" : "[") << shortest(minimum) << ", " << shortest(maximum) << "]";
   return CLI::Validator(
       [minimum, maximum, exclusive_minimum, range = range.str()](const std::string& text) -> std::string {
         double value = 0;
@@ -123,6 +123,15 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return d[a.size()][b.size()];
 }
 
+// --help without the old spellings of renamed options (kOldSpellingsGroup).
+class HelpWithoutOldSpellings final : public CLI::Formatter {
+ public:
+  std::string make_group(std::string group, bool is_positional, std::vector<const CLI::Option*> options) const override {
+    if (group == kOldSpellingsGroup) return "";
+    return CLI::Formatter::make_group(std::move(group), is_positional, std::move(options));
+  }
+};
+
 // The deepest (sub)command the arguments selected.
 CLI::App* selected_command(CLI::App& app) {
   CLI::App* command = &app;
@@ -163,6 +172,7 @@ int run_cli(int argc, char** argv) {
   app.set_version_flag("--version", std::string(QTUNE_VERSION) + " (" + build_git_sha() + ")");
   app.require_subcommand(1);
   app.fallthrough();
+  app.formatter(std::make_shared<HelpWithoutOldSpellings>());  // before the commands: they inherit it
   add_formats_command(app);
   add_db_command(app);
   add_worker_command(app);

@@ -219,8 +219,8 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_progress(tune::ConsoleProg
   for (std::size_t i = 0; i < families.size(); ++i) {
     const auto problems = static_cast<double>(problems_of_family[i].size());
     const std::string name = families[i]->name();
-    const std::size_t compile = plan.add_stage("compile " + name, problems * per_problem.compile_seconds);
-    const std::size_t measure = plan.add_stage("measure " + name, problems * per_problem.measure_seconds);
+    const std::size_t compile = plan.add_stage("compiling " + name, problems * per_problem.compile_seconds, "compiling");
+    const std::size_t measure = plan.add_stage("measuring " + name, problems * per_problem.measure_seconds, "measuring");
     stages.emplace_back(compile, measure);
   }
   progress.set_plan(std::move(plan), threads, options.time_budget_s);

@@ -39,11 +39,15 @@ inline constexpr std::int64_t kMaxJobs = 1024;
 // The upper bound of --seed (seeds are stored as signed 64-bit integers).
 inline constexpr std::int64_t kMaxSeed = INT64_MAX;
 
-// An earlier spelling of `current` that still works: it sets `value` (the same variable, or one in the old unit) and
-// --help does not list it (group ""; CLI11 would print an "Excludes:" naming it, so both spellings are not refused).
+// The group of old spellings (add_hidden_alias): run_cli's help formatter leaves it out of --help. Not CLI11's hidden
+// group "", whose options have no name in error messages.
+inline const std::string kOldSpellingsGroup = "Old spellings";
+
+// An earlier spelling of `current` that still works: it sets `value` (the same variable, or one in the old unit),
+// errors name it, and --help does not list it.
 template <typename T>
 CLI::Option* add_hidden_alias(CLI::App& command, const std::string& old_name, T& value, const CLI::Option* current) {
-  return command.add_option(old_name, value, "the old spelling of " + current->get_name())->group("");
+  return command.add_option(old_name, value, "the old spelling of " + current->get_name())->group(kOldSpellingsGroup);
 }
 
 // --clock-dip FRACTION: the clock-dip rule of a command's measurements (measure::MeasureOptions::clock_dip_fraction).

@@ -24,12 +24,23 @@ std::string bar_text(double fraction) {
 
 }  // namespace
 
-std::size_t WorkPlan::add_stage(std::string name, double weight) {
-  stages_.push_back({std::move(name), std::max(0.0, weight), 0});
+std::size_t WorkPlan::add_stage(std::string name, double weight, std::string kind) {
+  stages_.push_back({std::move(name), std::max(0.0, weight), std::move(kind), false, 0});
   return stages_.size() - 1;
 }
 
-void WorkPlan::set_weight(std::size_t stage, double weight) { stages_.at(stage).weight = std::max(0.0, weight); }
+void WorkPlan::set_weight(std::size_t stage, double weight) {
+  Stage& known = stages_.at(stage);
+  weight = std::max(0.0, weight);
+  if (!known.known && known.weight > 0 && !known.kind.empty()) {
+    const double ratio = weight / known.weight;
+    for (Stage& other : stages_) {
+      if (&other != &known && !other.known && other.kind == known.kind) other.weight *= ratio;
+    }
+  }
+  known.weight = weight;
+  known.known = true;
+}
 
 void WorkPlan::set_progress(std::size_t stage, std::size_t done, std::size_t total) {
   stages_.at(stage).done = total == 0 ? 1.0 : std::min(1.0, static_cast<double>(done) / static_cast<double>(total));
@@ -85,7 +96,7 @@ void ConsoleProgress::start_stages(std::size_t compile_stage, std::size_t measur
 }
 
 std::size_t ConsoleProgress::stage_for(std::size_t& stage, const std::string& name) {
-  if (stage == kNoStage) stage = plan_.add_stage(name, 1);
+  if (stage == kNoStage) stage = plan_.add_stage(name, 1, name);
   return stage;
 }
 
@@ -159,7 +170,7 @@ void ConsoleProgress::draw_bar() {
 
 void ConsoleProgress::compile_progress(std::size_t done, std::size_t total) {
   if (done == 0 || compile_start_ == Clock::time_point{}) compile_start_ = Clock::now();
-  const std::size_t stage = stage_for(compile_stage_, "compile");
+  const std::size_t stage = stage_for(compile_stage_, "compiling");
   // The real size replaces the plan's estimate, in the same unit (estimated seconds).
   plan_.set_weight(stage, static_cast<double>(total) * kCompileSecondsPerInstantiation / static_cast<double>(threads_));
   plan_.set_progress(stage, done, total);
@@ -182,7 +193,7 @@ void ConsoleProgress::measuring_started(std::size_t problems, std::size_t expect
   measuring_ = true;
   problems_ = problems;
   expected_ = expected_evaluations;
-  const std::size_t stage = stage_for(measure_stage_, "measure");
+  const std::size_t stage = stage_for(measure_stage_, "measuring");
   plan_.set_weight(stage, static_cast<double>(expected_evaluations) * (time_budget_s_ + kEvaluationOverheadSeconds));
   plan_.set_progress(stage, 0, expected_evaluations);
   if (!interactive_) out_ << "measuring " << problems << " problems (about " << expected_evaluations << " evaluations)\n";

@@ -17,9 +17,12 @@ namespace qtune::tune {
 // fraction and one ETA cover all of them. A stage's own share comes from its done/total counts.
 class WorkPlan {
  public:
-  // Adds a stage and returns its index; a weight of 0 (a dry run's measuring) adds nothing to the whole.
-  std::size_t add_stage(std::string name, double weight);
-  // Replaces a stage's estimate once its real size is known (e.g. the instantiations to compile).
+  // Adds a stage of a `kind` ("compiling", "measuring") and returns its index; a weight of 0 (a dry run's measuring)
+  // adds nothing to the whole.
+  std::size_t add_stage(std::string name, double weight, std::string kind = "");
+  // Replaces a stage's estimate once its real size is known (e.g. the instantiations to compile). The first time, the
+  // estimates of the stages of its kind still unknown are scaled by the same ratio: what --param or a budget cut from
+  // one family it likely cut from the next.
   void set_weight(std::size_t stage, double weight);
   // `done` of `total` units of a stage are done; total 0 means the stage has nothing to do (it is complete).
   void set_progress(std::size_t stage, std::size_t done, std::size_t total);
@@ -36,7 +39,9 @@ class WorkPlan {
   struct Stage {
     std::string name;
     double weight = 0;
-    double done = 0;  // share of the stage, [0, 1]
+    std::string kind;
+    bool known = false;  // weight is the real size, not an estimate
+    double done = 0;     // share of the stage, [0, 1]
   };
   std::vector<Stage> stages_;
 };

@@ -269,8 +269,8 @@ TEST(CliProgress, ADryRunOfTwoFamiliesShowsOneRunWideProgress) {
   }
   const CliResult result = testing::run_shell(command + arguments + " 2>&1 >/dev/null");
   ASSERT_EQ(result.status, 0) << result.out;
-  const std::size_t mma = result.out.find("compile mma ");
-  const std::size_t wgmma = result.out.find("compile wgmma ");
+  const std::size_t mma = result.out.find("compiling mma ");
+  const std::size_t wgmma = result.out.find("compiling wgmma ");
   ASSERT_NE(mma, std::string::npos) << result.out;
   ASSERT_NE(wgmma, std::string::npos) << result.out;
   EXPECT_LT(mma, wgmma);

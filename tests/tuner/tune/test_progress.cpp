@@ -70,10 +70,10 @@ TEST(Progress, TerminalsGetABarWithEtaAndBestSoFar) {
 TEST(WorkPlan, WeightsStagesAndEstimatesTheTimeLeft) {
   WorkPlan plan;
   EXPECT_DOUBLE_EQ(plan.fraction(), 1.0) << "no work is all done";
-  EXPECT_TRUE(std::isnan(plan.eta_seconds(5)));
-  const std::size_t compile = plan.add_stage("compile mma", 10);
-  const std::size_t measure = plan.add_stage("measure mma", 30);
-  const std::size_t dry = plan.add_stage("measure wgmma", 0);
+  EXPECT_DOUBLE_EQ(plan.eta_seconds(5), 0.0);
+  const std::size_t compile = plan.add_stage("compiling mma", 10);
+  const std::size_t measure = plan.add_stage("measuring mma", 30);
+  const std::size_t dry = plan.add_stage("measuring wgmma", 0);
   EXPECT_DOUBLE_EQ(plan.fraction(), 0.0);
   EXPECT_TRUE(std::isnan(plan.eta_seconds(5))) << "nothing done: no pace yet";
   plan.set_progress(compile, 5, 10);
@@ -90,7 +90,25 @@ TEST(WorkPlan, WeightsStagesAndEstimatesTheTimeLeft) {
   EXPECT_DOUBLE_EQ(plan.eta_seconds(60), 0.0);
   plan.set_progress(dry, 0, 0);
   EXPECT_DOUBLE_EQ(plan.fraction(), 1.0);
-  EXPECT_EQ(plan.name(measure), "measure mma");
+  EXPECT_EQ(plan.name(measure), "measuring mma");
+}
+
+// A family's real size rescales the estimates of the later families' stages of the same kind.
+TEST(WorkPlan, TheFirstRealSizeCalibratesTheOtherEstimates) {
+  WorkPlan plan;
+  const std::size_t mma_compile = plan.add_stage("compiling mma", 100, "compiling");
+  const std::size_t mma_measure = plan.add_stage("measuring mma", 50, "measuring");
+  const std::size_t wgmma_compile = plan.add_stage("compiling wgmma", 200, "compiling");
+  const std::size_t wgmma_measure = plan.add_stage("measuring wgmma", 60, "measuring");
+  plan.set_weight(mma_compile, 10);  // a tenth of the estimate: --param narrowed the space
+  plan.finish(mma_compile);
+  EXPECT_DOUBLE_EQ(plan.fraction(), 10.0 / (10 + 50 + 20 + 60));
+  plan.set_weight(mma_compile, 12);  // later updates change that stage only
+  plan.set_weight(mma_measure, 25);
+  plan.set_weight(wgmma_compile, 40);  // a real size is never rescaled
+  EXPECT_DOUBLE_EQ(plan.fraction(), 12.0 / (12 + 25 + 40 + 30));
+  plan.set_weight(wgmma_measure, 5);
+  EXPECT_DOUBLE_EQ(plan.fraction(), 12.0 / (12 + 25 + 40 + 5));
 }
 
 TEST(WorkPlan, EstimatesCompileOnTheThreadsAndMeasuringByTheBudget) {
@@ -108,10 +126,10 @@ TEST(Progress, OneBarCoversEveryFamilyAndPhase) {
   {
     ConsoleProgress progress(out, false);
     WorkPlan plan;
-    const std::size_t mma_compile = plan.add_stage("compile mma", 10);
-    const std::size_t mma_measure = plan.add_stage("measure mma", 10);
-    const std::size_t wgmma_compile = plan.add_stage("compile wgmma", 10);
-    const std::size_t wgmma_measure = plan.add_stage("measure wgmma", 10);
+    const std::size_t mma_compile = plan.add_stage("compiling mma", 10);
+    const std::size_t mma_measure = plan.add_stage("measuring mma", 10);
+    const std::size_t wgmma_compile = plan.add_stage("compiling wgmma", 10);
+    const std::size_t wgmma_measure = plan.add_stage("measuring wgmma", 10);
     progress.set_plan(std::move(plan), 1, 1.0);
     progress.start_stages(mma_compile, mma_measure);
     progress.compile_progress(0, 4);
@@ -135,12 +153,12 @@ TEST(Progress, OneBarCoversEveryFamilyAndPhase) {
     progress.problem_finished(report);
   }
   const std::string text = out.str();
-  EXPECT_NE(text.find("compile mma 4/4 instantiations"), std::string::npos) << text;
-  EXPECT_NE(text.find("compile wgmma 2/2 instantiations"), std::string::npos) << text;
+  EXPECT_NE(text.find("compiling mma 4/4 instantiations"), std::string::npos) << text;
+  EXPECT_NE(text.find("compiling wgmma 2/2 instantiations"), std::string::npos) << text;
   EXPECT_NE(text.find("ETA"), std::string::npos) << text;
   const std::size_t first_done = text.find("run 100%");
   ASSERT_NE(first_done, std::string::npos) << text;
-  EXPECT_GT(first_done, text.find("compile wgmma")) << "100% before the last family: " << text;
+  EXPECT_GT(first_done, text.find("compiling wgmma")) << "100% before the last family: " << text;
 }
 
 }  // namespace
