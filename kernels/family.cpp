@@ -9,6 +9,7 @@
 #include "kernels/text_escape.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
+#include "kernels/family_support.hpp"
 
 namespace qtune {
 
@@ -154,13 +155,9 @@ const std::vector<const KernelFamily*>& kernel_families() {
 }
 
 const KernelFamily& packing_family(const FormatSpec& format, int sm) {
-  std::string reasons;
-  for (const KernelFamily* family : kernel_families()) {
-    const ArchSupport support = family->supports(format, sm);
-    if (support.supported) return *family;
-    reasons += (reasons.empty() ? "" : "; ") + support.reason;
-  }
-  QTUNE_THROW(UnsupportedError, reasons.empty() ? format.to_string() + ": no kernel family" : reasons);
+  const FamilySupport support = family_support(format, sm);
+  if (support.family == nullptr) QTUNE_THROW(UnsupportedError, support.reason);
+  return *support.family;
 }
 
 const KernelFamily& heuristic_family(const Problem& problem, int sm) {

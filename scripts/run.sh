@@ -12,7 +12,7 @@ qtune="$build_dir/bin/qtune"
 db=${QTUNE_DB:-qtune.db}
 # Model-guided search on 15% of each problem's candidates: replayed against exhaustive H200 tunes it found a
 # winner within 2% of the optimum on every problem (docs/perf.md). Pass --strategy exhaustive to search it all.
-"$qtune" tune --gpu auto --formats "${QTUNE_FORMATS:-w4a16-int4-ch}" --model "${QTUNE_MODEL:-llama-3-70b}" --db "$db" \
+"$qtune" tune --gpu auto --format "${QTUNE_FORMATS:-w4a16-int4-ch}" --model "${QTUNE_MODEL:-llama-3-70b}" --db "$db" \
   --strategy model --budget-fraction 0.15 "$@"
 # The report's headline compares the tuned table with cuBLASLt: bench it on every tuned shape at the M buckets,
 # stored under the tuned format in the same database (the export's summary table lists format, N and K).

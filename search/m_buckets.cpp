@@ -1,5 +1,7 @@
 #include "search/m_buckets.hpp"
 
+#include "search/shape_limits.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <string>
@@ -44,6 +46,7 @@ std::vector<std::int64_t> parse_m_list(std::string_view text, std::string_view f
       QTUNE_INPUT_ERROR(std::string(field) + ": expected values in ascending order without repeats (" + std::to_string(value) +
                         " follows " + std::to_string(values.back()) + ")");
     }
+    check_m(value, field);
     values.push_back(value);
     if (comma == std::string_view::npos) break;
     start = comma + 1;

@@ -1,11 +1,17 @@
 #include "tuner/cli/cli.hpp"
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "kernels/error.hpp"
 #include "kernels/text_escape.hpp"
 #include "tuner/cli/commands.hpp"
+#include "tuner/jit/kernel_cache.hpp"
 #include "tuner/runtime/build_info.hpp"
 #include "tuner/runtime/crash_report.hpp"
 
@@ -37,6 +43,56 @@ std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const
   return parse_int_list(text, field, 1);
 }
 
+CLI::Validator integer_in(std::int64_t minimum, std::int64_t maximum) {
+  const std::string range = "[" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]";
+  return CLI::Validator(
+      [minimum, maximum, range](const std::string& text) -> std::string {
+        std::int64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        const bool whole = error == std::errc() && end == text.data() + text.size();
+        return whole && value >= minimum && value <= maximum ? "" : "expected an integer in " + range + ", got '" + text + "'";
+      },
+      range);
+}
+
+CLI::Validator real_in(double minimum, double maximum, bool exclusive_minimum) {
+  // "%.15g": 1000000 rather than 1e+06, 0.5 as it is.
+  auto shortest = [](double value) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.15g", value);
+    return std::string(buffer);
+  };
+  std::ostringstream range;
+  range << (exclusive_minimum ? "(" : "[") << shortest(minimum) << ", " << shortest(maximum) << "]";
+  return CLI::Validator(
+      [minimum, maximum, exclusive_minimum, range = range.str()](const std::string& text) -> std::string {
+        double value = 0;
+        std::istringstream stream(text);
+        const bool number = static_cast<bool>(stream >> value) && stream.eof() && std::isfinite(value);
+        const bool above = exclusive_minimum ? value > minimum : value >= minimum;
+        return number && above && value <= maximum ? "" : "expected a number in " + range + ", got '" + text + "'";
+      },
+      range.str());
+}
+
+jit::CompilerSettings compiler_settings(std::size_t jobs) {
+  jit::CompilerSettings settings;
+  settings.threads = jobs;
+  const std::filesystem::path directory = jit::KernelCache::default_directory();
+  if (const std::optional<std::string> reason = jit::KernelCache(directory).unusable_reason()) {
+    std::cerr << "qtune: warning: QTUNE_CACHE_DIR: the kernel cache " << directory.string() << " is unusable (" << *reason
+              << "); compiling without it\n";
+    settings.use_cache = false;
+  }
+  return settings;
+}
+
+std::string joined_or_none(const std::set<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text.empty() ? "none" : text;
+}
+
 CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction) {
   return command
       .add_option("--clock-dip", fraction,
@@ -51,12 +107,73 @@ CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction) {
       ->capture_default_str();
 }
 
+namespace {
+
+// Edits between two words (insertions, deletions, substitutions and swaps of neighbours: the optimal string
+// alignment distance): how a mistyped command is matched to the nearest.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// --help without the old spellings of renamed options (kOldSpellingsGroup).
+class HelpWithoutOldSpellings final : public CLI::Formatter {
+ public:
+  std::string make_group(std::string group, bool is_positional, std::vector<const CLI::Option*> options) const override {
+    if (group == kOldSpellingsGroup) return "";
+    return CLI::Formatter::make_group(std::move(group), is_positional, std::move(options));
+  }
+};
+
+// The deepest (sub)command the arguments selected.
+CLI::App* selected_command(CLI::App& app) {
+  CLI::App* command = &app;
+  while (!command->get_subcommands().empty()) command = command->get_subcommands().front();
+  return command;
+}
+
+// "unknown command 'frobnicate' (did you mean 'formats'?); commands: ..." when `command` (the deepest selected) takes
+// subcommands and the first argument left over (passed up to `root` by fallthrough) is none of them; nullopt for
+// other parse errors.
+std::optional<std::string> unknown_command_message(const CLI::App& root, CLI::App& command) {
+  const std::vector<CLI::App*> subcommands = command.get_subcommands([](CLI::App* sub) { return !sub->get_group().empty(); });
+  const std::vector<std::string> left = root.remaining(true);
+  if (subcommands.empty() || left.empty() || left.front().starts_with("-")) return std::nullopt;
+  const std::string& word = left.front();
+  std::string names;
+  std::string nearest;
+  std::size_t nearest_distance = std::string::npos;
+  for (const CLI::App* sub : subcommands) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    const std::size_t distance = edit_distance(word, sub->get_name());
+    if (distance < nearest_distance) {
+      nearest_distance = distance;
+      nearest = sub->get_name();
+    }
+  }
+  // A suggestion only when it is plausibly a typo: at most a third of the word's letters differ.
+  const bool close = nearest_distance <= std::max<std::size_t>(1, word.size() / 3);
+  const std::string where = command.get_parent() == nullptr ? "" : " of '" + command.get_name() + "'";
+  return "unknown command '" + word + "'" + where + (close ? " (did you mean '" + nearest + "'?)" : "") + "; commands: " + names;
+}
+
+}  // namespace
+
 int run_cli(int argc, char** argv) {
   runtime::install_crash_report("qtune");
   CLI::App app{"qtune: autotuning and benchmarking of quantized GEMM kernels on NVIDIA GPUs", "qtune"};
   app.set_version_flag("--version", std::string(QTUNE_VERSION) + " (" + build_git_sha() + ")");
   app.require_subcommand(1);
   app.fallthrough();
+  app.formatter(std::make_shared<HelpWithoutOldSpellings>());  // before the commands: they inherit it
   add_formats_command(app);
   add_db_command(app);
   add_worker_command(app);
@@ -76,6 +193,11 @@ int run_cli(int argc, char** argv) {
     }
   } flush_on_return;
   try {
+    // No command: the help, as a usage error (a command is required).
+    if (argc <= 1) {
+      std::cout << app.help();
+      return kExitBadInput;
+    }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
     return app.exit(help);
@@ -84,6 +206,17 @@ int run_cli(int argc, char** argv) {
   } catch (const CLI::CallForVersion& version) {
     return app.exit(version);
   } catch (const CLI::ParseError& error) {
+    CLI::App* command = selected_command(app);
+    if (const std::optional<std::string> unknown = unknown_command_message(app, *command)) {
+      std::cerr << "qtune: error: " << *unknown << "\n";
+      return kExitBadInput;
+    }
+    // A command that takes a subcommand and got none: its help, so that the choices are in view.
+    if (command != &app && command->get_require_subcommand_min() > 0 && command->get_subcommands().empty() &&
+        app.remaining(true).empty()) {
+      std::cerr << command->help();
+      return kExitBadInput;
+    }
     app.exit(error);
     return kExitBadInput;
   } catch (const InputError& error) {

@@ -20,6 +20,7 @@
 #include "kernels/format.hpp"
 #include "reports/table.hpp"
 #include "search/gpu_profile.hpp"
+#include "search/shape_limits.hpp"
 #include "tuner/baselines/baseline.hpp"
 #include "tuner/baselines/baseline_bench.hpp"
 #include "tuner/baselines/baseline_pin.hpp"
@@ -403,6 +404,7 @@ void run_bench(const BenchOptions& options) {
   const std::vector<int64_t> shape = parse_positive_int_list(options.shape, "--shape");
   if (shape.size() != 2) QTUNE_INPUT_ERROR("--shape: expected N,K, got '" + options.shape + "'");
   const std::vector<int64_t> m_values = parse_positive_int_list(options.m_list, "--m");
+  for (const int64_t m : m_values) search::check_problem_shape(m, shape[0], shape[1], "--m", "--shape");
   if (options.top_k < 1) QTUNE_INPUT_ERROR("--top-k: must be at least 1, got " + std::to_string(options.top_k));
   if (!(options.time_budget_s > 0)) QTUNE_INPUT_ERROR("--time-budget: must be positive");
   if (options.bandwidth != "measured" && options.bandwidth != "datasheet") {
@@ -555,6 +557,7 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--shape", options->shape, "N,K of the weight (C[M,N] = A[M,K] W[N,K]^T)")->required();
   command->add_option("--m", options->m_list, "comma-separated M values, e.g. 1,16,256")->required();
   command->add_option("--top-k", options->top_k, "cuBLASLt heuristic algorithms to verify and time")
+      ->check(integer_in(1, 64))
       ->capture_default_str();
   command->add_flag("--warm-l2", options->warm_l2, "keep L2 warm between repetitions (default: flushed, cold)");
   command->add_option("--l2-flush", options->l2_flush,
@@ -574,24 +577,27 @@ void add_bench_command(CLI::App& app) {
                       "time the chosen algorithm on this many sets of operands, each allocated beside the others "
                       "behind a spacer (other memory), in two passes (the second in reverse order), and report the "
                       "statistics of all their samples pooled; the note lists both passes' medians")
-      ->check(CLI::Range(1, baselines::kMaxPlacements))
+      ->check(integer_in(1, baselines::kMaxPlacements))
       ->capture_default_str();
   command->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();
-  command->add_option("--seed", options->seed, "seed of the random operands")->capture_default_str();
+  command->add_option("--seed", options->seed, "seed of the random operands")
+      ->check(integer_in(0, kMaxSeed))
+      ->capture_default_str();
   command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per algorithm at most")
+      ->check(real_in(0, 3600, true))
       ->capture_default_str();
   command
       ->add_option("--screen-time", options->screen_time_s,
                    "seconds each of the top-k algorithms is timed for to rank them (the run-off's rounds too); only "
                    "the winner then gets the full measurement (--min-time, --blocks, --clock-dip); 0: every "
                    "algorithm gets the full measurement")
-      ->check(CLI::Range(0.0, baselines::kMaxScreenTimeS))
+      ->check(real_in(0, baselines::kMaxScreenTimeS))
       ->capture_default_str();
   command
       ->add_option("--min-time", options->min_time_s,
                    "seconds the measured repetitions span at least before the median may count as converged (at "
                    "most half of --time-budget): a median over a few milliseconds follows the GPU's slow phases")
-      ->check(CLI::NonNegativeNumber)
+      ->check(real_in(0, 3600))
       ->capture_default_str();
   command
       ->add_option("--blocks", options->blocks,
@@ -610,6 +616,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   add_clock_dip_option(*command, options->clock_dip);
   command->add_option("--timeout", options->timeout_s, "seconds one target x M may take before its worker is killed")
+      ->check(real_in(0, 1e6, true))
       ->capture_default_str();
   command
       ->add_option("--bandwidth", options->bandwidth,
@@ -618,7 +625,7 @@ void add_bench_command(CLI::App& app) {
   command->add_flag("--all", options->all_variants, "print every timed algorithm, the best marked with *");
   command->add_option("--fp8-output", options->fp8_output, "output type of the fp8 baselines: bf16 or f16")
       ->capture_default_str();
-  command->add_option("--device", options->device, "CUDA device ordinal")->capture_default_str();
+  command->add_option("--device", options->device, "CUDA device ordinal")->check(integer_in(0, 1023))->capture_default_str();
   command->add_flag("--in-process", options->in_process,
                     "measure in this process instead of a worker (no containment; for debugging)");
   command->add_option("--worker-executable", options->worker_executable, "the qtune executable workers run")->group("");

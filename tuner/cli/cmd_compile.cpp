@@ -18,7 +18,9 @@
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
+#include "kernels/family_support.hpp"
 #include "reports/table.hpp"
+#include "search/shape_limits.hpp"
 #include "search/space.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/gemm/sweep.hpp"
@@ -50,10 +52,18 @@ struct CompileCommandOptions {
   bool verbose = false;
 };
 
-// The targets qtune has limits for (ArchLimits::for_sm); the "a" variants only where the architecture has them.
+// The NVRTC targets of the architectures some kernel family compiles for (architectures_with_a_family): sm_90 also
+// as sm_90a (wgmma needs it), later ones only as their "a" variant, as their tensor-core instructions need.
 const std::vector<std::string>& accepted_archs() {
-  static const std::vector<std::string> archs = {"sm_75", "sm_80", "sm_86",   "sm_89",  "sm_90",
-                                                 "sm_90a", "sm_100a", "sm_120a"};
+  static const std::vector<std::string> archs = [] {
+    std::vector<std::string> names;
+    for (int sm : architectures_with_a_family()) {
+      const std::string name = "sm_" + std::to_string(sm);
+      if (sm <= 90) names.push_back(name);
+      if (sm >= 90) names.push_back(name + "a");
+    }
+    return names;
+  }();
   return archs;
 }
 
@@ -61,6 +71,20 @@ std::string joined(const std::vector<std::string>& items) {
   std::string text;
   for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
   return text;
+}
+
+// Refuses a format the family cannot run on `sm`, naming what to change: --arch when the family runs the format on
+// other architectures, --family when another family runs it here, else --format.
+[[noreturn]] void refuse_unsupported(const KernelFamily& family, const FormatSpec& format, int sm, const std::string& reason) {
+  std::string elsewhere;
+  for (int other : known_architectures()) {
+    if (family.supports(format, other).supported) elsewhere += (elsewhere.empty() ? "" : ", ") + ("sm_" + std::to_string(other));
+  }
+  if (!elsewhere.empty()) QTUNE_INPUT_ERROR("--arch: " + reason + " (the " + family.name() + " family runs it on " + elsewhere + ")");
+  if (const KernelFamily* other = family_support(format, sm).family) {
+    QTUNE_INPUT_ERROR("--family: " + reason + " (the " + other->name() + " family runs it on sm_" + std::to_string(sm) + ")");
+  }
+  QTUNE_INPUT_ERROR("--format: " + reason);
 }
 
 // Checks --arch and returns its compute capability x10.
@@ -196,14 +220,14 @@ void run(const CompileCommandOptions& options) {
   const FormatSpec format = naming_flag("--format", [&] { return FormatSpec::parse(options.format); });
   const KernelFamily& family = naming_flag("--family", [&]() -> const KernelFamily& { return find_family(options.family); });
   const ArchSupport support = family.supports(format, sm);
-  if (!support.supported) QTUNE_INPUT_ERROR("--format: " + support.reason);
+  if (!support.supported) refuse_unsupported(family, format, sm, support.reason);
   const std::vector<search::GemmShape> shapes = tune::parse_shape_list(options.shape, "--shape");
   if (shapes.size() != 1) QTUNE_INPUT_ERROR("--shape: expected one N,K, got '" + options.shape + "'");
   naming_flag("--shape", [&] {
     format.validate_shape(shapes[0].n, shapes[0].k);
     return 0;
   });
-  if (options.m < 1) QTUNE_INPUT_ERROR("--m: must be at least 1, got " + std::to_string(options.m));
+  search::check_problem_shape(options.m, shapes[0].n, shapes[0].k, "--m", "--shape");
   const Problem problem{format, options.m, shapes[0].n, shapes[0].k, false};
   const std::vector<KernelConfig> configs = select_configs(options, family, problem, limits);
 
@@ -243,9 +267,7 @@ void run(const CompileCommandOptions& options) {
         row.error = error.what();
       }
     }
-    jit::CompilerSettings settings;
-    settings.threads = options.jobs;
-    const jit::Compiler compiler(settings);
+    const jit::Compiler compiler(compiler_settings(options.jobs));
     tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
     if (style == reports::OutputStyle::Text) {
       std::cerr << "qtune compile: " << configs.size() << " configurations of " << format.to_string() << " for "
@@ -254,7 +276,7 @@ void run(const CompileCommandOptions& options) {
                 << ")\n";
     }
     // In chunks, as the tuner does, so that a full space does not hold every cubin in memory at once.
-    const std::size_t threads = options.jobs == 0 ? jit::default_thread_count() : options.jobs;
+    const std::size_t threads = jit::compiler_thread_count(options.jobs);
     const std::size_t chunk = std::max<std::size_t>(32, 8 * threads);
     for (std::size_t begin = 0; begin < requests.size(); begin += chunk) {
       const std::size_t end = std::min(requests.size(), begin + chunk);
@@ -352,7 +374,9 @@ void add_compile_command(CLI::App& app) {
   command->add_option("--shape", options->shape, "N,K the configurations must be valid for")->capture_default_str();
   command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
   command->add_flag("--no-db", options->no_db, "do not store the results");
-  command->add_option("--jobs", options->jobs, "compiler threads (0: every core)")->capture_default_str();
+  command->add_option("--jobs", options->jobs, "compiler threads (0: every core; at most the cores)")
+      ->check(integer_in(0, kMaxJobs))
+      ->capture_default_str();
   command->add_option("--output", options->output, "table, json or csv")->capture_default_str();
   command->add_flag("--verbose", options->verbose, "print the full NVRTC log of every failed compile (stderr)");
   command->callback([options] { run(*options); });

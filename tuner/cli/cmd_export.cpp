@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -60,9 +61,7 @@ struct CubinSummary {
 // Precompiles the table's kernels into options.cubins (NVRTC only: no GPU needed).
 CubinSummary export_cubins(const ExportOptions& options, const reports::SelectionTable& table) {
   const production::CubinPlan plan = production::plan_cubins(table, split_list(options.archs), options.cubins_heuristic);
-  jit::CompilerSettings settings;
-  settings.threads = options.jobs;
-  const jit::Compiler compiler(settings);
+  const jit::Compiler compiler(compiler_settings(options.jobs));
   const production::CubinExport written = production::write_cubins(plan, options.cubins, compiler);
   return {written.manifest.kernels.size(), plan.skipped, written.failed, written.removed.size()};
 }
@@ -81,6 +80,21 @@ ArtefactKind artefact_kind(const fs::path& path) {
 }
 
 std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + reports::format_fixed(100 * fraction, 2) + "%"; }
+
+// --format names only formats with winners (on any GPU): else one line with the formats that have them, rather than
+// a complaint about --gpu.
+void check_formats_have_winners(db::Store& store, const ExportOptions& options, const std::vector<std::string>& formats) {
+  std::map<std::int64_t, std::string> format_of_problem;
+  for (const db::ProblemRecord& problem : store.list_problems()) format_of_problem[db::id_value(problem.id)] = problem.format;
+  std::set<std::string> with_winners;
+  for (const db::WinnerRecord& winner : store.list_winners()) with_winners.insert(format_of_problem[db::id_value(winner.problem)]);
+  for (const std::string& format : formats) {
+    if (with_winners.count(format) == 0) {
+      QTUNE_INPUT_ERROR("--format: no winners for " + format + " in " + options.db_path + " (formats with winners: " +
+                        joined_or_none(with_winners) + ")");
+    }
+  }
+}
 
 // The GPU to export: --gpu, else the only GPU with winners.
 std::string chosen_gpu(const ExportOptions& options, const reports::TuningData& data) {
@@ -145,6 +159,7 @@ void run_export(const ExportOptions& options) {
   reports::DataFilter filter;
   if (!options.gpu.empty()) filter.gpu = options.gpu;
   if (!options.formats.empty()) filter.formats = reports::parse_format_list(options.formats);
+  check_formats_have_winners(store, options, filter.formats);
   const reports::TuningData data = reports::load_tuning_data(store, filter);
   const std::string gpu = chosen_gpu(options, data);
   if (data.gpus.count(gpu) == 0) {
@@ -246,7 +261,9 @@ void add_export_command(CLI::App& app) {
   command->add_option("--arch", options->archs, "comma-separated NVRTC targets for --cubins, e.g. sm_90a,sm_80");
   command->add_flag("--cubins-heuristic", options->cubins_heuristic,
                     "with --cubins, also precompile the heuristic's configs for the table's shapes and tuned M buckets");
-  command->add_option("--jobs", options->jobs, "NVRTC threads for --cubins (0: every core)")->capture_default_str();
+  command->add_option("--jobs", options->jobs, "NVRTC threads for --cubins (0: every core; at most the cores)")
+      ->check(integer_in(0, kMaxJobs))
+      ->capture_default_str();
   command->callback([options] { run_export(*options); });
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/codec.hpp"
+#include "kernels/family_support.hpp"
 #include "kernels/format.hpp"
 #include "reports/table.hpp"
 #include "tuner/cli/commands.hpp"
@@ -117,7 +118,8 @@ void run_list(const FormatsOptions& options) {
 void run_show(const FormatsOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.show_output);
   const FormatSpec format = FormatSpec::parse(options.spec);
-  const std::vector<ArchSupport> support = architecture_support(format);
+  // The kernel families' answer, not the tensor cores': an architecture is "yes" only where a family runs the format.
+  const std::vector<FamilySupport> support = family_support(format);
 
   if (style == reports::OutputStyle::Json) {
     nlohmann::json out;
@@ -127,8 +129,12 @@ void run_show(const FormatsOptions& options) {
     out["bits_per_weight"] = format.bits_per_weight();
     out["description"] = format.to_json();
     out["architectures"] = nlohmann::json::array();
-    for (const ArchSupport& arch : support) {
-      out["architectures"].push_back({{"sm", arch.sm}, {"supported", arch.supported}, {"reason", arch.reason}});
+    for (const FamilySupport& arch : support) {
+      const bool supported = arch.family != nullptr;
+      out["architectures"].push_back({{"sm", arch.sm},
+                                      {"supported", supported},
+                                      {"family", supported ? nlohmann::json(arch.family->name()) : nlohmann::json()},
+                                      {"reason", arch.reason}});
     }
     std::cout << out.dump(2) << "\n";
     return;
@@ -147,8 +153,9 @@ void run_show(const FormatsOptions& options) {
   table.add_row({"activation scales", activation_scale_text(format.activation_scale)});
   table.add_row({"output", to_string(format.output)});
   table.add_row({"bits per weight", bits_text(format)});
-  for (const ArchSupport& arch : support) {
-    table.add_row({"sm_" + std::to_string(arch.sm), arch.supported ? "yes" : "no: " + arch.reason});
+  for (const FamilySupport& arch : support) {
+    const std::string answer = arch.family != nullptr ? "yes (" + arch.family->name() + " family)" : "no: " + arch.reason;
+    table.add_row({"sm_" + std::to_string(arch.sm), answer});
   }
   table.print(std::cout, style);
 }
@@ -160,7 +167,8 @@ void add_formats_command(CLI::App& app) {
   CLI::App* formats = app.add_subcommand("formats", "List the quantization format presets, or describe one format");
   formats->add_option("--output", options->output, "output style: table, json or csv")->capture_default_str();
   CLI::App* show = formats->add_subcommand(
-      "show", "Describe a format spec: its fields, bits per weight and which architectures (sm_75..sm_120) run it");
+      "show", "Describe a format spec: its fields, bits per weight and, per architecture (sm_75..sm_120), the kernel "
+              "family that runs it or why none does");
   show->add_option("spec", options->spec, "a preset name or spec, e.g. nvfp4 or w4a16-int4-g128-zp:out=bf16")
       ->required();
   show->add_option("--output", options->show_output, "output style: table, json or csv")->capture_default_str();

@@ -11,6 +11,7 @@
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
 #include "reports/table.hpp"
+#include "search/shape_limits.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/gemm/sweep.hpp"
 
@@ -50,6 +51,7 @@ void run(const KernelSweepOptions& options) {
   sweep.n = shape[0];
   sweep.k = shape[1];
   sweep.m_values = parse_positive_int_list(options.m_list, "--m");
+  for (const int64_t m : sweep.m_values) search::check_problem_shape(m, sweep.n, sweep.k, "--m", "--shape");
   sweep.bias = options.bias;
   const KernelFamily& family = find_family(options.family);
   for (const std::string& text : options.configs) sweep.configs.push_back(KernelConfig::parse(text, family.name()));
@@ -155,8 +157,13 @@ void add_kernel_sweep_command(CLI::App& app) {
     for (const std::string& family : families) list += (list.empty() ? "" : ", ") + family;
     command->get_option("--" + name)->description(command->get_option("--" + name)->get_description() + " (" + list + ")");
   }
-  command->add_option("--max-configs", options->max_configs, "at most this many valid configurations per M")->capture_default_str();
-  command->add_option("--top", options->top, "rows per M in the table")->capture_default_str();
+  command->add_option("--max-configs", options->max_configs, "at most this many valid configurations per M")
+      ->check(integer_in(1, 1000000))
+      ->capture_default_str();
+  CLI::Option* top_k = command->add_option("--top-k", options->top, "rows per M in the table: the fastest configurations")
+                           ->check(integer_in(1, 1000000))
+                           ->capture_default_str();
+  add_hidden_alias(*command, "--top", options->top, top_k)->check(integer_in(1, 1000000));
   command->add_flag("--no-verify", options->no_verify, "skip the CPU reference check");
   command->add_flag("--no-default", options->no_default, "do not add the family's default configuration");
   command->add_flag("--bias", options->bias, "add a bias vector");
@@ -165,10 +172,12 @@ void add_kernel_sweep_command(CLI::App& app) {
                       "how cold L2 is made between repetitions: read (a 2x L2 buffer is read, leaving clean lines) or "
                       "write (the buffer is written, leaving dirty lines the kernel pays to write back)")
       ->capture_default_str();
-  command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per configuration")->capture_default_str();
+  command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per configuration")
+      ->check(real_in(0, 3600, true))
+      ->capture_default_str();
   add_clock_dip_option(*command, options->clock_dip);
-  command->add_option("--device", options->device, "CUDA device ordinal")->capture_default_str();
-  command->add_option("--seed", options->seed, "random data seed")->capture_default_str();
+  command->add_option("--device", options->device, "CUDA device ordinal")->check(integer_in(0, 1023))->capture_default_str();
+  command->add_option("--seed", options->seed, "random data seed")->check(integer_in(0, kMaxSeed))->capture_default_str();
   command->add_option("--output", options->output, "table, json or csv")->capture_default_str();
   command->callback([options] { run(*options); });
 }

@@ -102,17 +102,23 @@ void add_search_eval_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--cost-model", options->cost_model, "the model strategy's cost model: trees or ridge")->capture_default_str();
   command->add_option("--budget-fraction", options->budget_fraction, "evaluations per problem as a fraction of its candidates")
+      ->check(real_in(0, 1, true))
       ->capture_default_str();
   command->add_option("--tolerance", options->tolerance, "relative distance to the optimum that counts as found")
+      ->check(real_in(0, 10))
       ->capture_default_str();
   command->add_option("--gpu", options->gpu, "only this GPU (profile or device name as stored)");
   command->add_option("--family", options->family, "kernel family")->capture_default_str();
   command->add_option("--min-candidates", options->min_candidates, "skip problems with fewer verified, measured candidates")
+      ->check(integer_in(1, 1000000000))
       ->capture_default_str();
   command->add_option("--prior-limit", options->prior_limit, "at most this many prior observations for the model strategy")
+      ->check(integer_in(0, 1000000000))
       ->capture_default_str();
-  command->add_option("--repeats", options->repeats, "seeds per strategy and problem")->capture_default_str();
-  command->add_option("--seed", options->seed, "base seed")->capture_default_str();
+  command->add_option("--repeats", options->repeats, "seeds per strategy and problem")
+      ->check(integer_in(1, 10000))
+      ->capture_default_str();
+  command->add_option("--seed", options->seed, "base seed")->check(integer_in(0, kMaxSeed))->capture_default_str();
   command->add_flag("--per-problem", options->per_problem, "also list every replay");
   command->add_option("--output", options->output, "table, json or csv")->capture_default_str();
   command->callback([options] { run(*options); });

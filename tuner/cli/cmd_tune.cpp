@@ -13,8 +13,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/error.hpp"
@@ -25,6 +27,7 @@
 #include "search/model_shapes.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/jit/kernel_cache.hpp"
+#include "tuner/jit/thread_pool.hpp"
 #include "tuner/production/selector.hpp"
 #include "tuner/tune/devices.hpp"
 #include "tuner/tune/problem_set.hpp"
@@ -57,7 +60,8 @@ struct TuneCommandOptions {
   std::string family = "auto";
   std::string space = "curated";
   std::vector<std::string> params;
-  double timeout_ms = 30000;
+  double timeout_s = 30;
+  std::optional<double> timeout_ms;  // the old spelling, --timeout-ms
   double time_budget_s = 1.0;
   double clock_dip = measure::MeasureOptions{}.clock_dip_fraction;
   bool warm_l2 = false;
@@ -114,6 +118,15 @@ search::GemmFilter parse_gemm_filter(const std::string& text) {
   if (text == "dense") return search::GemmFilter::Dense;
   if (text == "moe") return search::GemmFilter::MoeExpert;
   QTUNE_INPUT_ERROR("--gemms: expected all, dense or moe, got '" + text + "'");
+}
+
+// "dense" or "dense, moe": the kinds of GEMM the model has at `tp`, as --gemms names them.
+std::string gemm_kinds_text(const search::ModelShapes& model, int tp) {
+  std::set<std::string> kinds;
+  for (const search::ShardedGemm& gemm : search::sharded_gemms(model, tp, "--tp")) {
+    kinds.insert(gemm.kind == search::GemmKind::Dense ? "dense" : "moe");
+  }
+  return joined_or_none(kinds);
 }
 
 std::string fixed(double value, int decimals) { return reports::format_fixed(value, decimals); }
@@ -188,6 +201,32 @@ void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputS
   std::cout << (report.interrupted ? " -- interrupted; rerun the same command to resume\n" : "\n");
 }
 
+// The whole run's progress plan: per family a compile and a measuring stage, weighted by the estimated seconds of
+// its problems (the sizes the README gives for the curated and the full space). Returns each family's two stages.
+std::vector<std::pair<std::size_t, std::size_t>> plan_progress(tune::ConsoleProgress& progress,
+                                                               const std::vector<const KernelFamily*>& families,
+                                                               const std::vector<std::vector<Problem>>& problems_of_family,
+                                                               const TuneCommandOptions& options, std::size_t threads) {
+  const std::size_t candidates = options.space == "full" ? 20000 : 300;
+  double evaluated_share = options.budget_fraction.value_or(1.0);
+  if (options.budget_evals) {
+    evaluated_share = std::min(evaluated_share, static_cast<double>(*options.budget_evals) / static_cast<double>(candidates));
+  }
+  const tune::PhaseEstimate per_problem =
+      tune::estimate_problem_work(candidates, threads, evaluated_share, options.time_budget_s, options.dry_run);
+  tune::WorkPlan plan;
+  std::vector<std::pair<std::size_t, std::size_t>> stages;
+  for (std::size_t i = 0; i < families.size(); ++i) {
+    const auto problems = static_cast<double>(problems_of_family[i].size());
+    const std::string name = families[i]->name();
+    const std::size_t compile = plan.add_stage("compiling " + name, problems * per_problem.compile_seconds, "compiling");
+    const std::size_t measure = plan.add_stage("measuring " + name, problems * per_problem.measure_seconds, "measuring");
+    stages.emplace_back(compile, measure);
+  }
+  progress.set_plan(std::move(plan), threads, options.time_budget_s);
+  return stages;
+}
+
 // The kernel families to tune, in order: "auto" is every family that runs one of the formats on the target's
 // architecture; otherwise a comma-separated list of family names.
 std::vector<const KernelFamily*> families_to_tune(const std::string& text, const std::vector<FormatSpec>& formats, int sm) {
@@ -213,12 +252,17 @@ std::vector<const KernelFamily*> families_to_tune(const std::string& text, const
 void run(const TuneCommandOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   // The problem set: formats x shapes x M buckets, then this process's shard of it.
-  const std::vector<FormatSpec> formats = tune::parse_format_list(options.formats, "--formats");
+  if (options.formats.empty()) QTUNE_INPUT_ERROR("--format: required (format specs or presets, e.g. w4a16-int4-ch)");
+  const std::vector<FormatSpec> formats = tune::parse_format_list(options.formats, "--format");
   std::vector<search::GemmShape> shapes;
   if (!options.model.empty() && !options.shape.empty()) QTUNE_INPUT_ERROR("--model: give either --model or --shape, not both");
   if (!options.model.empty()) {
     const search::ModelShapes model = search::model_shapes_by_name(options.model, "--model");
     shapes = search::distinct_shapes(model, options.tp, parse_gemm_filter(options.gemms), "--tp");
+    if (shapes.empty()) {
+      QTUNE_INPUT_ERROR("--gemms: model '" + model.name + "' has no " + options.gemms + " GEMMs (it has: " +
+                        gemm_kinds_text(model, options.tp) + ")");
+    }
   } else if (!options.shape.empty()) {
     shapes = tune::parse_shape_list(options.shape, "--shape");
   } else {
@@ -240,21 +284,14 @@ void run(const TuneCommandOptions& options) {
     tune_options.parameter_values[name] = values;
   }
   tune_options.strategy = options.strategy;
-  if (options.budget_evals) {
-    if (*options.budget_evals == 0) QTUNE_INPUT_ERROR("--budget-evals: must be at least 1");
-    tune_options.budget.max_evaluations = *options.budget_evals;
-  }
+  if (options.budget_evals) tune_options.budget.max_evaluations = *options.budget_evals;
   tune_options.budget_fraction = options.budget_fraction;
-  if (options.budget_seconds) {
-    if (!(*options.budget_seconds > 0)) QTUNE_INPUT_ERROR("--budget-seconds: must be positive");
-    tune_options.budget.max_seconds = *options.budget_seconds;
+  if (options.budget_seconds) tune_options.budget.max_seconds = *options.budget_seconds;
+  const double timeout_s = options.timeout_ms ? *options.timeout_ms / 1000.0 : options.timeout_s;
+  if (timeout_s <= options.time_budget_s) {
+    QTUNE_INPUT_ERROR("--timeout: the candidate timeout must exceed the measurement's --time-budget");
   }
-  if (!(options.timeout_ms > 0)) QTUNE_INPUT_ERROR("--timeout-ms: must be positive");
-  if (!(options.time_budget_s > 0)) QTUNE_INPUT_ERROR("--time-budget: must be positive");
-  if (options.timeout_ms / 1000.0 <= options.time_budget_s) {
-    QTUNE_INPUT_ERROR("--timeout-ms: the candidate timeout must exceed the measurement's --time-budget");
-  }
-  tune_options.timeout_s = options.timeout_ms / 1000.0;
+  tune_options.timeout_s = timeout_s;
   tune_options.dry_run = options.dry_run;
   tune_options.retune = options.retune;
   tune_options.strategy_options.seed = options.seed;
@@ -276,9 +313,8 @@ void run(const TuneCommandOptions& options) {
   if (!options.dry_run) std::cerr << ", " << target.visible_devices.size() << " GPU(s)";
   std::cerr << ", strategy " << options.strategy << ", db " << options.db_path << (options.dry_run ? ", dry run" : "") << "\n";
 
-  jit::CompilerSettings compiler_settings;
-  compiler_settings.threads = options.jobs;
-  tune::NvrtcInstantiationCompiler compiler(compiler_settings);
+  const jit::CompilerSettings settings = compiler_settings(options.jobs);
+  tune::NvrtcInstantiationCompiler compiler(settings);
   tune::MeasureSettings measure = tune::default_measure_settings();
   measure.full_fidelity.time_budget_s = options.time_budget_s;
   measure.full_fidelity.max_warmup_s = std::min(measure.full_fidelity.max_warmup_s, options.time_budget_s / 2);
@@ -292,7 +328,7 @@ void run(const TuneCommandOptions& options) {
   tune::TuneServices services;
   services.compiler = &compiler;
   services.slots = static_cast<int>(target.visible_devices.size());
-  const std::filesystem::path cache = compiler_settings.cache_directory.value_or(jit::KernelCache::default_directory());
+  const std::filesystem::path cache = settings.cache_directory.value_or(jit::KernelCache::default_directory());
   services.backends = [&](int slot) -> std::unique_ptr<tune::MeasuringBackend> {
     tune::WorkerBackendOptions backend_options;
     // Each worker sees only its own GPU.
@@ -309,27 +345,44 @@ void run(const TuneCommandOptions& options) {
       QTUNE_INPUT_ERROR("--param: no family tuned here has a parameter '" + name + "'");
     }
   }
+  // Each family is its own run; a problem's winner is the fastest over the families (tuner.cpp keeps another
+  // family's faster winner). One progress bar covers every family's compile and measuring.
+  std::vector<std::vector<Problem>> problems_of_family;
   for (const KernelFamily* family : families) {
-    // Each family is its own run; a problem's winner is the fastest over the families (tuner.cpp keeps another
-    // family's faster winner).
+    problems_of_family.push_back(
+        tune::problems_for_family(*family, families, shard_problems, target.limits.sm, options.family == "auto"));
+  }
+  tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
+  const std::size_t threads = jit::compiler_thread_count(options.jobs);
+  const std::vector<std::pair<std::size_t, std::size_t>> stages =
+      plan_progress(progress, families, problems_of_family, options, threads);
+  tune::TuneReport machine_report;  // --output json|csv: one table of every family's problems
+  for (std::size_t i = 0; i < families.size(); ++i) {
+    const KernelFamily* family = families[i];
     tune_options.family = family->name();
     tune_options.parameter_values.clear();
     for (const auto& [name, values] : parameter_values) {
       if (has_parameter(*family, name)) tune_options.parameter_values[name] = values;
     }
-    tune_options.problems = tune::problems_for_family(*family, families, shard_problems, target.limits.sm, options.family == "auto");
+    tune_options.problems = problems_of_family[i];
+    progress.start_stages(stages[i].first, stages[i].second);
     if (tune_options.problems.empty()) continue;
     if (families.size() > 1) {
       std::cerr << "qtune tune: family " << family->name() << ", " << tune_options.problems.size() << " problems\n";
     }
-    tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);  // counts this family's problems
     {
       StopSignals signals;
       report = tune::run_tune(tune_options, target, options.db_path, services, &progress, &stop_requested);
     }
-    print_report(report, options.dry_run, style);
+    if (style == reports::OutputStyle::Text) {
+      print_report(report, options.dry_run, style);
+    } else {
+      machine_report.reports.insert(machine_report.reports.end(), report.reports.begin(), report.reports.end());
+    }
     if (report.interrupted) break;
   }
+  if (!report.interrupted) progress.end_stages();
+  if (style != reports::OutputStyle::Text) print_report(machine_report, options.dry_run, style);
   // 130: stopped by a signal, as shells report a Ctrl-C.
   if (report.interrupted) std::exit(130);
 }
@@ -342,24 +395,32 @@ void add_tune_command(CLI::App& app) {
       "tune", "tune kernels for every (format, N, K, M bucket) of a model or shapes on a GPU, into the database");
   command->add_option("--gpu", options->gpu, "auto (the local device, matched to a configs/gpus profile) or a profile name")
       ->capture_default_str();
-  command->add_option("--devices", options->devices, "GPUs to measure on: all, or ordinals such as 0,1 (one worker each)")
-      ->capture_default_str();
-  command->add_option("--formats", options->formats, "format specs or presets, comma- or ';'-separated")->required();
+  CLI::Option* device = command->add_option("--device", options->devices,
+                                            "GPUs to measure on: all, or ordinals such as 0,1 (one worker each)")
+                            ->capture_default_str();
+  add_hidden_alias(*command, "--devices", options->devices, device);
+  CLI::Option* format = command->add_option("--format", options->formats,
+                                            "format specs or presets, comma- or ';'-separated (required)");
+  add_hidden_alias(*command, "--formats", options->formats, format);
   command->add_option("--model", options->model, "model shape set: a configs/models name or a JSON file");
-  command->add_option("--tp", options->tp, "tensor-parallel degree of the model's GEMMs")->capture_default_str();
+  command->add_option("--tp", options->tp, "tensor-parallel degree of the model's GEMMs")->check(integer_in(1, 1024))->capture_default_str();
   command->add_option("--gemms", options->gemms, "which of the model's GEMMs: all, dense or moe")->capture_default_str();
   command->add_option("--shape", options->shape, "GEMM weight shapes N,K[;N,K...] instead of --model");
   command->add_option("--m", options->m_list, "M buckets, e.g. 1,2,4,...,8192 (default: configs/m_buckets.json)");
   command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
   command->add_option("--strategy", options->strategy, "exhaustive, random, halving or model")->capture_default_str();
   command->add_option("--cost-model", options->cost_model, "the model strategy's cost model: trees or ridge")->capture_default_str();
-  command->add_option("--budget-evals", options->budget_evals, "at most this many evaluations per problem");
+  command->add_option("--budget-evals", options->budget_evals, "at most this many evaluations per problem")
+      ->check(integer_in(1, 1000000000));
   command->add_option("--budget-fraction", options->budget_fraction,
-                      "at most this share of each problem's candidates, e.g. 0.15 (with --budget-evals: the smaller)");
-  command->add_option("--budget-seconds", options->budget_seconds, "at most this many seconds of search per problem");
+                      "at most this share of each problem's candidates, e.g. 0.15 (with --budget-evals: the smaller)")
+      ->check(real_in(0, 1, true));
+  command->add_option("--budget-seconds", options->budget_seconds, "at most this many seconds of search per problem")
+      ->check(real_in(0, 1e9, true));
   command->add_option("--shard", options->shard,
                       "tune shard i/n of the problems (default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX)");
-  command->add_option("--shard-count", options->shard_count, "number of shards with JOB_COMPLETION_INDEX (else QTUNE_SHARD_COUNT)");
+  command->add_option("--shard-count", options->shard_count, "number of shards with JOB_COMPLETION_INDEX (else QTUNE_SHARD_COUNT)")
+      ->check(integer_in(1, 1000000));
   command->add_option("--family", options->family,
                       "kernel families to tune, one run each, in order: auto (every family that runs one of the "
                       "formats on the GPU; on sm_90 mma for M <= 32 and wgmma for M >= 16, where each can win) or a "
@@ -370,9 +431,15 @@ void add_tune_command(CLI::App& app) {
                       "space (tens of thousands of instantiations to compile)")
       ->capture_default_str();
   command->add_option("--param", options->params, "narrow a parameter's values, e.g. --param bm=16,32 (repeatable)");
-  command->add_option("--timeout-ms", options->timeout_ms, "per candidate: load, verify and measure, else it is a timeout")
+  CLI::Option* timeout = command->add_option("--timeout", options->timeout_s,
+                                             "seconds per candidate to load, verify and measure it, else it is a timeout")
+                             ->check(real_in(0, 1e6, true))
+                             ->capture_default_str();
+  // The old spelling counted milliseconds.
+  add_hidden_alias(*command, "--timeout-ms", options->timeout_ms, timeout)->check(real_in(0, 1e9, true));
+  command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per candidate")
+      ->check(real_in(0, 3600, true))
       ->capture_default_str();
-  command->add_option("--time-budget", options->time_budget_s, "seconds of measurement per candidate")->capture_default_str();
   add_clock_dip_option(*command, options->clock_dip)->description(
       "full-fidelity measurements (those winners come from) during which NVML saw the SM clock below this fraction "
       "of the GPU's highest are treated as throttled: cooled down and measured again (at most twice); screening "
@@ -388,8 +455,12 @@ void add_tune_command(CLI::App& app) {
       ->capture_default_str();
   command->add_flag("--dry-run", options->dry_run, "enumerate, prune and compile, store the counts, but measure nothing");
   command->add_flag("--retune", options->retune, "search problems again even when their stored winner is final");
-  command->add_option("--seed", options->seed, "seed of the problem data and of randomised strategies")->capture_default_str();
-  command->add_option("--jobs", options->jobs, "compiler threads (0: every core)")->capture_default_str();
+  command->add_option("--seed", options->seed, "seed of the problem data and of randomised strategies")
+      ->check(integer_in(0, kMaxSeed))
+      ->capture_default_str();
+  command->add_option("--jobs", options->jobs, "compiler threads (0: every core; at most the cores)")
+      ->check(integer_in(0, kMaxJobs))
+      ->capture_default_str();
   command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();
   command->callback([options] { run(*options); });
 }

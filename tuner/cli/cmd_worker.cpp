@@ -12,7 +12,9 @@ void add_worker_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("__worker", "Serve measurement jobs for a parent qtune process (internal)");
   command->group("");
   auto socket_fd = std::make_shared<int>(-1);
-  command->add_option("--fd", *socket_fd, "The socket inherited from the parent")->required();
+  command->add_option("--fd", *socket_fd, "The socket inherited from the parent")
+      ->check(integer_in(0, INT32_MAX))
+      ->required();
   command->callback([socket_fd] {
     // Other parts of qtune register their jobs when their commands are added (e.g. add_bench_command) or here,
     // before serving; run_worker adds the selftest jobs.

@@ -3,10 +3,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kernels/error.hpp"
+#include "tuner/jit/compiler.hpp"
 
 namespace qtune::cli {
 
@@ -27,8 +29,36 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
 // parse_int_list with minimum 1.
 std::vector<std::int64_t> parse_positive_int_list(const std::string& text, const std::string& field);
 
+// Range checks of numeric options, made on the text before CLI11 converts it, so that "-1" never wraps into a
+// size_t and "nan" never slips past a comparison. The message names the option (CLI11 puts its name in front).
+CLI::Validator integer_in(std::int64_t minimum, std::int64_t maximum);
+// A finite number in [minimum, maximum], or in (minimum, maximum] with `exclusive_minimum` (durations, fractions).
+CLI::Validator real_in(double minimum, double maximum, bool exclusive_minimum = false);
+// The upper bound of --jobs: compiler threads beyond the cores only cost memory (the compiler caps them anyway).
+inline constexpr std::int64_t kMaxJobs = 1024;
+// The upper bound of --seed (seeds are stored as signed 64-bit integers).
+inline constexpr std::int64_t kMaxSeed = INT64_MAX;
+
+// The group of old spellings (add_hidden_alias): run_cli's help formatter leaves it out of --help. Not CLI11's hidden
+// group "", whose options have no name in error messages.
+inline const std::string kOldSpellingsGroup = "Old spellings";
+
+// An earlier spelling of `current` that still works: it sets `value` (the same variable, or one in the old unit),
+// errors name it, and --help does not list it.
+template <typename T>
+CLI::Option* add_hidden_alias(CLI::App& command, const std::string& old_name, T& value, const CLI::Option* current) {
+  return command.add_option(old_name, value, "the old spelling of " + current->get_name())->group(kOldSpellingsGroup);
+}
+
 // --clock-dip FRACTION: the clock-dip rule of a command's measurements (measure::MeasureOptions::clock_dip_fraction).
 CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction);
+
+// A command's compiler settings: `jobs` threads (0: every core) and the kernel cache, unless it cannot be written:
+// then one warning line naming QTUNE_CACHE_DIR, and the command compiles without it.
+jit::CompilerSettings compiler_settings(std::size_t jobs);
+
+// "a, b, c" (in the set's order), or "none": the choices an error message lists.
+std::string joined_or_none(const std::set<std::string>& items);
 
 // Re-throws an InputError from a parser with the flag's name in front (parsers name their own field).
 template <typename Parse>

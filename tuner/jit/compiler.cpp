@@ -274,7 +274,13 @@ CompiledKernel Compiler::compile(const CompileRequest& request) const {
                                      "; log:\n" + kernel.log);
   }
   kernel.resources = *resources;
-  if (state.cache) state.cache->store(kernel);
+  if (state.cache) {
+    try {
+      state.cache->store(kernel);
+    } catch (const LibraryError&) {
+      // An unwritable cache costs the next compile, not this one (callers check KernelCache::unusable_reason once).
+    }
+  }
   return kernel;
 }
 
@@ -303,8 +309,7 @@ std::vector<CompileOutcome> Compiler::compile_all(const std::vector<CompileReque
   std::mutex progress_mutex;
   std::size_t done = 0;
   {
-    ThreadPool pool(std::min(state_->settings.threads == 0 ? default_thread_count() : state_->settings.threads,
-                             std::max<std::size_t>(unique.size(), 1)));
+    ThreadPool pool(std::min(compiler_thread_count(state_->settings.threads), std::max<std::size_t>(unique.size(), 1)));
     std::vector<std::future<void>> finished;
     for (std::size_t index : unique) {
       finished.push_back(pool.submit([&, index] {

@@ -179,6 +179,19 @@ std::optional<CompiledKernel> KernelCache::load(std::string_view key) const {
   return kernel;
 }
 
+std::optional<std::string> KernelCache::unusable_reason() const {
+  const std::filesystem::path kernels = directory_ / "kernels";
+  std::error_code error;
+  std::filesystem::create_directories(kernels, error);
+  if (error) return "cannot create " + kernels.string() + ": " + error.message();
+  const std::filesystem::path probe = kernels / ("probe" + unique_temporary_suffix());
+  FileDescriptor file(::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (file.get() < 0) return system_message("cannot create a file in", kernels, errno);
+  file.close();
+  ::unlink(probe.c_str());
+  return std::nullopt;
+}
+
 void KernelCache::store(const CompiledKernel& kernel) const {
   const std::filesystem::path final_path = entry_path(kernel.cache_key);
   if (kernel.cubin.empty()) QTUNE_THROW(Error, "refusing to cache an empty cubin for " + kernel.kernel_name);

@@ -8,6 +8,7 @@
 // replaced by the next store.
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "tuner/jit/compiler.hpp"
@@ -30,6 +31,9 @@ class KernelCache {
 
   // The entry stored under `key`, with from_cache set and compile_seconds 0; nullopt if absent, unreadable or damaged.
   std::optional<CompiledKernel> load(std::string_view key) const;
+  // Why entries cannot be stored here (the folder cannot be created, or a file cannot be written in it), or nullopt
+  // when the cache is usable. Creates the folder; leaves no file behind.
+  std::optional<std::string> unusable_reason() const;
   // Stores `kernel` under kernel.cache_key, replacing any entry. Throws LibraryError("system", ...) on I/O failure.
   void store(const CompiledKernel& kernel) const;
 

@@ -1,5 +1,6 @@
 #include "tuner/jit/thread_pool.hpp"
 
+#include <algorithm>
 #include <system_error>
 
 #include "kernels/error.hpp"
@@ -9,6 +10,10 @@ namespace qtune::jit {
 std::size_t default_thread_count() {
   const unsigned cores = std::thread::hardware_concurrency();
   return cores == 0 ? 1 : cores;
+}
+
+std::size_t compiler_thread_count(std::size_t requested) {
+  return requested == 0 ? default_thread_count() : std::min(requested, default_thread_count());
 }
 
 ThreadPool::ThreadPool(std::size_t threads) {

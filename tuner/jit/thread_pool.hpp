@@ -15,6 +15,9 @@ namespace qtune::jit {
 
 // std::thread::hardware_concurrency(), or 1 where the platform cannot tell.
 std::size_t default_thread_count();
+// Compiler threads for a request of `requested` (0: every core): never more than the cores, since NVRTC is CPU-bound
+// and each thread holds a compiler's memory.
+std::size_t compiler_thread_count(std::size_t requested);
 
 class ThreadPool {
  public:

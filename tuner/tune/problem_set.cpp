@@ -6,6 +6,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/families/wgmma_family.hpp"
+#include "search/shape_limits.hpp"
 
 namespace qtune::tune {
 
@@ -56,11 +57,11 @@ std::vector<Problem> build_problem_set(const std::vector<FormatSpec>& formats, c
       try {
         format.validate_shape(shape.n, shape.k);
       } catch (const InputError& error) {
-        QTUNE_INPUT_ERROR("--formats: " + format.to_string() + " cannot describe N=" + std::to_string(shape.n) +
+        QTUNE_INPUT_ERROR("--format: " + format.to_string() + " cannot describe N=" + std::to_string(shape.n) +
                           " K=" + std::to_string(shape.k) + ": " + error.what());
       }
       for (std::int64_t m : m_values) {
-        if (m <= 0) QTUNE_INPUT_ERROR("--m: " + std::to_string(m) + " is not positive");
+        search::check_problem_shape(m, shape.n, shape.k, "--m", "--shape");
         problems.push_back(Problem{format, m, shape.n, shape.k, false});
       }
     }
@@ -109,6 +110,7 @@ std::vector<search::GemmShape> parse_shape_list(std::string_view text, std::stri
       QTUNE_INPUT_ERROR(std::string(field) + ": expected N,K with positive integers (several separated by ';'), got '" +
                         item + "'");
     }
+    search::check_weight_shape(*n, *k, field);
     search::GemmShape shape{*n, *k};
     if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
   }

@@ -14,6 +14,7 @@
 #include "db/store.hpp"
 #include "kernels/family.hpp"
 #include "tests/common/temp_dir.hpp"
+#include "tests/tuner/cli/cli_test_support.hpp"
 #include "tuner/cli/cli.hpp"
 
 namespace qtune::cli {
@@ -21,45 +22,13 @@ namespace {
 
 using test_support::TempDir;
 
-struct CliResult {
-  int status = 0;
-  std::string out;
-  std::string err;
-};
+using testing::CacheDirectory;
+using testing::CliResult;
 
 CliResult run_compile(std::vector<std::string> arguments) {
-  arguments.insert(arguments.begin(), {"qtune", "compile"});
-  std::vector<char*> argv;
-  for (std::string& argument : arguments) argv.push_back(argument.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  CliResult result;
-  result.status = run_cli(static_cast<int>(argv.size()), argv.data());
-  result.out = testing::internal::GetCapturedStdout();
-  result.err = testing::internal::GetCapturedStderr();
-  return result;
+  arguments.insert(arguments.begin(), "compile");
+  return testing::run_qtune(std::move(arguments));
 }
-
-// Sets QTUNE_CACHE_DIR for one test and restores the previous value.
-class CacheDirectory {
- public:
-  explicit CacheDirectory(const std::filesystem::path& directory) {
-    if (const char* previous = std::getenv("QTUNE_CACHE_DIR")) previous_ = previous;
-    ::setenv("QTUNE_CACHE_DIR", directory.c_str(), 1);
-  }
-  ~CacheDirectory() {
-    if (previous_) {
-      ::setenv("QTUNE_CACHE_DIR", previous_->c_str(), 1);
-    } else {
-      ::unsetenv("QTUNE_CACHE_DIR");
-    }
-  }
-  CacheDirectory(const CacheDirectory&) = delete;
-  CacheDirectory& operator=(const CacheDirectory&) = delete;
-
- private:
-  std::optional<std::string> previous_;
-};
 
 // The family's heuristic configuration for w4a16-int4-g128 at M=16, N=K=8192 on `sm`, and the same with another split.
 std::vector<KernelConfig> two_configs(const std::string& spec, int sm) {
@@ -185,25 +154,27 @@ TEST(CompileCommand, CompilesForAmpereAsJsonWithoutADatabase) {
   EXPECT_TRUE(dir.listing().empty());
 }
 
-TEST(CompileCommand, AFailedCompileIsShownStoredAndExitsOne) {
+// Issue 18 #13: a cache that cannot be written (QTUNE_CACHE_DIR is a file) is said once, naming the variable, and the
+// compile goes on without it: NVRTC's success is a success.
+TEST(CompileCommand, AnUnwritableCacheIsSaidOnceAndCompilesGoOn) {
   TempDir dir;
-  // A cache directory that cannot be created (its parent is a file): the build succeeds, storing it fails.
   const std::filesystem::path blocker = dir.write("not-a-directory", "x");
-  const CacheDirectory cache(blocker / "cache");
+  const CacheDirectory cache(blocker.string());
   const std::vector<KernelConfig> configs = two_configs("w4a16-int4-g128", 90);
   const std::string db = (dir / "q.db").string();
-  const CliResult result = run_compile(
-      {"--arch", "sm_90a", "--format", "w4a16-int4-g128", "--config", configs[0].to_string(), "--db", db, "--verbose"});
-  EXPECT_EQ(result.status, kExitFailure) << result.err << result.out;
-  EXPECT_NE(result.out.find("1 failed"), std::string::npos) << result.out;
-  EXPECT_NE(result.out.find("cannot create cache directory"), std::string::npos) << "the error column: " << result.out;
-  EXPECT_NE(result.err.find("1 of 1 compiles failed"), std::string::npos) << result.err;
+  const CliResult result = run_compile({"--arch", "sm_90a", "--format", "w4a16-int4-g128", "--config", configs[0].to_string(),
+                                        "--config", configs[1].to_string(), "--db", db});
+  EXPECT_EQ(result.status, 0) << result.err << result.out;
+  EXPECT_EQ(testing::occurrences(result.err, "QTUNE_CACHE_DIR"), 1u) << result.err;
+  EXPECT_NE(result.err.find("unusable"), std::string::npos) << result.err;
+  EXPECT_NE(result.out.find("2 compiled (0 from the cache), 0 failed"), std::string::npos) << result.out;
   db::Store store = db::Store::open_read_only(db);
   const std::vector<db::CompileRecord> compiles = store.list_compiles();
-  ASSERT_EQ(compiles.size(), 1u);
-  EXPECT_EQ(compiles[0].status, db::CompileStatus::Failed);
-  EXPECT_NE(compiles[0].message.find("cannot create cache directory"), std::string::npos) << compiles[0].message;
-  EXPECT_FALSE(compiles[0].registers.has_value());
+  ASSERT_EQ(compiles.size(), 2u);
+  for (const db::CompileRecord& compile : compiles) {
+    EXPECT_EQ(compile.status, db::CompileStatus::Ok);
+    EXPECT_TRUE(compile.registers.has_value());
+  }
 }
 
 void expect_bad_input(std::vector<std::string> arguments, const std::string& named) {
@@ -227,8 +198,8 @@ TEST(CompileCommand, BadInputExitsTwoNamingTheFlag) {
   expect_bad_input(with({"--arch", "sm_90x", "--config", good}), "--arch");
   expect_bad_input(with({"--arch", "90a", "--config", good}), "--arch");
   expect_bad_input({"--arch", "sm_90a", "--format", "w4a16-int9", "--config", good, "--db", db}, "--format");
-  // int4 activations need an int4 tensor-core MMA, which sm_90 no longer has.
-  expect_bad_input({"--arch", "sm_90a", "--format", "w4a4-int4-ch", "--config", good, "--db", db}, "--format");
+  // int4 activations need an int4 tensor-core MMA, which sm_90 no longer has: the architecture is the problem.
+  expect_bad_input({"--arch", "sm_90a", "--format", "w4a4-int4-ch", "--config", good, "--db", db}, "--arch: ");
   expect_bad_input(with({"--arch", "sm_90a", "--config", "bm=16,bn=128"}), "--config");
   expect_bad_input(with({"--arch", "sm_90a", "--config", "bm=sixteen"}), "--config");
   // Valid parameters that do not fit the problem: bn=256 does not divide N=4000.

@@ -2,6 +2,7 @@
 // when it is.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "tests/tuner/tune/tune_test_support.hpp"
@@ -62,6 +63,102 @@ TEST(Progress, TerminalsGetABarWithEtaAndBestSoFar) {
   EXPECT_NE(text.find("ETA"), std::string::npos) << text;
   EXPECT_NE(text.find("best 12.50 us"), std::string::npos) << text;
   EXPECT_NE(text.find("[1/2] w4a16-int4-ch m=16"), std::string::npos) << text;
+}
+
+// The whole run's share is the stages' shares weighted by their estimated seconds; the ETA is the time so far scaled
+// by what is left.
+TEST(WorkPlan, WeightsStagesAndEstimatesTheTimeLeft) {
+  WorkPlan plan;
+  EXPECT_DOUBLE_EQ(plan.fraction(), 1.0) << "no work is all done";
+  EXPECT_DOUBLE_EQ(plan.eta_seconds(5), 0.0);
+  const std::size_t compile = plan.add_stage("compiling mma", 10);
+  const std::size_t measure = plan.add_stage("measuring mma", 30);
+  const std::size_t dry = plan.add_stage("measuring wgmma", 0);
+  EXPECT_DOUBLE_EQ(plan.fraction(), 0.0);
+  EXPECT_TRUE(std::isnan(plan.eta_seconds(5))) << "nothing done: no pace yet";
+  plan.set_progress(compile, 5, 10);
+  EXPECT_DOUBLE_EQ(plan.fraction(), 5.0 / 40);
+  EXPECT_DOUBLE_EQ(plan.eta_seconds(10), 10 * 35.0 / 5);
+  plan.finish(compile);
+  plan.set_progress(measure, 15, 30);
+  EXPECT_DOUBLE_EQ(plan.fraction(), 25.0 / 40);
+  EXPECT_DOUBLE_EQ(plan.eta_seconds(50), 50 * 15.0 / 25);
+  plan.set_weight(measure, 10);  // the real size replaces the estimate
+  EXPECT_DOUBLE_EQ(plan.fraction(), 15.0 / 20);
+  plan.set_progress(measure, 40, 30);  // more than expected counts as done, no more
+  EXPECT_DOUBLE_EQ(plan.fraction(), 1.0);
+  EXPECT_DOUBLE_EQ(plan.eta_seconds(60), 0.0);
+  plan.set_progress(dry, 0, 0);
+  EXPECT_DOUBLE_EQ(plan.fraction(), 1.0);
+  EXPECT_EQ(plan.name(measure), "measuring mma");
+}
+
+// A family's real size rescales the estimates of the later families' stages of the same kind.
+TEST(WorkPlan, TheFirstRealSizeCalibratesTheOtherEstimates) {
+  WorkPlan plan;
+  const std::size_t mma_compile = plan.add_stage("compiling mma", 100, "compiling");
+  const std::size_t mma_measure = plan.add_stage("measuring mma", 50, "measuring");
+  const std::size_t wgmma_compile = plan.add_stage("compiling wgmma", 200, "compiling");
+  const std::size_t wgmma_measure = plan.add_stage("measuring wgmma", 60, "measuring");
+  plan.set_weight(mma_compile, 10);  // a tenth of the estimate: --param narrowed the space
+  plan.finish(mma_compile);
+  EXPECT_DOUBLE_EQ(plan.fraction(), 10.0 / (10 + 50 + 20 + 60));
+  plan.set_weight(mma_compile, 12);  // later updates change that stage only
+  plan.set_weight(mma_measure, 25);
+  plan.set_weight(wgmma_compile, 40);  // a real size is never rescaled
+  EXPECT_DOUBLE_EQ(plan.fraction(), 12.0 / (12 + 25 + 40 + 30));
+  plan.set_weight(wgmma_measure, 5);
+  EXPECT_DOUBLE_EQ(plan.fraction(), 12.0 / (12 + 25 + 40 + 5));
+}
+
+TEST(WorkPlan, EstimatesCompileOnTheThreadsAndMeasuringByTheBudget) {
+  const PhaseEstimate estimate = estimate_problem_work(200, 4, 0.5, 1.0, false);
+  EXPECT_DOUBLE_EQ(estimate.compile_seconds, 200 * kCompileSecondsPerInstantiation / 4);
+  EXPECT_DOUBLE_EQ(estimate.measure_seconds, 200 * 0.5 * (1.0 + kEvaluationOverheadSeconds));
+  EXPECT_DOUBLE_EQ(estimate_problem_work(200, 4, 0.5, 1.0, true).measure_seconds, 0.0) << "a dry run measures nothing";
+  EXPECT_DOUBLE_EQ(estimate_problem_work(10, 0, 1, 1, true).compile_seconds, 10 * kCompileSecondsPerInstantiation);
+}
+
+// Two families' stages in one plan: the first family's end is not the run's, and the bar's percentage keeps rising
+// across the families and phases.
+TEST(Progress, OneBarCoversEveryFamilyAndPhase) {
+  std::ostringstream out;
+  {
+    ConsoleProgress progress(out, false);
+    WorkPlan plan;
+    const std::size_t mma_compile = plan.add_stage("compiling mma", 10);
+    const std::size_t mma_measure = plan.add_stage("measuring mma", 10);
+    const std::size_t wgmma_compile = plan.add_stage("compiling wgmma", 10);
+    const std::size_t wgmma_measure = plan.add_stage("measuring wgmma", 10);
+    progress.set_plan(std::move(plan), 1, 1.0);
+    progress.start_stages(mma_compile, mma_measure);
+    progress.compile_progress(0, 4);
+    progress.compile_progress(4, 4);
+    EXPECT_GT(progress.plan().fraction(), 0.0);
+    EXPECT_LT(progress.plan().fraction(), 0.5);
+    progress.measuring_started(1, 2);
+    ProblemReport report;
+    report.problem = Problem{FormatSpec::parse("w4a16-int4-ch"), 16, 4096, 4096, false};
+    const KernelConfig config = KernelConfig::parse("bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0");
+    progress.evaluated(EvaluationEvent{&report.problem, config, "exhaustive", false, true, 12.5, "measured"});
+    progress.problem_finished(report);
+    progress.start_stages(wgmma_compile, wgmma_measure);  // ends mma's stages, whatever their counts
+    // mma's stages now weigh what they really held: 4 compiles on one thread, 2 evaluations of a 1 s budget.
+    const double mma_work = 4 * kCompileSecondsPerInstantiation + 2 * (1.0 + kEvaluationOverheadSeconds);
+    EXPECT_DOUBLE_EQ(progress.plan().fraction(), mma_work / (mma_work + 20));
+    progress.compile_progress(2, 2);
+    progress.measuring_started(1, 1);
+    progress.evaluated(EvaluationEvent{&report.problem, config, "exhaustive", false, true, 11.0, "measured"});
+    EXPECT_DOUBLE_EQ(progress.plan().fraction(), 1.0);
+    progress.problem_finished(report);
+  }
+  const std::string text = out.str();
+  EXPECT_NE(text.find("compiling mma 4/4 instantiations"), std::string::npos) << text;
+  EXPECT_NE(text.find("compiling wgmma 2/2 instantiations"), std::string::npos) << text;
+  EXPECT_NE(text.find("ETA"), std::string::npos) << text;
+  const std::size_t first_done = text.find("run 100%");
+  ASSERT_NE(first_done, std::string::npos) << text;
+  EXPECT_GT(first_done, text.find("compiling wgmma")) << "100% before the last family: " << text;
 }
 
 }  // namespace
