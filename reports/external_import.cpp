@@ -391,7 +391,10 @@ ExternalFile read_csv(const std::string& text, const fs::path& file, const Impor
 }  // namespace
 
 ExternalFile read_external_file(const fs::path& path, const ImportOptions& options) {
-  const std::string text = read_text(path);
+  return read_external_text(read_text(path), path, options);
+}
+
+ExternalFile read_external_text(const std::string& text, const fs::path& path, const ImportOptions& options) {
   const auto first = text.find_first_not_of(" \t\r\n");
   const bool looks_like_json = first != std::string::npos && (text[first] == '{' || text[first] == '[');
   if (!looks_like_json) {
