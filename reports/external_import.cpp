@@ -404,7 +404,7 @@ ExternalFile read_external_text(const std::string& text, const fs::path& path, c
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
     QTUNE_INPUT_ERROR(path.string() + ": invalid JSON: " + error.what());
   }
   ExternalFile result;

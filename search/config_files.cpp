@@ -67,7 +67,7 @@ nlohmann::json read_json_file(const fs::path& file) {
 nlohmann::json parse_json_text(std::string_view text, const std::string& file) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
     // nlohmann's message is one line: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
     std::string message = error.what();
     if (const auto bracket = message.find("] "); message.starts_with("[json.exception") && bracket != std::string::npos) {

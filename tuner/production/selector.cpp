@@ -28,7 +28,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path, const std::stri
 nlohmann::json parse_json_text(const std::string& text, const std::filesystem::path& path, const std::string& field) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
     QTUNE_INPUT_ERROR(field + ": " + path.string() + " is not JSON: " + error.what());
   }
 }
