@@ -44,6 +44,16 @@ std::string read_text(const fs::path& file) {
 
 std::string notes_text(nlohmann::json notes) { return notes.dump(); }  // keys sorted: the same row gives the same text
 
+// Whether `text` is UTF-8, as JSON (the notes, reports) needs: nlohmann's dump refuses anything else.
+bool is_utf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------- Humming
 
 // Humming's dtype names -> qtune element type names.
@@ -229,6 +239,9 @@ ExternalRow generic_row(const std::map<std::string, std::string>& cells, const f
     if (error != std::errc() || end != text->data() + text->size() || value < 1) fail(name, "'" + *text + "' is not a positive integer");
     return value;
   };
+  for (const auto& [name, text] : cells) {
+    if (!is_utf8(text)) fail(name, "not UTF-8 text");  // a CSV cell; JSON strings are checked by the JSON parser
+  }
   ExternalRow row;
   const auto format = cell("format");
   if (!format) fail("format", "missing");
