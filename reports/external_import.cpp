@@ -427,7 +427,7 @@ void require_distinct_rows(const ExternalFile& file) {
   }
 }
 
-ExternalFile read_any_kind(const fs::path& path, const ImportOptions& options) {
+ExternalFile read_any_kind(const std::string& text, const fs::path& path, const ImportOptions& options) {
   // Names and labels go into JSON notes, reports and tables: they must be text, checked before anything is stored.
   const std::string name = path.string();
   if (!is_valid_utf8(name) || std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
@@ -436,7 +436,6 @@ ExternalFile read_any_kind(const fs::path& path, const ImportOptions& options) {
   for (const auto& [flag, value] : {std::pair{"--label", &options.label}, {"--gpu", &options.gpu}, {"--format", &options.format}, {"--timing", &options.timing}}) {
     if (*value && !is_valid_utf8(**value)) QTUNE_INPUT_ERROR(std::string(flag) + ": not valid UTF-8: " + quote_input(**value));
   }
-  const std::string text = read_text(path);
   const auto first = text.find_first_not_of(" \t\r\n");
   const bool looks_like_json = first != std::string::npos && (text[first] == '{' || text[first] == '[');
   if (!looks_like_json) {
@@ -446,7 +445,7 @@ ExternalFile read_any_kind(const fs::path& path, const ImportOptions& options) {
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
     QTUNE_INPUT_ERROR(path.string() + ": invalid JSON: " + quote_input(error.what(), 200));
   }
   if (json.is_object() && json.contains("problem") && json.contains("result")) return read_humming(json, path, options);
@@ -456,7 +455,11 @@ ExternalFile read_any_kind(const fs::path& path, const ImportOptions& options) {
 }  // namespace
 
 ExternalFile read_external_file(const fs::path& path, const ImportOptions& options) {
-  ExternalFile result = read_any_kind(path, options);
+  return read_external_text(read_text(path), path, options);
+}
+
+ExternalFile read_external_text(const std::string& text, const fs::path& path, const ImportOptions& options) {
+  ExternalFile result = read_any_kind(text, path, options);
   require_distinct_rows(result);
   return result;
 }

@@ -53,6 +53,8 @@ struct ExternalFile {
 // Reads and validates a whole file; stores nothing. Throws InputError "<file>: field '<name>': ..." (CSV:
 // "<file>: line N: field '<column>': ...").
 ExternalFile read_external_file(const std::filesystem::path& path, const ImportOptions& options = {});
+// The same for the contents of the file `path`.
+ExternalFile read_external_text(const std::string& text, const std::filesystem::path& path, const ImportOptions& options = {});
 
 // Stores every row of one file in one transaction (all or nothing); a row with the same (source, label, problem,
 // GPU) as a stored one replaces it. Returns the number of rows stored.

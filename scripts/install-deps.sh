@@ -2,7 +2,9 @@
 # Installs the Debian packages qtune builds against; safe to run again (installs only what is missing).
 set -euo pipefail
 # chromium: the report test renders report/index.html headless and checks the screenshot and the DOM.
-packages=(cmake ninja-build g++ libsqlite3-dev nlohmann-json3-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev chromium)
+# clang, libclang-rt-dev: scripts/fuzz.sh builds the parsers' fuzz targets with libFuzzer and the sanitizers.
+packages=(cmake ninja-build g++ libsqlite3-dev nlohmann-json3-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev chromium
+          clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

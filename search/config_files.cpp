@@ -62,15 +62,19 @@ nlohmann::json read_json_file(const fs::path& file) {
   std::ostringstream text;
   text << stream.rdbuf();
   if (stream.bad()) QTUNE_INPUT_ERROR(file.string() + ": cannot read the file");
+  return parse_json_text(text.str(), file.string());
+}
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& file) {
   try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& error) {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
     // nlohmann's message is one line: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
     std::string message = error.what();
     if (const auto bracket = message.find("] "); message.starts_with("[json.exception") && bracket != std::string::npos) {
       message = message.substr(bracket + 2);
     }
-    QTUNE_INPUT_ERROR(file.string() + ": invalid JSON: " + message);
+    QTUNE_INPUT_ERROR(file + ": invalid JSON: " + message);
   }
 }
 

@@ -21,6 +21,8 @@ std::filesystem::path config_dir();
 
 // Reads and parses a JSON file. Throws InputError "<file>: cannot read ..." or "<file>: invalid JSON: ...".
 nlohmann::json read_json_file(const std::filesystem::path& file);
+// Parses the text of a JSON file named `file`. Throws InputError "<file>: invalid JSON: ...".
+nlohmann::json parse_json_text(std::string_view text, const std::string& file);
 
 // The *.json files of a directory, sorted by name. Throws InputError if the directory cannot be listed.
 std::vector<std::filesystem::path> json_files_in(const std::filesystem::path& directory);

@@ -60,8 +60,9 @@ bool valid_profile_name(std::string_view name) {
 
 }  // namespace
 
-GpuProfile load_gpu_profile(const fs::path& file) {
-  const nlohmann::json document = read_json_file(file);
+GpuProfile load_gpu_profile(const fs::path& file) { return gpu_profile_from_json(read_json_file(file), file); }
+
+GpuProfile gpu_profile_from_json(const nlohmann::json& document, const fs::path& file) {
   const ConfigObject root(document, file.string());
   GpuProfile profile;
   profile.source_file = file;

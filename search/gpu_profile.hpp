@@ -1,5 +1,7 @@
 #pragma once
 // GPU profiles (configs/gpus/*.json): the datasheet and architectural limits the search prunes and models with.
+#include <nlohmann/json_fwd.hpp>
+
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -71,6 +73,8 @@ struct GpuProfile {
 
 // Loads and validates one profile file. Throws InputError "<file>: field '<name>': <expected>".
 GpuProfile load_gpu_profile(const std::filesystem::path& file);
+// The same for the parsed contents of `file`.
+GpuProfile gpu_profile_from_json(const nlohmann::json& document, const std::filesystem::path& file);
 
 // Every *.json under `directory`, sorted by name. Two profiles sharing a name or alias is an InputError.
 std::vector<GpuProfile> load_gpu_profiles(const std::filesystem::path& directory);

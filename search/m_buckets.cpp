@@ -13,7 +13,10 @@
 namespace qtune::search {
 
 std::vector<std::int64_t> load_m_buckets(const std::filesystem::path& file) {
-  const nlohmann::json document = read_json_file(file);
+  return m_buckets_from_json(read_json_file(file), file);
+}
+
+std::vector<std::int64_t> m_buckets_from_json(const nlohmann::json& document, const std::filesystem::path& file) {
   const ConfigObject root(document, file.string());
   const auto buckets = root.required_positive_int_array("m_buckets");
   for (std::size_t i = 1; i < buckets.size(); ++i) {

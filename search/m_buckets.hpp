@@ -1,6 +1,8 @@
 #pragma once
 // M buckets (configs/m_buckets.json): the token counts M a format and shape are tuned at. A GEMM with another M
 // uses the winner of its bucket (the smallest bucket >= M).
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <string_view>
@@ -11,6 +13,7 @@ namespace qtune::search {
 // Loads and validates a bucket file: {"m_buckets": [1, 2, 4, ...]}, positive, strictly ascending.
 // Throws InputError "<file>: field 'm_buckets[3]': ...".
 std::vector<std::int64_t> load_m_buckets(const std::filesystem::path& file);
+std::vector<std::int64_t> m_buckets_from_json(const nlohmann::json& document, const std::filesystem::path& file);  // parsed contents
 std::vector<std::int64_t> load_m_buckets();  // config_dir()/m_buckets.json
 
 // Parses a comma-separated list "1,2,4,8" (spaces allowed) into positive, strictly ascending values.

@@ -85,8 +85,9 @@ ModelGemm load_gemm(const ConfigObject& object, const std::map<std::string, std:
 
 }  // namespace
 
-ModelShapes load_model_shapes(const fs::path& file) {
-  const nlohmann::json document = read_json_file(file);
+ModelShapes load_model_shapes(const fs::path& file) { return model_shapes_from_json(read_json_file(file), file); }
+
+ModelShapes model_shapes_from_json(const nlohmann::json& document, const fs::path& file) {
   const ConfigObject root(document, file.string());
   ModelShapes model;
   model.source_file = file;

@@ -1,6 +1,8 @@
 #pragma once
 // Model GEMM shape sets (configs/models/*.json): the weight GEMMs of a model's layers, and their tensor-parallel shards.
 // Every weight W is [N, K] and a layer computes C[M, N] = A[M, K] · Wᵀ.
+#include <nlohmann/json_fwd.hpp>
+
 #include <compare>
 #include <cstdint>
 #include <filesystem>
@@ -69,6 +71,7 @@ enum class GemmFilter { All, Dense, MoeExpert };
 // Loads and validates one model file. Throws InputError "<file>: field '<name>': <expected>"; every listed
 // tensor-parallel degree must divide the split dimension of every column- and row-parallel GEMM.
 ModelShapes load_model_shapes(const std::filesystem::path& file);
+ModelShapes model_shapes_from_json(const nlohmann::json& document, const std::filesystem::path& file);  // parsed contents
 std::vector<ModelShapes> load_model_shape_sets(const std::filesystem::path& directory);  // every *.json, sorted
 std::vector<ModelShapes> load_model_shape_sets();  // config_dir()/models
 

@@ -101,7 +101,8 @@ RuleVerdict MmaFamily::check_config_and_shape(const KernelConfig& config, const 
     }
   }
   for (const auto& [parameter, value] : config.params) {
-    const bool known = std::any_of(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == parameter; });
+    // A named capture: clang before 16 cannot capture a structured binding.
+    const bool known = std::any_of(space.begin(), space.end(), [&wanted = parameter](const ParameterDomain& d) { return d.name == wanted; });
     if (!known) return RuleVerdict::fail("parameter-unknown", "the " + name() + " family has no parameter '" + parameter + "'");
   }
   const ArchSupport support = supports(problem.format, limits.sm);

@@ -95,6 +95,11 @@ TEST(ConfigFiles, InvalidJsonNamesTheFile) {
   expect_input_error([&] { read_json_file(file); }, {file.string(), "invalid JSON", "line 2"});
 }
 
+// Found by fuzz_m_buckets: nlohmann throws out_of_range (not parse_error) for a number no double holds.
+TEST(ConfigFiles, NumberOverflowIsInvalidJson) {
+  expect_input_error([] { parse_json_text(R"({"m_buckets": [44444e41840922]})", "m.json"); }, {"m.json", "invalid JSON", "number overflow"});
+}
+
 TEST(ConfigFiles, UnreadableFileIsNamed) {
   expect_input_error([] { read_json_file("/nonexistent/gpu.json"); }, {"/nonexistent/gpu.json", "cannot read"});
 }

@@ -181,7 +181,8 @@ CubinPlan plan_cubins(const reports::SelectionTable& table, const std::vector<st
     } catch (const InputError&) {
       QTUNE_INPUT_ERROR("--arch: qtune has no limits for " + arch + " (known: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120)");
     }
-    for (const auto& [format_text, shapes] : table.formats) {
+    for (const auto& [format_key, shapes] : table.formats) {
+      const std::string& format_text = format_key;  // the lambda below captures it: clang before 16 cannot capture a binding
       const FormatSpec format = FormatSpec::parse(format_text);
       auto add = [&](const KernelConfig& config, const Problem& problem, const std::string& origin) {
         const auto key = std::make_tuple(format_text, config, arch);

@@ -22,9 +22,13 @@ nlohmann::json read_json_file(const std::filesystem::path& path, const std::stri
   std::ifstream stream(path, std::ios::binary);
   if (!stream) QTUNE_INPUT_ERROR(field + ": cannot read " + path.string() + " (" + hint + ")");
   const std::string text{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
+  return parse_json_text(text, path, field);
+}
+
+nlohmann::json parse_json_text(const std::string& text, const std::filesystem::path& path, const std::string& field) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
     QTUNE_INPUT_ERROR(field + ": " + path.string() + " is not JSON: " + error.what());
   }
 }

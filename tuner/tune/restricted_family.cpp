@@ -11,7 +11,8 @@ RestrictedFamily::RestrictedFamily(const KernelFamily& family, std::map<std::str
     : base_(family), values_(std::move(values)) {
   const std::vector<ParameterDomain> domains = base_.parameter_space();
   for (auto& [name, chosen] : values_) {
-    auto domain = std::find_if(domains.begin(), domains.end(), [&](const ParameterDomain& d) { return d.name == name; });
+    // A named capture: clang before 16 cannot capture a structured binding.
+    auto domain = std::find_if(domains.begin(), domains.end(), [&wanted = name](const ParameterDomain& d) { return d.name == wanted; });
     if (domain == domains.end()) {
       std::string known;
       for (const ParameterDomain& d : domains) known += (known.empty() ? "" : ", ") + d.name;

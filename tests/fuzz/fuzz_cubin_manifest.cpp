@@ -1,0 +1,23 @@
+// The cubin manifest libqtune_runtime reads (tuner/production/cubin_store.cpp): DIR/manifest.json.
+#include "tests/fuzz/fuzz_target.hpp"
+#include "tuner/production/cubin_store.hpp"
+#include "tuner/production/selector.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  return qtune::fuzz::parse_or_reject(data, size, [](const std::string& text) {
+    namespace production = qtune::production;
+    const std::string file = "fuzz/manifest.json";
+    const production::CubinManifest manifest =
+        production::CubinManifest::from_json(production::parse_json_text(text, file, "cubins"), file);
+    for (const production::CubinEntry& entry : manifest.kernels) {
+      const int sm = production::ArchTarget::parse(entry.arch).sm;
+      if (manifest.find(entry.format, entry.config, sm, entry.arch) == nullptr) {
+        qtune::fuzz::finding("no entry found for " + entry.format + " " + entry.config.to_string() + " on " + entry.arch);
+      }
+    }
+    // What a manifest reads back is what it writes (`qtune export --cubins` writes manifest.to_json()).
+    if (production::CubinManifest::from_json(manifest.to_json(), file).to_json() != manifest.to_json()) {
+      qtune::fuzz::finding("the manifest does not read back what it writes");
+    }
+  });
+}
