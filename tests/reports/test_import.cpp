@@ -236,7 +236,7 @@ TEST(ImportGeneric, DuplicateCsvRowsAreRefusedAsInJson) {
   TempDir dir;
   const std::string db = (dir / "qtune.db").string();
   testing::write_text(dir / "twice.csv", "format,m,n,k,time_us,label,gpu\nf16,1,64,64,3,x,h200\nf16,1,64,64,4,x,h200\n");
-  expect_input_error([&] { read_external_file(dir / "twice.csv"); }, {"twice.csv", "two results", "f16 m=1 n=64 k=64 on h200"});
+  expect_input_error([&] { read_external_file(dir / "twice.csv"); }, {"twice.csv", "two results", "f16 m=1 n=64 k=64 on 'h200'"});
   EXPECT_EQ(testing::run_qtune({"import", (dir / "twice.csv").string(), "--db", db}), 2);
   EXPECT_FALSE(fs::exists(db));  // the file is read whole before the database is opened
 }
