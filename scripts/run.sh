@@ -19,7 +19,10 @@ db=${QTUNE_DB:-qtune.db}
 m_list=$(tr -d ' \n' <"${QTUNE_CONFIG_DIR:-configs}/m_buckets.json" | sed 's/.*"m_buckets":\[\([0-9,]*\)\].*/\1/')
 "$qtune" export --db "$db" -o "$build_dir/tuned_table.json" | awk 'NR > 2 && NF == 0 { exit } NR > 2 { print $1, $2, $3 }' |
   while read -r format n k; do
-    "$qtune" bench --baseline cublaslt-f16 --format "$format" --shape "$n,$k" --m "$m_list" --db "$db" </dev/null
+    # A headline, not a benchmark's final figure: with bench's defaults this step took about 5 s per row on the
+    # H200 (docs/perf.md), so it measures shorter (0.1 s, no stability blocks) and takes the datasheet bandwidth.
+    "$qtune" bench --baseline cublaslt-f16 --format "$format" --shape "$n,$k" --m "$m_list" --db "$db" \
+      --top-k 4 --min-time 0.1 --blocks 0 --clock-dip 0 --time-budget 0.5 --bandwidth datasheet </dev/null
   done
 "$qtune" report --db "$db" -o report/
 echo "report: report/index.html"
