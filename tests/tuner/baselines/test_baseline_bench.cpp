@@ -131,23 +131,6 @@ TEST(JobParams, ScreenTimeTravelsAndIsChecked) {
   EXPECT_THROW(request_from_job_params(params), InputError);
 }
 
-TEST(JobParams, PlacementsAreChecked) {
-  BenchBaselineRequest request;
-  request.problem = {16, 512, 512};
-  request.placements = kMaxPlacements;
-  EXPECT_EQ(request_from_job_params(to_job_params(request)).placements, kMaxPlacements);
-  for (const int bad : {0, kMaxPlacements + 1}) {
-    nlohmann::json params = to_job_params(request);
-    params["placements"] = bad;
-    try {
-      request_from_job_params(params);
-      FAIL() << "no InputError for " << bad;
-    } catch (const InputError& error) {
-      EXPECT_NE(std::string(error.what()).find("placements"), std::string::npos) << error.what();
-    }
-  }
-}
-
 // Screening keeps what makes the ranking fair (device, L2 mode, flush, confidence target) and drops what only the
 // final number needs (minimum time beyond the screen, stability blocks, throttle retries, clock-dip retries).
 TEST(Screening, OptionsAreShortAndKeepTheComparison) {
