@@ -43,4 +43,16 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// Changes the working directory for one test, so that relative paths can be tried.
+class WorkingDirectory {
+ public:
+  explicit WorkingDirectory(const std::filesystem::path& directory) : previous_(std::filesystem::current_path()) { std::filesystem::current_path(directory); }
+  ~WorkingDirectory() { std::filesystem::current_path(previous_); }
+  WorkingDirectory(const WorkingDirectory&) = delete;
+  WorkingDirectory& operator=(const WorkingDirectory&) = delete;
+
+ private:
+  std::filesystem::path previous_;
+};
+
 }  // namespace qtune::test_support

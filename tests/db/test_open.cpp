@@ -19,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::TempDir;
+using ::qtune::test_support::WorkingDirectory;
 
 void fill(const fs::path& file) {
   Store store = Store::open(file);
@@ -90,18 +91,6 @@ TEST(OpenReadOnly, ReadsThroughTheWalOfAWriterThatHasTheFileOpen) {
   writer.finish_run(run, RunStatus::Completed);
   EXPECT_EQ(reader.list_runs()[0].status, RunStatus::Completed);  // not a stale immutable snapshot
 }
-
-// Changes the working directory for one test, so that relative paths can be tried.
-class WorkingDirectory {
- public:
-  explicit WorkingDirectory(const fs::path& directory) : previous_(fs::current_path()) { fs::current_path(directory); }
-  ~WorkingDirectory() { fs::current_path(previous_); }
-  WorkingDirectory(const WorkingDirectory&) = delete;
-  WorkingDirectory& operator=(const WorkingDirectory&) = delete;
-
- private:
-  fs::path previous_;
-};
 
 TEST(OpenPath, APathThatLooksLikeAUriOrMemoryIsAFileOfThatName) {
   TempDir dir;

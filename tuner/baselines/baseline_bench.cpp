@@ -269,6 +269,21 @@ void rethrow_if_context_lost() {
 
 namespace {
 
+// Times the selected algorithm; a failure other than a missing GPU or a lost context comes back as nullopt, with
+// the reason in `failure`.
+std::optional<measure::Measurement> time_selected(CublasLtBaseline& baseline, const measure::MeasureOptions& options,
+                                                  std::string& failure) {
+  try {
+    return measure::measure([&](CUstream stream) { baseline.launch(stream); }, options);
+  } catch (const NoGpuError&) {
+    throw;
+  } catch (const Error& error) {
+    rethrow_if_context_lost();
+    failure = error.what();
+    return std::nullopt;
+  }
+}
+
 // Verifies `algo` on a poisoned output and, when it passes, times it; failures are recorded in the result.
 VariantResult verify_and_time(CublasLtBaseline& baseline, const AlgoInfo& algo,
                               const measure::MeasureOptions& options) {
@@ -290,14 +305,9 @@ VariantResult verify_and_time(CublasLtBaseline& baseline, const AlgoInfo& algo,
     variant.error = "not timed: verification failed";
     return variant;
   }
-  try {
-    variant.measurement = measure::measure([&](CUstream stream) { baseline.launch(stream); }, options);
-  } catch (const NoGpuError&) {
-    throw;
-  } catch (const Error& error) {
-    rethrow_if_context_lost();
-    variant.error = std::string("measurement failed: ") + error.what();
-  }
+  std::string failure;
+  variant.measurement = time_selected(baseline, options, failure);
+  if (!variant.measurement) variant.error = "measurement failed: " + failure;
   return variant;
 }
 
@@ -340,14 +350,10 @@ void measure_finalist(CublasLtBaseline& baseline, const measure::MeasureOptions&
                       TargetResult& result) {
   VariantResult& finalist = result.variants.at(static_cast<size_t>(result.best));
   const double screened_us = finalist.measurement->median_us;
-  try {
-    finalist.measurement = measure::measure([&](CUstream stream) { baseline.launch(stream); }, options);
-  } catch (const NoGpuError&) {
-    throw;
-  } catch (const Error& error) {
-    rethrow_if_context_lost();
-    finalist.measurement.reset();
-    finalist.error = std::string("final measurement failed: ") + error.what();
+  std::string failure;
+  finalist.measurement = time_selected(baseline, options, failure);
+  if (!finalist.measurement) {
+    finalist.error = "final measurement failed: " + failure;
     result.best = -1;
     return;
   }

@@ -22,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test_support::TempDir;
+using test_support::WorkingDirectory;
 
 struct CliResult {
   int status = 0;
@@ -112,18 +113,6 @@ TEST(DbCommand, ReadOnlyCommandsWorkInAReadOnlyFolderAndLeaveNothingThere) {
   }
   EXPECT_EQ(listing(folder), std::vector<std::string>{"full.db"});
 }
-
-// Changes the working directory for one test, so that relative paths can be tried.
-class WorkingDirectory {
- public:
-  explicit WorkingDirectory(const fs::path& directory) : previous_(fs::current_path()) { fs::current_path(directory); }
-  ~WorkingDirectory() { fs::current_path(previous_); }
-  WorkingDirectory(const WorkingDirectory&) = delete;
-  WorkingDirectory& operator=(const WorkingDirectory&) = delete;
-
- private:
-  fs::path previous_;
-};
 
 TEST(DbCommand, TheDbOptionIsAPathNotASqliteUri) {
   TempDir dir;
