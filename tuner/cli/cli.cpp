@@ -50,7 +50,7 @@ CLI::Validator integer_in(std::int64_t minimum, std::int64_t maximum) {
         std::int64_t value = 0;
         const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
         const bool whole = error == std::errc() && end == text.data() + text.size();
-        return whole && value >= minimum && value <= maximum ? "" : "expected an integer in " + range + ", got '" + text + "'";
+        return whole && value >= minimum && value <= maximum ? "" : "expected an integer in " + range + ", got " + quote_input(text);
       },
       range);
 }
@@ -70,7 +70,7 @@ CLI::Validator real_in(double minimum, double maximum, bool exclusive_minimum) {
         std::istringstream stream(text);
         const bool number = static_cast<bool>(stream >> value) && stream.eof() && std::isfinite(value);
         const bool above = exclusive_minimum ? value > minimum : value >= minimum;
-        return number && above && value <= maximum ? "" : "expected a number in " + range + ", got '" + text + "'";
+        return number && above && value <= maximum ? "" : "expected a number in " + range + ", got " + quote_input(text);
       },
       range.str());
 }
@@ -87,11 +87,7 @@ jit::CompilerSettings compiler_settings(std::size_t jobs) {
   return settings;
 }
 
-std::string joined_or_none(const std::set<std::string>& items) {
-  std::string text;
-  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
-  return text.empty() ? "none" : text;
-}
+std::string joined_or_none(const std::set<std::string>& items) { return items.empty() ? "none" : joined(items); }
 
 CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction) {
   return command
@@ -162,7 +158,7 @@ std::optional<std::string> unknown_command_message(const CLI::App& root, CLI::Ap
   // A suggestion only when it is plausibly a typo: at most a third of the word's letters differ.
   const bool close = nearest_distance <= std::max<std::size_t>(1, word.size() / 3);
   const std::string where = command.get_parent() == nullptr ? "" : " of '" + command.get_name() + "'";
-  return "unknown command '" + word + "'" + where + (close ? " (did you mean '" + nearest + "'?)" : "") + "; commands: " + names;
+  return "unknown command " + quote_input(word) + where + (close ? " (did you mean '" + nearest + "'?)" : "") + "; commands: " + names;
 }
 
 }  // namespace

@@ -67,12 +67,6 @@ const std::vector<std::string>& accepted_archs() {
   return archs;
 }
 
-std::string joined(const std::vector<std::string>& items) {
-  std::string text;
-  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
-  return text;
-}
-
 // Refuses a format the family cannot run on `sm`, naming what to change: --arch when the family runs the format on
 // other architectures, --family when another family runs it here, else --format.
 [[noreturn]] void refuse_unsupported(const KernelFamily& family, const FormatSpec& format, int sm, const std::string& reason) {

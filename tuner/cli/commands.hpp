@@ -57,6 +57,14 @@ CLI::Option* add_clock_dip_option(CLI::App& command, double& fraction);
 // then one warning line naming QTUNE_CACHE_DIR, and the command compiles without it.
 jit::CompilerSettings compiler_settings(std::size_t jobs);
 
+// "a, b, c", in the items' order.
+template <typename Strings>
+std::string joined(const Strings& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
 // "a, b, c" (in the set's order), or "none": the choices an error message lists.
 std::string joined_or_none(const std::set<std::string>& items);
 
