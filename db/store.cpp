@@ -430,6 +430,25 @@ auto reading_file(const fs::path& path, const Body& body) {
   }
 }
 
+struct CheckedConnection {
+  std::unique_ptr<Connection> connection;
+  int version = 0;
+};
+
+// A read-only connection to an existing, non-empty file and its schema version, refused with one line unless it is
+// SQLite and a qtune database of a version this build reads, with its tables.
+CheckedConnection open_checked_read_only(const fs::path& path, int busy_timeout_ms) {
+  require_sqlite_file(path);
+  return reading_file(path, [&] {
+    auto connection = std::make_unique<Connection>(path, OpenMode::ReadOnly, busy_timeout_ms);
+    const SchemaState state = read_schema_state(*connection);
+    require_usable(state, path);
+    const int version = static_cast<int>(state.user_version);
+    require_schema_tables(*connection, version, path);
+    return CheckedConnection{std::move(connection), version};
+  });
+}
+
 }  // namespace
 
 Store Store::open(const fs::path& path, const OpenOptions& options) {
@@ -441,27 +460,12 @@ Store Store::open(const fs::path& path, const OpenOptions& options) {
   if (options.read_only) {
     if (!exists) QTUNE_INPUT_ERROR(path.string() + ": no such database (create one with `qtune db init --db " + path.string() + "`)");
     if (!has_content) QTUNE_INPUT_ERROR(path.string() + ": an empty file, not a qtune database (`qtune db init --db " + path.string() + "` makes it one)");
-    require_sqlite_file(path);
-    return reading_file(path, [&] {
-      auto connection = std::make_unique<Connection>(path, OpenMode::ReadOnly, options.busy_timeout_ms);
-      const SchemaState state = read_schema_state(*connection);
-      require_usable(state, path);
-      const int version = static_cast<int>(state.user_version);
-      require_schema_tables(*connection, version, path);
-      return Store(std::move(connection), version, version);
-    });
+    CheckedConnection checked = open_checked_read_only(path, options.busy_timeout_ms);
+    return Store(std::move(checked.connection), checked.version, checked.version);
   }
 
   // Look at an existing file through a read-only connection first: a file to refuse must not see a single write.
-  if (has_content) {
-    require_sqlite_file(path);
-    reading_file(path, [&] {
-      Connection probe(path, OpenMode::ReadOnly, options.busy_timeout_ms);
-      const SchemaState state = read_schema_state(probe);
-      require_usable(state, path);
-      require_schema_tables(probe, static_cast<int>(state.user_version), path);
-    });
-  }
+  if (has_content) open_checked_read_only(path, options.busy_timeout_ms);
   auto connection = std::make_unique<Connection>(path, OpenMode::ReadWriteCreate, options.busy_timeout_ms);
   const int version_at_open = migrate(*connection);
   // WAL lets readers (db info, reports) run while a tuner writes; NORMAL sync is crash-safe in WAL mode.
