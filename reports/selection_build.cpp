@@ -1,12 +1,11 @@
-// Building a selection table from a store's tuning data, and measuring its fallback: the part of the selection table
-// that needs the database (selection_table.cpp itself does not, so the production runtime can read tables).
+#include "reports/selection_build.hpp"
+
 #include <algorithm>
 #include <set>
 #include <tuple>
 
 #include "kernels/error.hpp"
 #include "kernels/text_escape.hpp"
-#include "reports/selection_table.hpp"
 
 namespace qtune::reports {
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,7 +20,6 @@
 #include <vector>
 
 #include "kernels/family.hpp"
-#include "reports/tuning_data.hpp"
 
 namespace qtune::reports {
 
@@ -165,15 +165,6 @@ struct SelectionTable {
 // keyword or alternative token, not reserved (`_X`, `__`), not a standard macro (INT64_MAX, assert) or a name
 // spelled like a macro (no lower-case letter).
 void check_cpp_namespace(std::string_view name);
-
-// The table of one GPU's winners (only formats with winners; dense f16/bf16 problems never have any).
-// Throws InputError when the GPU has no winner of the selected formats.
-SelectionTable build_selection_table(const TuningData& data, const std::string& gpu);
-
-// Leave-one-shape-out regret of the fallback over the measurements in `gpu_data` (store nothing).
-FallbackRegret evaluate_fallback(const SelectionTable& table, const TuningData& data, const GpuData& gpu_data);
-// Per format, the fallback with the lower geometric-mean regret in `regret` (nearest shape when neither is measured).
-std::map<std::string, FallbackMethod> choose_fallback_methods(const SelectionTable& table, const FallbackRegret& regret);
 
 // Writes `text` to `path` atomically (a temporary file beside it, then a rename). Throws LibraryError("system", ...).
 void write_file_atomically(const std::filesystem::path& path, const std::string& text);

@@ -11,7 +11,6 @@
 #include "kernels/text_escape.hpp"
 #include "kernels/format.hpp"
 #include "search/gpu_profile.hpp"
-#include "tuner/tune/tuner.hpp"
 
 namespace qtune::reports {
 
@@ -222,7 +221,7 @@ TuningData load_tuning_data(db::Store& store, const DataFilter& filter) {
     auto [limits, inserted] = limits_by_gpu.try_emplace(key.first);
     if (inserted) {
       try {
-        limits->second = tune::target_from_profile(search::gpu_profile_by_name(key.first)).limits;
+        limits->second = search::limits_of_profile(search::gpu_profile_by_name(key.first));
       } catch (const Error&) {
         // Not a known profile (a GPU named only by its device name): keep the labelled heuristic.
       }

@@ -60,6 +60,25 @@ bool valid_profile_name(std::string_view name) {
 
 }  // namespace
 
+ArchLimits limits_of_profile(const GpuProfile& profile) {
+  ArchLimits limits;
+  try {
+    limits = ArchLimits::for_sm(profile.sm);
+  } catch (const InputError&) {
+    limits.sm = profile.sm;
+  }
+  limits.sm = profile.sm;
+  if (profile.sm_count > 0) limits.sm_count = profile.sm_count;
+  if (profile.shared_memory_per_block_optin_bytes > 0) limits.max_shared_per_block = profile.shared_memory_per_block_optin_bytes;
+  if (profile.shared_memory_per_sm_bytes > 0) limits.shared_per_sm = profile.shared_memory_per_sm_bytes;
+  if (profile.registers_per_sm > 0) limits.registers_per_sm = profile.registers_per_sm;
+  if (profile.registers_per_thread_max > 0) limits.max_registers_per_thread = profile.registers_per_thread_max;
+  if (profile.max_threads_per_sm > 0) limits.max_threads_per_sm = profile.max_threads_per_sm;
+  if (profile.max_threads_per_block > 0) limits.max_threads_per_block = profile.max_threads_per_block;
+  if (profile.max_blocks_per_sm > 0) limits.max_blocks_per_sm = profile.max_blocks_per_sm;
+  return limits;
+}
+
 GpuProfile load_gpu_profile(const fs::path& file) { return gpu_profile_from_json(read_json_file(file), file); }
 
 GpuProfile gpu_profile_from_json(const nlohmann::json& document, const fs::path& file) {

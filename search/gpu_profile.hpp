@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/family.hpp"
 #include "kernels/format.hpp"
 
 namespace qtune::search {
@@ -70,6 +71,10 @@ struct GpuProfile {
   std::optional<double> peak_tflops(TensorType type) const { return peak_dense_tflops[static_cast<std::size_t>(type)]; }
   bool supports(TensorType type) const { return peak_tflops(type).has_value(); }
 };
+
+// The limits static rules check against, from a profile's datasheet values: ArchLimits::for_sm(profile.sm) (or only the
+// sm for an architecture qtune does not know) with every limit the profile states put in its place.
+ArchLimits limits_of_profile(const GpuProfile& profile);
 
 // Loads and validates one profile file. Throws InputError "<file>: field '<name>': <expected>".
 GpuProfile load_gpu_profile(const std::filesystem::path& file);

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "kernels/error.hpp"
-#include "reports/selection_table.hpp"
+#include "reports/selection_build.hpp"
 #include "reports/tuning_data.hpp"
 #include "tests/reports/report_test_support.hpp"
 

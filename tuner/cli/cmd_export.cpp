@@ -15,7 +15,7 @@
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/text_escape.hpp"
-#include "reports/selection_table.hpp"
+#include "reports/selection_build.hpp"
 #include "reports/table.hpp"
 #include "reports/tuning_data.hpp"
 #include "tuner/cli/commands.hpp"

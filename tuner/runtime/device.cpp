@@ -9,8 +9,8 @@
 #include <mutex>
 
 #include "kernels/error.hpp"
-#include "tuner/measure/nvml.hpp"
 #include "tuner/runtime/driver.hpp"
+#include "tuner/runtime/nvml.hpp"
 
 namespace qtune::runtime {
 
@@ -176,9 +176,9 @@ DeviceInfo Device::query() const {
   info.driver_version = Driver::get().version();
   info.runtime_version = runtime_version();
 
-  measure::Nvml& nvml = measure::Nvml::instance();
+  Nvml& nvml = Nvml::instance();
   if (const auto handle = nvml.find_device(info.uuid, info.pci_bus_id)) {
-    const measure::NvmlSample sample = nvml.sample(*handle);
+    const NvmlSample sample = nvml.sample(*handle);
     info.current_sm_clock_mhz = sample.sm_mhz;
     info.current_memory_clock_mhz = sample.mem_mhz;
     info.max_sm_clock_mhz = nvml.max_sm_clock_mhz(*handle);

@@ -47,8 +47,7 @@ struct TuneTarget {
   std::string gpu_key() const { return gpu_profile.empty() ? gpu_name : gpu_profile; }
 };
 
-// The limits static rules check against, from a profile's datasheet values.
-ArchLimits limits_of_profile(const search::GpuProfile& profile);
+using search::limits_of_profile;  // the limits static rules check against, from a profile (search/gpu_profile.hpp)
 // A target from a profile alone (no device): what `--gpu NAME --dry-run` uses.
 TuneTarget target_from_profile(const search::GpuProfile& profile);
 

@@ -1,4 +1,4 @@
-#include "tuner/measure/nvml.hpp"
+#include "tuner/runtime/nvml.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/runtime/device.hpp"
 
-namespace qtune::measure {
+namespace qtune::runtime {
 namespace {
 
 TEST(Nvml, MissingLibraryIsUnavailableWithTheReason) {
@@ -96,4 +96,4 @@ TEST(NvmlGpu, ReadsTheClocksTemperatureAndPowerOfTheGpu) {
 }
 
 }  // namespace
-}  // namespace qtune::measure
+}  // namespace qtune::runtime

@@ -1,4 +1,4 @@
-#include "tuner/measure/nvml.hpp"
+#include "tuner/runtime/nvml.hpp"
 
 #include <dlfcn.h>
 
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-namespace qtune::measure {
+namespace qtune::runtime {
 
 namespace {
 
@@ -197,4 +197,4 @@ NvmlSample Nvml::sample(DeviceHandle device) const {
   return sample;
 }
 
-}  // namespace qtune::measure
+}  // namespace qtune::runtime
