@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <system_error>
+#include <utility>
 
 #include "db/process_identity.hpp"
 #include "kernels/error.hpp"
@@ -20,81 +21,62 @@ namespace fs = std::filesystem;
 
 // ---------------------------------------------------------------------------------------------------- enum texts
 
-std::string_view to_string(RunStatus value) {
-  switch (value) {
-    case RunStatus::Running: return "running";
-    case RunStatus::Completed: return "completed";
-    case RunStatus::Interrupted: return "interrupted";
-    case RunStatus::Failed: return "failed";
-  }
-  return "?";
-}
-std::string_view to_string(ConfigKind value) { return value == ConfigKind::Kernel ? "kernel" : "baseline"; }
-std::string_view to_string(CompileStatus value) {
-  switch (value) {
-    case CompileStatus::Ok: return "ok";
-    case CompileStatus::Failed: return "failed";
-    case CompileStatus::Invalid: return "invalid";
-  }
-  return "?";
-}
-std::string_view to_string(VerificationStatus value) {
-  switch (value) {
-    case VerificationStatus::Passed: return "passed";
-    case VerificationStatus::Failed: return "failed";
-    case VerificationStatus::Invalid: return "invalid";
-    case VerificationStatus::Crashed: return "crashed";
-  }
-  return "?";
-}
-std::string_view to_string(MeasurementStatus value) {
-  switch (value) {
-    case MeasurementStatus::Ok: return "ok";
-    case MeasurementStatus::Failed: return "failed";
-    case MeasurementStatus::Crashed: return "crashed";
-    case MeasurementStatus::Timeout: return "timeout";
-  }
-  return "?";
-}
-std::string_view to_string(L2Mode value) { return value == L2Mode::Cold ? "cold" : "warm"; }
-std::string_view to_string(PruningStage value) { return value == PruningStage::PreCompile ? "pre_compile" : "post_compile"; }
-
 namespace {
 
-// The inverse of to_string for a value read back from the file; an unknown text means a damaged or foreign row.
+// An enum's texts as the file stores them, and the column that holds them: to_string and the row readers use the one
+// table, so the two directions cannot disagree.
 template <typename Enum, std::size_t Count>
-Enum enum_from_text(const std::string& text, const std::array<Enum, Count>& values, std::string_view column) {
-  for (const Enum value : values) {
-    if (to_string(value) == text) return value;
-  }
-  QTUNE_LIBRARY_ERROR("SQLite", "unexpected value '" + text + "' in column " + std::string(column));
-}
+struct EnumTexts {
+  std::string_view column;
+  std::array<std::pair<Enum, std::string_view>, Count> entries;
 
-RunStatus run_status_from(const std::string& text) {
-  return enum_from_text(text, std::array{RunStatus::Running, RunStatus::Completed, RunStatus::Interrupted, RunStatus::Failed}, "runs.status");
-}
-ConfigKind config_kind_from(const std::string& text) {
-  return enum_from_text(text, std::array{ConfigKind::Kernel, ConfigKind::Baseline}, "kernel_configs.kind");
-}
-CompileStatus compile_status_from(const std::string& text) {
-  return enum_from_text(text, std::array{CompileStatus::Ok, CompileStatus::Failed, CompileStatus::Invalid}, "compiles.status");
-}
-VerificationStatus verification_status_from(const std::string& text) {
-  return enum_from_text(text,
-                        std::array{VerificationStatus::Passed, VerificationStatus::Failed, VerificationStatus::Invalid,
-                                   VerificationStatus::Crashed},
-                        "verifications.status");
-}
-MeasurementStatus measurement_status_from(const std::string& text) {
-  return enum_from_text(text,
-                        std::array{MeasurementStatus::Ok, MeasurementStatus::Failed, MeasurementStatus::Crashed,
-                                   MeasurementStatus::Timeout},
-                        "measurements.status");
-}
-L2Mode l2_mode_from(const std::string& text) { return enum_from_text(text, std::array{L2Mode::Cold, L2Mode::Warm}, "measurements.l2_mode"); }
-PruningStage pruning_stage_from(const std::string& text) {
-  return enum_from_text(text, std::array{PruningStage::PreCompile, PruningStage::PostCompile}, "pruning_counts.stage");
-}
+  std::string_view text(Enum value) const {
+    for (const auto& [entry, entry_text] : entries) {
+      if (entry == value) return entry_text;
+    }
+    return "?";
+  }
+  // An unknown text means a damaged or foreign row.
+  Enum value(const std::string& text) const {
+    for (const auto& [entry, entry_text] : entries) {
+      if (entry_text == text) return entry;
+    }
+    QTUNE_LIBRARY_ERROR("SQLite", "unexpected value '" + text + "' in column " + std::string(column));
+  }
+};
+
+constexpr EnumTexts<RunStatus, 4> kRunStatusTexts{
+    "runs.status",
+    {{{RunStatus::Running, "running"}, {RunStatus::Completed, "completed"}, {RunStatus::Interrupted, "interrupted"},
+      {RunStatus::Failed, "failed"}}}};
+constexpr EnumTexts<ConfigKind, 2> kConfigKindTexts{
+    "kernel_configs.kind", {{{ConfigKind::Kernel, "kernel"}, {ConfigKind::Baseline, "baseline"}}}};
+constexpr EnumTexts<CompileStatus, 3> kCompileStatusTexts{
+    "compiles.status",
+    {{{CompileStatus::Ok, "ok"}, {CompileStatus::Failed, "failed"}, {CompileStatus::Invalid, "invalid"}}}};
+constexpr EnumTexts<VerificationStatus, 4> kVerificationStatusTexts{
+    "verifications.status",
+    {{{VerificationStatus::Passed, "passed"}, {VerificationStatus::Failed, "failed"},
+      {VerificationStatus::Invalid, "invalid"}, {VerificationStatus::Crashed, "crashed"}}}};
+constexpr EnumTexts<MeasurementStatus, 4> kMeasurementStatusTexts{
+    "measurements.status",
+    {{{MeasurementStatus::Ok, "ok"}, {MeasurementStatus::Failed, "failed"}, {MeasurementStatus::Crashed, "crashed"},
+      {MeasurementStatus::Timeout, "timeout"}}}};
+constexpr EnumTexts<L2Mode, 2> kL2ModeTexts{"measurements.l2_mode", {{{L2Mode::Cold, "cold"}, {L2Mode::Warm, "warm"}}}};
+constexpr EnumTexts<PruningStage, 2> kPruningStageTexts{
+    "pruning_counts.stage", {{{PruningStage::PreCompile, "pre_compile"}, {PruningStage::PostCompile, "post_compile"}}}};
+
+}  // namespace
+
+std::string_view to_string(RunStatus value) { return kRunStatusTexts.text(value); }
+std::string_view to_string(ConfigKind value) { return kConfigKindTexts.text(value); }
+std::string_view to_string(CompileStatus value) { return kCompileStatusTexts.text(value); }
+std::string_view to_string(VerificationStatus value) { return kVerificationStatusTexts.text(value); }
+std::string_view to_string(MeasurementStatus value) { return kMeasurementStatusTexts.text(value); }
+std::string_view to_string(L2Mode value) { return kL2ModeTexts.text(value); }
+std::string_view to_string(PruningStage value) { return kPruningStageTexts.text(value); }
+
+namespace {
 
 // The key of a run's GPU, as SQL over a runs row aliased `r`.
 constexpr std::string_view kGpuKeyOfRun = "(CASE WHEN r.gpu_profile <> '' THEN r.gpu_profile ELSE r.gpu_name END)";
@@ -174,7 +156,7 @@ RunRecord read_run(const Statement& row) {
   run.id = RunId{row.column_int(0)};
   run.uuid = row.column_text(1);
   run.kind = row.column_text(2);
-  run.status = run_status_from(row.column_text(3));
+  run.status = kRunStatusTexts.value(row.column_text(3));
   run.started_at = row.column_text(4);
   run.finished_at = row.column_optional_text(5);
   run.tool_version = row.column_text(6);
@@ -200,7 +182,7 @@ constexpr std::string_view kConfigColumns = "c.id, c.kind, c.family, c.params, c
 KernelConfigRecord read_config(const Statement& row) {
   KernelConfigRecord config;
   config.id = ConfigId{row.column_int(0)};
-  config.kind = config_kind_from(row.column_text(1));
+  config.kind = kConfigKindTexts.value(row.column_text(1));
   config.family = row.column_text(2);
   config.params_json = row.column_text(3);
   config.source_hash = row.column_text(4);
@@ -232,7 +214,7 @@ CompileRecord read_compile(const Statement& row) {
   compile.spill_load_bytes = optional_int_column(row, 10);
   compile.shared_bytes = optional_int_column(row, 11);
   compile.stack_bytes = optional_int_column(row, 12);
-  compile.status = compile_status_from(row.column_text(13));
+  compile.status = kCompileStatusTexts.value(row.column_text(13));
   compile.message = row.column_text(14);
   compile.created_at = row.column_text(15);
   return compile;
@@ -247,7 +229,7 @@ VerificationRecord read_verification(const Statement& row) {
   verification.run = RunId{row.column_int(1)};
   verification.problem = ProblemId{row.column_int(2)};
   verification.config = ConfigId{row.column_int(3)};
-  verification.status = verification_status_from(row.column_text(4));
+  verification.status = kVerificationStatusTexts.value(row.column_text(4));
   verification.max_rel_error = row.column_optional_double(5);
   verification.max_abs_error = row.column_optional_double(6);
   verification.tolerance = row.column_optional_double(7);
@@ -267,7 +249,7 @@ MeasurementRecord read_measurement(const Statement& row) {
   measurement.run = RunId{row.column_int(1)};
   measurement.problem = ProblemId{row.column_int(2)};
   measurement.config = ConfigId{row.column_int(3)};
-  measurement.status = measurement_status_from(row.column_text(4));
+  measurement.status = kMeasurementStatusTexts.value(row.column_text(4));
   if (!row.is_null(5)) {
     TimingStats stats;
     stats.median_us = row.column_double(5);
@@ -283,7 +265,7 @@ MeasurementRecord read_measurement(const Statement& row) {
   }
   measurement.sample_count = row.column_int(14);
   if (!row.is_null(15)) measurement.samples_us = decode_samples(row.column_blob(15));
-  measurement.l2_mode = l2_mode_from(row.column_text(16));
+  measurement.l2_mode = kL2ModeTexts.value(row.column_text(16));
   measurement.sm_clock_mhz = row.column_optional_double(17);
   measurement.mem_clock_mhz = row.column_optional_double(18);
   measurement.temperature_c = row.column_optional_double(19);
@@ -862,7 +844,7 @@ std::vector<PruningCount> Store::list_pruning_counts(const RowFilter& filter) {
   std::vector<PruningCount> counts;
   while (statement.step()) {
     counts.push_back(PruningCount{RunId{statement.column_int(0)}, ProblemId{statement.column_int(1)},
-                                  pruning_stage_from(statement.column_text(2)), statement.column_text(3), statement.column_int(4)});
+                                  kPruningStageTexts.value(statement.column_text(2)), statement.column_text(3), statement.column_int(4)});
   }
   return counts;
 }

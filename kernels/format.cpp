@@ -874,6 +874,47 @@ FormatSpec FormatSpec::from_json(const nlohmann::json& json) {
   return spec;
 }
 
+// ---------------------------------------------------------------- lists
+
+std::vector<std::string> split_format_list(std::string_view text, std::string_view field) {
+  const auto trimmed = [](std::string_view piece) {
+    const auto first = piece.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return std::string();
+    return std::string(piece.substr(first, piece.find_last_not_of(" \t") - first + 1));
+  };
+  std::vector<std::string> specs;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find_first_of(",;", start), text.size());
+    const std::string piece = trimmed(text.substr(start, end - start));
+    const bool continues = piece.find('=') != std::string::npos && piece.find(':') == std::string::npos;
+    if (continues && !specs.empty() && specs.back().find(':') != std::string::npos) {
+      specs.back() += "," + piece;
+    } else {
+      specs.push_back(piece);
+    }
+    start = end + 1;
+  }
+  for (const std::string& spec : specs) {
+    if (spec.empty()) QTUNE_INPUT_ERROR(std::string(field) + ": empty format in " + quote_input(text));
+  }
+  return specs;
+}
+
+std::vector<FormatSpec> parse_format_list(std::string_view text, std::string_view field) {
+  std::vector<FormatSpec> formats;
+  for (const std::string& spec : split_format_list(text, field)) {
+    FormatSpec format;
+    try {
+      format = FormatSpec::parse(spec);
+    } catch (const InputError& error) {
+      QTUNE_INPUT_ERROR(std::string(field) + ": " + quote_input(spec) + ": " + error.what());
+    }
+    if (std::find(formats.begin(), formats.end(), format) == formats.end()) formats.push_back(format);
+  }
+  return formats;
+}
+
 // ---------------------------------------------------------------- presets
 
 const std::vector<FormatPreset>& format_presets() {

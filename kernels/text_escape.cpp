@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace qtune {
@@ -189,6 +190,13 @@ std::string quote_input(std::string_view text, std::size_t limit) {
   std::string out = "'" + printable_prefix(text, limit, used) + "'";
   if (used < text.size()) out += "\xE2\x80\xA6(" + std::to_string(text.size()) + " bytes)";  // "…"
   return out;
+}
+
+std::string fixed(double value, int decimals) {
+  const int length = std::snprintf(nullptr, 0, "%.*f", decimals, value);
+  std::string text(static_cast<std::size_t>(std::max(length, 0)), '\0');
+  std::snprintf(text.data(), text.size() + 1, "%.*f", decimals, value);
+  return text;
 }
 
 }  // namespace qtune

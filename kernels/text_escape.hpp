@@ -1,7 +1,8 @@
 #pragma once
-// One escaping function per language qtune writes strings into (C++, JSON, HTML/SVG, Markdown, CSV) and one for
-// quoting user input in error messages. Strings from a database, an imported file or the command line are
-// arbitrary bytes: every writer passes them through the function of its target language, never raw.
+// One escaping function per language qtune writes strings into (C++, JSON, HTML/SVG, Markdown, CSV), one for
+// quoting user input in error messages, and the one way numbers are written for people. Strings from a database, an
+// imported file or the command line are arbitrary bytes: every writer passes them through the function of its target
+// language, never raw.
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstddef>
@@ -42,5 +43,9 @@ std::string printable_text(std::string_view text);
 // User input quoted for a message: '...' with non-printable and invalid bytes as \xNN, cut after `limit` bytes
 // with "…(N bytes)" so that a message stays one short line whatever the input.
 std::string quote_input(std::string_view text, std::size_t limit = 80);
+
+// A number in fixed notation with `decimals` digits after the point, as printf's "%.*f": fixed(3.14159, 2) == "3.14".
+// Every table, report and progress line writes its numbers with it.
+std::string fixed(double value, int decimals);
 
 }  // namespace qtune

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -13,6 +12,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
+#include "kernels/input_file.hpp"
 #include "kernels/text_escape.hpp"
 #include "reports/tuning_data.hpp"
 
@@ -33,14 +33,6 @@ namespace {
 
 [[noreturn]] void field_error(const fs::path& file, const std::string& field, const std::string& what) {
   QTUNE_INPUT_ERROR(file.string() + ": field " + quote_input(field) + ": " + what);  // a field name may come from the file
-}
-
-std::string read_text(const fs::path& file) {
-  std::ifstream stream(file, std::ios::binary);
-  if (!stream) QTUNE_INPUT_ERROR(file.string() + ": cannot read the file");
-  std::ostringstream text;
-  text << stream.rdbuf();
-  return text.str();
 }
 
 std::string notes_text(nlohmann::json notes) { return notes.dump(); }  // keys sorted: the same row gives the same text
@@ -442,12 +434,7 @@ ExternalFile read_any_kind(const std::string& text, const fs::path& path, const 
     if (path.extension() == ".json") QTUNE_INPUT_ERROR(path.string() + ": invalid JSON: expected an object or an array");
     return read_csv(text, path, options);
   }
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
-    QTUNE_INPUT_ERROR(path.string() + ": invalid JSON: " + quote_input(error.what(), 200));
-  }
+  const nlohmann::json json = parse_json(text, path.string() + ": invalid JSON");
   if (json.is_object() && json.contains("problem") && json.contains("result")) return read_humming(json, path, options);
   return read_json_list(json, path, options);
 }
@@ -455,7 +442,7 @@ ExternalFile read_any_kind(const std::string& text, const fs::path& path, const 
 }  // namespace
 
 ExternalFile read_external_file(const fs::path& path, const ImportOptions& options) {
-  return read_external_text(read_text(path), path, options);
+  return read_external_text(read_file_text(path), path, options);
 }
 
 ExternalFile read_external_text(const std::string& text, const fs::path& path, const ImportOptions& options) {

@@ -177,9 +177,9 @@ std::string markdown_of(const Document& document) {
 
 // ---------------------------------------------------------------------------------------------------- numbers
 
-std::string microseconds(double value) { return format_fixed(value, value < 10 ? 3 : value < 1000 ? 2 : 1); }
-std::string ratio_text(double value) { return format_fixed(value, 3) + "x"; }
-std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + format_fixed(100 * fraction, 1) + "%"; }
+std::string microseconds(double value) { return fixed(value, value < 10 ? 3 : value < 1000 ? 2 : 1); }
+std::string ratio_text(double value) { return fixed(value, 3) + "x"; }
+std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + fixed(100 * fraction, 1) + "%"; }
 
 std::string slug(const std::string& text) {
   std::string out;
@@ -334,13 +334,13 @@ Roof roof_for(const GpuData& gpu) {
     if (const auto bandwidth = measured_bandwidth(run.notes)) {
       if (!roof.bandwidth_gbps || *bandwidth > *roof.bandwidth_gbps) {
         roof.bandwidth_gbps = bandwidth;
-        roof.bandwidth_source = "measured " + format_fixed(*bandwidth, 0) + " GB/s (run " + run.uuid.substr(0, 8) + ")";
+        roof.bandwidth_source = "measured " + fixed(*bandwidth, 0) + " GB/s (run " + run.uuid.substr(0, 8) + ")";
       }
     }
   }
   if (!roof.bandwidth_gbps && roof.profile && roof.profile->memory_bandwidth_gbps > 0) {
     roof.bandwidth_gbps = roof.profile->memory_bandwidth_gbps;
-    roof.bandwidth_source = "datasheet " + format_fixed(*roof.bandwidth_gbps, 0) + " GB/s";
+    roof.bandwidth_source = "datasheet " + fixed(*roof.bandwidth_gbps, 0) + " GB/s";
   }
   return roof;
 }
@@ -565,7 +565,7 @@ class ReportBuilder {
       for (const std::string& reference : references) {
         const auto mean = geometric_mean(ratios[reference]);
         row.push_back(mean ? ratio_text(*mean) + " (" + std::to_string(ratios[reference].size()) + ")" : "-");
-        if (mean) summary_csv_.add_row({gpu.gpu, format, reference, std::to_string(ratios[reference].size()), format_fixed(*mean, 4)});
+        if (mean) summary_csv_.add_row({gpu.gpu, format, reference, std::to_string(ratios[reference].size()), fixed(*mean, 4)});
       }
       table.add_row(std::move(row));
     }
@@ -616,7 +616,7 @@ class ReportBuilder {
       memory.points.push_back({std::min(ridge, high * 4), std::min(ridge, high * 4) * bandwidth / 1000});
       chart.series.push_back(memory);
       if (peak) {
-        ChartSeries compute{"compute roof: " + format_fixed(*peak, 0) + " TFLOP/s dense (datasheet)", {}, true, false, true, "#000000"};
+        ChartSeries compute{"compute roof: " + fixed(*peak, 0) + " TFLOP/s dense (datasheet)", {}, true, false, true, "#000000"};
         compute.points.push_back({std::max(ridge, low), *peak});
         compute.points.push_back({std::max(ridge * 2, high), *peak});
         chart.series.push_back(compute);
@@ -674,8 +674,8 @@ class ReportBuilder {
         const ProblemCost& cost = series.cost.at(m);
         const auto config = series.config.find(m);
         cells_csv_.add_row({gpu.gpu, key.format, std::to_string(key.n), std::to_string(key.k), std::to_string(m), series.name,
-                            std::string(kind_name(series.kind)), series.timing, format_fixed(time, 4),
-                            format_fixed(cost.bytes / (time * 1e-6) / 1e9, 2), format_fixed(cost.flops / (time * 1e-6) / 1e12, 3),
+                            std::string(kind_name(series.kind)), series.timing, fixed(time, 4),
+                            fixed(cost.bytes / (time * 1e-6) / 1e9, 2), fixed(cost.flops / (time * 1e-6) / 1e12, 3),
                             config == series.config.end() ? "" : config->second});
       }
     }
@@ -723,13 +723,13 @@ class ReportBuilder {
           ratios[reference].push_back(ratio);
           row.push_back(ratio_text(ratio));
           speedups_csv_.add_row({gpu.gpu, key.format, std::to_string(key.n), std::to_string(key.k), std::to_string(m), reference->name,
-                                 format_fixed(time->second, 4), format_fixed(tuned_time->second, 4), format_fixed(ratio, 4)});
+                                 fixed(time->second, 4), fixed(tuned_time->second, 4), fixed(ratio, 4)});
           if (reference == heuristic) {
             VerdictRow verdict{key, m, tuned->config.at(m), heuristic->config.at(m), tuned_time->second, time->second, ratio, ""};
             verdict.verdict = ratio >= kWinThreshold ? "win" : ratio >= 1.0 ? "tie" : ratio >= kLossReportedThreshold ? "loss" : "loss > 1%";
             verdicts_csv_.add_row({gpu.gpu, key.format, std::to_string(key.n), std::to_string(key.k), std::to_string(m), verdict.tuned_config,
-                                   verdict.heuristic_config, format_fixed(verdict.tuned_us, 4), format_fixed(verdict.heuristic_us, 4),
-                                   format_fixed(ratio, 4), verdict.verdict});
+                                   verdict.heuristic_config, fixed(verdict.tuned_us, 4), fixed(verdict.heuristic_us, 4),
+                                   fixed(ratio, 4), verdict.verdict});
             verdicts.push_back(std::move(verdict));
           }
         }

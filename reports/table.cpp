@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
-#include <iomanip>
 #include <ostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -97,12 +95,6 @@ void Table::print_csv(std::ostream& out) const {
   };
   print_line(columns_);
   for (const auto& row : rows_) print_line(row);
-}
-
-std::string format_fixed(double value, int decimals) {
-  std::ostringstream stream;
-  stream << std::fixed << std::setprecision(decimals) << value;
-  return stream.str();
 }
 
 }  // namespace qtune::reports

@@ -27,6 +27,4 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-std::string format_fixed(double value, int decimals);
-
 }  // namespace qtune::reports

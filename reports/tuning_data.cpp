@@ -30,22 +30,8 @@ std::string canonical_format_text(std::string_view text, std::string_view field)
 }
 
 std::vector<std::string> parse_format_list(std::string_view text, std::string_view field) {
-  std::vector<std::string> pieces;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string piece(text.substr(start, comma - start));
-    const bool continues = piece.find('=') != std::string::npos && piece.find(':') == std::string::npos;
-    if (continues && !pieces.empty()) {
-      pieces.back() += "," + piece;
-    } else {
-      pieces.push_back(piece);
-    }
-    start = comma + 1;
-  }
   std::vector<std::string> formats;
-  for (const std::string& piece : pieces) {
-    if (piece.empty()) QTUNE_INPUT_ERROR(std::string(field) + ": empty format in " + quote_input(text));
+  for (const std::string& piece : split_format_list(text, field)) {
     const std::string format = canonical_format_text(piece, field);
     if (std::find(formats.begin(), formats.end(), format) == formats.end()) formats.push_back(format);
   }

@@ -25,8 +25,8 @@ bool is_dense_format(std::string_view format);
 // Throws InputError naming `field`.
 std::string canonical_format_text(std::string_view text, std::string_view field = "format");
 
-// A comma-separated list of format specs as canonical texts. Commas also separate a spec's options, so a piece with
-// '=' and no ':' continues the previous spec: "w4a16-int4-ch,w8a8-fp8-ch:scale=f16,act-scale=g128" is two formats.
+// A format list (split_format_list's grammar, kernels/format.hpp) as canonical texts, dense "f16"/"bf16" included:
+// "w4a16-int4-ch,w8a8-fp8-ch:scale=f16,act-scale=g128;f16" is three formats.
 std::vector<std::string> parse_format_list(std::string_view text, std::string_view field = "--format");
 
 // The key results are stored under for a GPU name: the matching GPU profile's name ("NVIDIA H200" -> "h200"), else

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <system_error>
 
 #include "kernels/error.hpp"
+#include "kernels/input_file.hpp"
 #include "kernels/text_escape.hpp"
 
 namespace qtune::search {
@@ -56,27 +55,9 @@ fs::path config_dir() {
   QTUNE_INPUT_ERROR("configs directory not found (tried " + tried + "); set QTUNE_CONFIG_DIR");
 }
 
-nlohmann::json read_json_file(const fs::path& file) {
-  std::ifstream stream(file, std::ios::binary);
-  if (!stream) QTUNE_INPUT_ERROR(file.string() + ": cannot read the file");
-  std::ostringstream text;
-  text << stream.rdbuf();
-  if (stream.bad()) QTUNE_INPUT_ERROR(file.string() + ": cannot read the file");
-  return parse_json_text(text.str(), file.string());
-}
+nlohmann::json read_json_file(const fs::path& file) { return parse_json_text(read_file_text(file), file.string()); }
 
-nlohmann::json parse_json_text(std::string_view text, const std::string& file) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
-    // nlohmann's message is one line: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
-    std::string message = error.what();
-    if (const auto bracket = message.find("] "); message.starts_with("[json.exception") && bracket != std::string::npos) {
-      message = message.substr(bracket + 2);
-    }
-    QTUNE_INPUT_ERROR(file + ": invalid JSON: " + message);
-  }
-}
+nlohmann::json parse_json_text(std::string_view text, const std::string& file) { return parse_json(text, file + ": invalid JSON"); }
 
 std::vector<fs::path> json_files_in(const fs::path& directory) {
   std::error_code error;

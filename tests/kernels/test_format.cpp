@@ -478,5 +478,39 @@ TEST(FormatSpec, ArchitectureSupport) {
   EXPECT_EQ(supported_architectures("w4a8-int4-g128-zp-int8"), all);
 }
 
+// The one grammar of a format list (`--format` on tune, export and report): ',' or ';' between specs, blanks ignored,
+// and a piece with '=' and no ':' continues the spec before it only when that spec has options.
+TEST(FormatList, SplitsSpecsButKeepsTheirOwnOptions) {
+  EXPECT_EQ(split_format_list("w4a16-int4-ch,w8a16-int8-ch"), (std::vector<std::string>{"w4a16-int4-ch", "w8a16-int8-ch"}));
+  EXPECT_EQ(split_format_list(" w4a16-int4-ch ;\tw8a16-int8-ch "), (std::vector<std::string>{"w4a16-int4-ch", "w8a16-int8-ch"}));
+  EXPECT_EQ(split_format_list("w4a4-fp4-g16+t:scale=e4m3,act-scale=g16+t,act-scale-type=e4m3;w8a16-int8-ch,f16"),
+            (std::vector<std::string>{"w4a4-fp4-g16+t:scale=e4m3,act-scale=g16+t,act-scale-type=e4m3", "w8a16-int8-ch", "f16"}));
+  EXPECT_EQ(split_format_list("w8a8-fp8-ch:scale=f16, act-scale=token"), (std::vector<std::string>{"w8a8-fp8-ch:scale=f16,act-scale=token"}));
+  // Without options before it, an option is a spec of its own (which FormatSpec::parse then refuses).
+  EXPECT_EQ(split_format_list("w4a16-int4-ch,scale=f16"), (std::vector<std::string>{"w4a16-int4-ch", "scale=f16"}));
+  for (const char* text : {"", "w4a16-int4-ch,,w8a16-int8-ch", "w4a16-int4-ch;", " , "}) {
+    try {
+      split_format_list(text, "--format");
+      ADD_FAILURE() << "'" << text << "' has an empty format";
+    } catch (const InputError& error) {
+      EXPECT_EQ(std::string(error.what()).rfind("--format: empty format in '", 0), 0u) << error.what();
+    }
+  }
+}
+
+TEST(FormatList, ParsesEachSpecOnceAndNamesABadOne) {
+  const std::vector<FormatSpec> formats = parse_format_list("nvfp4;w4a16-int4-ch,w4a16-fp4-g16+t:scale=e4m3,mxfp4");
+  ASSERT_EQ(formats.size(), 3u) << "nvfp4 twice is one format";
+  EXPECT_EQ(formats[0], FormatSpec::parse("nvfp4"));
+  EXPECT_EQ(formats[1], FormatSpec::parse("w4a16-int4-ch"));
+  EXPECT_EQ(formats[2], FormatSpec::parse("mxfp4"));
+  try {
+    parse_format_list("w4a16-int4-ch,not-a-format", "--format");
+    FAIL() << "not-a-format parsed";
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()).rfind("--format: 'not-a-format': ", 0), 0u) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace qtune

@@ -78,5 +78,14 @@ TEST(QuoteInput, FormatErrorsStayShort) {
   }
 }
 
+TEST(Fixed, WritesNumbersAsPrintfsFixedNotation) {
+  EXPECT_EQ(fixed(3.14159, 2), "3.14");
+  EXPECT_EQ(fixed(2.5, 0), "2") << "an exact half rounds to even, as printf does";
+  EXPECT_EQ(fixed(-0.04, 1), "-0.0");
+  EXPECT_EQ(fixed(1234.5, 3), "1234.500");
+  EXPECT_EQ(fixed(1e20, 1), "100000000000000000000.0");
+  EXPECT_EQ(fixed(1e300, 2).size(), 304u) << "no fixed-size buffer cuts a large number short";
+}
+
 }  // namespace
 }  // namespace qtune

@@ -187,7 +187,7 @@ TEST_F(ReportFixture, OpensWithTheHeadlineAgainstTheHeuristicAndCublaslt) {
     for (const KernelConfig& config : testing::fixture_configs()) best = std::min(best, testing::synthetic_time_us("w4a16-int4-ch", config, m, 8192, 8192));
     ratios.push_back(testing::synthetic_time_us("w4a16-int4-ch", testing::synthetic_heuristic(m), m, 8192, 8192) / best);
   }
-  const std::string row_start = "| h200 | w4a16-int4-ch | 8192 x 8192 | 1-4096 | mma | " + format_fixed(*geometric_mean(ratios), 3) + "x | ";
+  const std::string row_start = "| h200 | w4a16-int4-ch | 8192 x 8192 | 1-4096 | mma | " + fixed(*geometric_mean(ratios), 3) + "x | ";
   const std::size_t row = markdown.find(row_start, headline);
   ASSERT_NE(row, std::string::npos) << markdown.substr(headline, 2000);
   const std::string line = markdown.substr(row, markdown.find('\n', row) - row);

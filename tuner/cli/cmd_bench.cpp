@@ -18,6 +18,7 @@
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/table.hpp"
 #include "search/gpu_profile.hpp"
 #include "search/shape_limits.hpp"
@@ -187,8 +188,6 @@ struct Row {
   std::string failure;  // the job failed (crash, timeout, error): why
   std::string pin_note;  // --pin-algorithm found nothing to pin: why (the worker's result notes say the rest)
 };
-
-std::string fixed(double value, int decimals) { return reports::format_fixed(value, decimals); }
 
 std::string short_note(const Row& row) {
   const std::string pin_prefix = row.pin_note.empty() ? "" : row.pin_note + "; ";

@@ -19,6 +19,7 @@
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
 #include "kernels/family_support.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/table.hpp"
 #include "search/shape_limits.hpp"
 #include "search/space.hpp"
@@ -325,7 +326,7 @@ void run(const CompileCommandOptions& options) {
                    std::to_string(kernel.resources.spill_store_bytes), std::to_string(kernel.resources.spill_load_bytes),
                    std::to_string(kernel.resources.static_shared_bytes), dynamic,
                    std::to_string(kernel.resources.stack_frame_bytes),
-                   reports::format_fixed(1000.0 * kernel.original_compile_seconds, 1), kernel.from_cache ? "yes" : "no",
+                   fixed(1000.0 * kernel.original_compile_seconds, 1), kernel.from_cache ? "yes" : "no",
                    ""});
   }
   table.print(std::cout, style);

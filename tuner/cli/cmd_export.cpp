@@ -79,7 +79,7 @@ ArtefactKind artefact_kind(const fs::path& path) {
   QTUNE_INPUT_ERROR("-o: " + quote_input(path.string()) + ": expected a .json, .hpp or .h file");
 }
 
-std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + reports::format_fixed(100 * fraction, 2) + "%"; }
+std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + fixed(100 * fraction, 2) + "%"; }
 
 // --format names only formats with winners (on any GPU): else one line with the formats that have them, rather than
 // a complaint about --gpu.

@@ -10,6 +10,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/table.hpp"
 #include "search/shape_limits.hpp"
 #include "tuner/cli/commands.hpp"
@@ -39,8 +40,6 @@ struct KernelSweepOptions {
   uint64_t seed = 1;
   std::string output = "table";
 };
-
-std::string fixed(double value, int decimals) { return reports::format_fixed(value, decimals); }
 
 void run(const KernelSweepOptions& options) {
   gemm::SweepOptions sweep;

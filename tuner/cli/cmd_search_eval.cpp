@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/error.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/table.hpp"
 #include "search/cost_model.hpp"
 #include "tuner/cli/commands.hpp"
@@ -32,8 +33,6 @@ struct SearchEvalCommandOptions {
   std::string cost_model = "trees";
   std::string output = "table";
 };
-
-std::string fixed(double value, int decimals) { return reports::format_fixed(value, decimals); }
 
 void run(const SearchEvalCommandOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);

@@ -21,6 +21,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
+#include "kernels/text_escape.hpp"
 #include "reports/table.hpp"
 #include "search/cost_model.hpp"
 #include "search/m_buckets.hpp"
@@ -128,8 +129,6 @@ std::string gemm_kinds_text(const search::ModelShapes& model, int tp) {
   }
   return joined_or_none(kinds);
 }
-
-std::string fixed(double value, int decimals) { return reports::format_fixed(value, decimals); }
 
 std::string rules_text(const std::map<std::string, std::size_t>& rules) {
   std::string text;

@@ -1,12 +1,12 @@
 #include "tuner/production/selector.hpp"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
+#include "kernels/input_file.hpp"
 
 namespace qtune::production {
 
@@ -19,18 +19,13 @@ std::string range_text(const reports::MRange& range) {
 }  // namespace
 
 nlohmann::json read_json_file(const std::filesystem::path& path, const std::string& field, const std::string& hint) {
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) QTUNE_INPUT_ERROR(field + ": cannot read " + path.string() + " (" + hint + ")");
-  const std::string text{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
-  return parse_json_text(text, path, field);
+  const std::optional<std::string> text = try_read_file_text(path);
+  if (!text) QTUNE_INPUT_ERROR(field + ": cannot read " + path.string() + " (" + hint + ")");
+  return parse_json_text(*text, path, field);
 }
 
 nlohmann::json parse_json_text(const std::string& text, const std::filesystem::path& path, const std::string& field) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number such as 1e400
-    QTUNE_INPUT_ERROR(field + ": " + path.string() + " is not JSON: " + error.what());
-  }
+  return parse_json(text, field + ": " + path.string() + " is not JSON");
 }
 
 reports::SelectionTable read_selection_table(const std::filesystem::path& path) {

@@ -75,10 +75,7 @@ int runtime_version() {
   return version;
 }
 
-namespace {
-
-// "GPU-" and the 16 bytes as 8-4-4-4-12 hex digits, the spelling NVML's nvmlDeviceGetHandleByUUID expects.
-std::string format_uuid(const CUuuid& uuid) {
+std::string gpu_uuid_text(const CUuuid& uuid) {
   std::string text = "GPU-";
   for (int i = 0; i < 16; ++i) {
     if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
@@ -88,6 +85,8 @@ std::string format_uuid(const CUuuid& uuid) {
   }
   return text;
 }
+
+namespace {
 
 int attribute(CUdevice device, CUdevice_attribute which) {
   int value = 0;
@@ -157,7 +156,7 @@ DeviceInfo Device::query() const {
   info.name = name.data();
   CUuuid uuid{};
   QTUNE_CU(cuDeviceGetUuid, &uuid, device_);
-  info.uuid = format_uuid(uuid);
+  info.uuid = gpu_uuid_text(uuid);
   std::array<char, 64> bus_id{};
   QTUNE_CU(cuDeviceGetPCIBusId, bus_id.data(), static_cast<int>(bus_id.size()), device_);
   info.pci_bus_id = bus_id.data();

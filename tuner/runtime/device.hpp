@@ -76,6 +76,10 @@ class Device {
 // every open context is healthy or none was opened. Workers call it after a failed job to decide whether to exit.
 std::optional<std::string> sticky_context_error();
 
+// "GPU-" and the 16 bytes of a device's UUID as 8-4-4-4-12 hex digits: as nvidia-smi and NVML spell it, and what
+// NVML's nvmlDeviceGetHandleByUUID and CUDA_VISIBLE_DEVICES take.
+std::string gpu_uuid_text(const CUuuid& uuid);
+
 // cudaRuntimeGetVersion of the statically linked runtime (works without a driver).
 int runtime_version();
 

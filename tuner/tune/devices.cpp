@@ -19,17 +19,6 @@ int device_attribute(CUdevice device, CUdevice_attribute which) {
   return value;
 }
 
-std::string uuid_text(const CUuuid& uuid) {
-  std::string text = "GPU-";
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
-    std::array<char, 3> hex{};
-    std::snprintf(hex.data(), hex.size(), "%02x", static_cast<unsigned>(static_cast<unsigned char>(uuid.bytes[i])));
-    text += hex.data();
-  }
-  return text;
-}
-
 std::vector<int> parse_devices(const std::string& devices, int count) {
   std::vector<int> ordinals;
   if (devices.empty() || devices == "all") {
@@ -74,7 +63,7 @@ std::vector<ProbedDevice> probe_devices() {
     probed.name = name.data();
     CUuuid uuid{};
     QTUNE_CU(cuDeviceGetUuid, &uuid, device);
-    probed.uuid = uuid_text(uuid);
+    probed.uuid = runtime::gpu_uuid_text(uuid);
     const int sm = device_attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
                    device_attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     try {

@@ -74,32 +74,6 @@ std::vector<Problem> build_problem_set(const std::vector<FormatSpec>& formats, c
   return problems;
 }
 
-std::vector<FormatSpec> parse_format_list(std::string_view text, std::string_view field) {
-  std::vector<std::string> specs;
-  for (const std::string& group : split(text, ';')) {
-    for (const std::string& piece : split(group, ',')) {
-      const bool continues = piece.find('=') != std::string::npos && piece.find(':') == std::string::npos;
-      if (continues && !specs.empty() && specs.back().find(':') != std::string::npos) {
-        specs.back() += "," + piece;
-      } else {
-        specs.push_back(piece);
-      }
-    }
-  }
-  std::vector<FormatSpec> formats;
-  for (const std::string& spec : specs) {
-    if (spec.empty()) QTUNE_INPUT_ERROR(std::string(field) + ": empty format in '" + std::string(text) + "'");
-    FormatSpec format;
-    try {
-      format = FormatSpec::parse(spec);
-    } catch (const InputError& error) {
-      QTUNE_INPUT_ERROR(std::string(field) + ": '" + spec + "': " + error.what());
-    }
-    if (std::find(formats.begin(), formats.end(), format) == formats.end()) formats.push_back(format);
-  }
-  return formats;
-}
-
 std::vector<search::GemmShape> parse_shape_list(std::string_view text, std::string_view field) {
   std::vector<search::GemmShape> shapes;
   for (const std::string& item : split(text, ';')) {

@@ -18,9 +18,7 @@ namespace qtune::tune {
 std::vector<Problem> build_problem_set(const std::vector<FormatSpec>& formats, const std::vector<search::GemmShape>& shapes,
                                        const std::vector<std::int64_t>& m_values);
 
-// "w4a16-int4-ch,w8a16-int8-ch" or ';'-separated. Commas also separate a spec's own options ("...:scale=e4m3,act-scale=g16"),
-// so a piece with '=' and no ':' continues the previous spec. Throws InputError naming `field`.
-std::vector<FormatSpec> parse_format_list(std::string_view text, std::string_view field = "--format");
+using qtune::parse_format_list;  // "w4a16-int4-ch,w8a16-int8-ch" or ';'-separated (kernels/format.hpp)
 // "4096,4096;8192,28672" -> {(4096, 4096), (8192, 28672)}. Throws InputError naming `field`.
 std::vector<search::GemmShape> parse_shape_list(std::string_view text, std::string_view field = "--shape");
 

@@ -5,15 +5,11 @@
 #include <cstdio>
 #include <ostream>
 
+#include "kernels/text_escape.hpp"
+
 namespace qtune::tune {
 
 namespace {
-
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
-  return buffer;
-}
 
 // "[#########...............] ": the whole run's share done.
 std::string bar_text(double fraction) {

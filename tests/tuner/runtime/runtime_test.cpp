@@ -68,6 +68,12 @@ TEST(Runtime, RuntimeVersionIsKnownWithoutADriver) {
   EXPECT_EQ(runtime_version() / 1000, CUDA_VERSION / 1000);
 }
 
+TEST(Runtime, GpuUuidsAreSpelledAsNvidiaSmiSpellsThem) {
+  CUuuid uuid{};
+  for (int i = 0; i < 16; ++i) uuid.bytes[i] = static_cast<char>(i == 0 ? 0xf3 : i * 17);
+  EXPECT_EQ(gpu_uuid_text(uuid), "GPU-f3112233-4455-6677-8899-aabbccddeeff");
+}
+
 TEST(Runtime, DeviceInfoRoundTripsThroughJson) {
   DeviceInfo info;
   info.ordinal = 1;

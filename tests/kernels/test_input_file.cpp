@@ -1,0 +1,51 @@
+// Reading the files qtune is given: whole files, and JSON whose errors are one line naming where it came from.
+#include "kernels/input_file.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "kernels/error.hpp"
+#include "tests/common/temp_dir.hpp"
+
+namespace qtune {
+namespace {
+
+std::string input_error(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "no InputError";
+  return "";
+}
+
+TEST(InputFile, ReadsEveryByteOrSaysItCannot) {
+  const test_support::TempDir dir;
+  const std::filesystem::path file = dir.path() / "bytes.bin";
+  const std::string bytes("a\0b\r\n\xff", 6);
+  std::ofstream(file, std::ios::binary) << bytes;
+  EXPECT_EQ(try_read_file_text(file), bytes);
+  EXPECT_EQ(read_file_text(file), bytes);
+  EXPECT_EQ(try_read_file_text(dir.path() / "missing.json"), std::nullopt);
+  EXPECT_EQ(input_error([&] { read_file_text(dir.path() / "missing.json"); }),
+            (dir.path() / "missing.json").string() + ": cannot read the file");
+}
+
+TEST(InputFile, JsonErrorsAreOneQuotedLineNamingTheContext) {
+  EXPECT_EQ(parse_json(R"({"a": [1, 2]})", "x.json")["a"][1], 2);
+  const std::string broken = input_error([] { parse_json("{\"a\": \n\x1b[2J", "x.json: invalid JSON"); });
+  EXPECT_EQ(broken.rfind("x.json: invalid JSON: 'parse error at line 2", 0), 0u) << broken;
+  EXPECT_EQ(broken.find("json.exception"), std::string::npos) << "nlohmann's tag is left out: " << broken;
+  EXPECT_EQ(broken.find('\x1b'), std::string::npos) << "the input the parser echoes is quoted: " << broken;
+  EXPECT_EQ(broken.find('\n'), std::string::npos) << broken;
+  const std::string overflow = input_error([] { parse_json(R"({"m": [1e400]})", "m.json"); });
+  EXPECT_NE(overflow.find("number overflow"), std::string::npos) << overflow;
+}
+
+}  // namespace
+}  // namespace qtune
