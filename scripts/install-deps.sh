@@ -3,8 +3,10 @@
 set -euo pipefail
 # chromium: the report test renders report/index.html headless and checks the screenshot and the DOM.
 # clang, libclang-rt-dev: scripts/fuzz.sh builds the parsers' fuzz targets with libFuzzer and the sanitizers.
+# libssl-dev: SHA-256 of the kernel cache's keys (libcrypto.a, linked statically). libboost-dev: Boost.Math's Student-t
+# distribution for the measurement statistics (header-only).
 packages=(cmake ninja-build g++ libsqlite3-dev nlohmann-json3-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev chromium
-          clang libclang-rt-dev)
+          clang libclang-rt-dev libssl-dev libboost-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

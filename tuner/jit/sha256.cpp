@@ -1,91 +1,55 @@
 #include "tuner/jit/sha256.hpp"
 
-#include <cstring>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
 
 #include "kernels/error.hpp"
 
 namespace qtune::jit {
 namespace {
 
-constexpr std::array<std::uint32_t, 64> kRoundConstants = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+// libcrypto's reason for the last failure, for the error message.
+std::string openssl_reason() {
+  const unsigned long code = ERR_get_error();
+  if (code == 0) return "no reason given";
+  char text[256] = {};
+  ERR_error_string_n(code, text, sizeof(text));
+  return text;
+}
 
-constexpr std::array<std::uint32_t, 8> kInitialState = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                                        0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+[[noreturn]] void openssl_failed(const char* call) {
+  QTUNE_LIBRARY_ERROR("OpenSSL", std::string(call) + " failed: " + openssl_reason());
+}
 
-constexpr std::uint32_t rotate_right(std::uint32_t value, int bits) {
-  return (value >> bits) | (value << (32 - bits));
+// SHA-256 from libcrypto's built-in default provider. Reading openssl.cnf is turned off: the binaries run on machines
+// whose OpenSSL configuration (another version, a FIPS setup) is not the one they were built with.
+const EVP_MD* sha256_digest() {
+  static const EVP_MD* digest = [] {
+    if (OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr) != 1) openssl_failed("OPENSSL_init_crypto");
+    const EVP_MD* found = EVP_sha256();
+    if (found == nullptr) openssl_failed("EVP_sha256");
+    return found;
+  }();
+  return digest;
 }
 
 }  // namespace
 
-Sha256::Sha256() : state_(kInitialState) {}
+void Sha256::ContextDeleter::operator()(evp_md_ctx_st* context) const { EVP_MD_CTX_free(context); }
 
-void Sha256::compress(const std::uint8_t* block) {
-  std::array<std::uint32_t, 64> schedule;
-  for (int i = 0; i < 16; ++i) {
-    schedule[i] = (std::uint32_t{block[4 * i]} << 24) | (std::uint32_t{block[4 * i + 1]} << 16) |
-                  (std::uint32_t{block[4 * i + 2]} << 8) | std::uint32_t{block[4 * i + 3]};
-  }
-  for (int i = 16; i < 64; ++i) {
-    const std::uint32_t s0 = rotate_right(schedule[i - 15], 7) ^ rotate_right(schedule[i - 15], 18) ^ (schedule[i - 15] >> 3);
-    const std::uint32_t s1 = rotate_right(schedule[i - 2], 17) ^ rotate_right(schedule[i - 2], 19) ^ (schedule[i - 2] >> 10);
-    schedule[i] = schedule[i - 16] + s0 + schedule[i - 7] + s1;
-  }
-  std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-  for (int i = 0; i < 64; ++i) {
-    const std::uint32_t sum1 = rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
-    const std::uint32_t choose = (e & f) ^ (~e & g);
-    const std::uint32_t temp1 = h + sum1 + choose + kRoundConstants[i] + schedule[i];
-    const std::uint32_t sum0 = rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
-    const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
-    const std::uint32_t temp2 = sum0 + majority;
-    h = g;
-    g = f;
-    f = e;
-    e = d + temp1;
-    d = c;
-    c = b;
-    b = a;
-    a = temp1 + temp2;
-  }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
+Sha256::Sha256() {
+  const EVP_MD* digest = sha256_digest();
+  context_.reset(EVP_MD_CTX_new());
+  if (!context_) openssl_failed("EVP_MD_CTX_new");
+  if (EVP_DigestInit_ex(context_.get(), digest, nullptr) != 1) openssl_failed("EVP_DigestInit_ex");
 }
+
+Sha256::~Sha256() = default;
 
 Sha256& Sha256::update(const void* data, std::size_t size) {
   if (finished_) QTUNE_THROW(Error, "Sha256::update called after finish");
-  const auto* bytes = static_cast<const std::uint8_t*>(data);
-  total_bytes_ += size;
-  if (buffered_ > 0) {
-    const std::size_t take = std::min(size, buffer_.size() - buffered_);
-    std::memcpy(buffer_.data() + buffered_, bytes, take);
-    buffered_ += take;
-    bytes += take;
-    size -= take;
-    if (buffered_ < buffer_.size()) return *this;
-    compress(buffer_.data());
-    buffered_ = 0;
-  }
-  for (; size >= 64; size -= 64, bytes += 64) compress(bytes);
-  if (size > 0) {
-    std::memcpy(buffer_.data(), bytes, size);
-    buffered_ = size;
-  }
+  if (size > 0 && EVP_DigestUpdate(context_.get(), data, size) != 1) openssl_failed("EVP_DigestUpdate");
   return *this;
 }
 
@@ -99,20 +63,12 @@ Sha256& Sha256::update_field(std::string_view text) {
 
 Sha256::Digest Sha256::finish() {
   if (finished_) QTUNE_THROW(Error, "Sha256::finish called twice");
-  const std::uint64_t total_bits = total_bytes_ * 8;
-  // Padding: one 0x80 byte, zeros up to 56 mod 64, then the message length in bits, big-endian.
-  std::array<std::uint8_t, 72> padding{};
-  padding[0] = 0x80;
-  const std::size_t zeros_and_marker = (buffered_ < 56) ? (56 - buffered_) : (120 - buffered_);
-  for (int i = 0; i < 8; ++i) padding[zeros_and_marker + i] = static_cast<std::uint8_t>(total_bits >> (56 - 8 * i));
-  update(padding.data(), zeros_and_marker + 8);
   finished_ = true;
   Digest digest;
-  for (int i = 0; i < 8; ++i) {
-    digest[4 * i] = static_cast<std::uint8_t>(state_[i] >> 24);
-    digest[4 * i + 1] = static_cast<std::uint8_t>(state_[i] >> 16);
-    digest[4 * i + 2] = static_cast<std::uint8_t>(state_[i] >> 8);
-    digest[4 * i + 3] = static_cast<std::uint8_t>(state_[i]);
+  unsigned int length = 0;
+  if (EVP_DigestFinal_ex(context_.get(), digest.data(), &length) != 1) openssl_failed("EVP_DigestFinal_ex");
+  if (length != digest.size()) {
+    QTUNE_LIBRARY_ERROR("OpenSSL", "EVP_DigestFinal_ex gave " + std::to_string(length) + " bytes for SHA-256, not 32");
   }
   return digest;
 }

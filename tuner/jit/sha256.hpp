@@ -1,10 +1,14 @@
 #pragma once
-// SHA-256 (FIPS 180-4), used for the kernel cache's keys and for checking cache entries. Not constant-time; not for secrets.
+// SHA-256 (FIPS 180-4) for the kernel cache's keys and for checking cache entries and cubins, computed by OpenSSL's
+// libcrypto (linked statically, so nothing more is needed where the binaries run). Not for secrets.
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX, kept out of this header
 
 namespace qtune::jit {
 
@@ -12,7 +16,11 @@ class Sha256 {
  public:
   using Digest = std::array<std::uint8_t, 32>;
 
-  Sha256();
+  Sha256();  // throws LibraryError("OpenSSL", ...) when libcrypto cannot start a digest
+  Sha256(Sha256&&) noexcept = default;
+  Sha256& operator=(Sha256&&) noexcept = default;
+  ~Sha256();
+
   Sha256& update(const void* data, std::size_t size);
   Sha256& update(std::string_view text) { return update(text.data(), text.size()); }
   // Appends the length before the bytes so that consecutive fields cannot run into each other ("ab","c" != "a","bc").
@@ -22,12 +30,10 @@ class Sha256 {
   std::string finish_hex();
 
  private:
-  void compress(const std::uint8_t* block);
-
-  std::array<std::uint32_t, 8> state_;
-  std::array<std::uint8_t, 64> buffer_{};
-  std::size_t buffered_ = 0;
-  std::uint64_t total_bytes_ = 0;
+  struct ContextDeleter {
+    void operator()(evp_md_ctx_st* context) const;
+  };
+  std::unique_ptr<evp_md_ctx_st, ContextDeleter> context_;
   bool finished_ = false;
 };
 

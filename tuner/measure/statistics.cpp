@@ -1,5 +1,7 @@
 #include "tuner/measure/statistics.hpp"
 
+#include <boost/math/distributions/students_t.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -13,46 +15,6 @@ namespace {
 
 void require_samples(const std::vector<double>& values, const char* what) {
   if (values.empty()) QTUNE_THROW(Error, std::string(what) + " of no samples");
-}
-
-// The continued fraction of the regularized incomplete beta function I_x(a, b), evaluated by Lentz's method; it
-// converges quickly for x < (a + 1) / (a + b + 2).
-double incomplete_beta_fraction(double a, double b, double x) {
-  constexpr double kTiny = 1e-300;
-  const auto guard = [](double value) { return std::abs(value) < kTiny ? kTiny : value; };
-  double c = 1;
-  double d = 1 / guard(1 - (a + b) * x / (a + 1));
-  double fraction = d;
-  for (int m = 1; m <= 500; ++m) {
-    const double twice_m = 2.0 * m;
-    const double even = m * (b - m) * x / ((a + twice_m - 1) * (a + twice_m));
-    d = 1 / guard(1 + even * d);
-    c = guard(1 + even / c);
-    fraction *= d * c;
-    const double odd = -(a + m) * (a + b + m) * x / ((a + twice_m) * (a + twice_m + 1));
-    d = 1 / guard(1 + odd * d);
-    c = guard(1 + odd / c);
-    const double step = d * c;
-    fraction *= step;
-    if (std::abs(step - 1) < 1e-15) break;
-  }
-  return fraction;
-}
-
-// I_x(a, b) for a, b > 0 and x in [0, 1].
-double regularized_incomplete_beta(double a, double b, double x) {
-  if (x <= 0) return 0;
-  if (x >= 1) return 1;
-  const double log_front =
-      std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x);
-  if (x < (a + 1) / (a + b + 2)) return std::exp(log_front) * incomplete_beta_fraction(a, b, x) / a;
-  return 1 - std::exp(log_front) * incomplete_beta_fraction(b, a, 1 - x) / b;
-}
-
-// P(T <= t) for Student's t with `dof` degrees of freedom.
-double student_t_cdf(double t, double dof) {
-  const double tail = 0.5 * regularized_incomplete_beta(dof / 2, 0.5, dof / (dof + t * t));
-  return t > 0 ? 1 - tail : tail;
 }
 
 }  // namespace
@@ -172,16 +134,7 @@ bool is_converged(const Summary& summary, const ConvergenceRule& rule) {
 double student_t_quantile(double p, int dof) {
   if (!(p > 0 && p < 1)) QTUNE_THROW(Error, "t quantile: p = " + std::to_string(p) + " is outside (0, 1)");
   if (dof < 1) QTUNE_THROW(Error, "t quantile: degrees of freedom must be >= 1, got " + std::to_string(dof));
-  if (p < 0.5) return -student_t_quantile(1 - p, dof);
-  double low = 0;
-  double high = 1;
-  while (student_t_cdf(high, dof) < p) high *= 2;
-  // The CDF is monotone: bisection to double precision.
-  for (int i = 0; i < 200 && high - low > 1e-13 * high; ++i) {
-    const double middle = (low + high) / 2;
-    (student_t_cdf(middle, dof) < p ? low : high) = middle;
-  }
-  return (low + high) / 2;
+  return boost::math::quantile(boost::math::students_t_distribution<double>(dof), p);
 }
 
 double BlockInterval::relative_half_width() const { return mean > 0 ? half_width / mean : INFINITY; }

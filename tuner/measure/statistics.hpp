@@ -58,7 +58,7 @@ struct ConvergenceRule {
 };
 bool is_converged(const Summary& summary, const ConvergenceRule& rule);
 
-// Student's t distribution with `dof` degrees of freedom (>= 1): the t with P(T <= t) = p, p in (0, 1).
+// Student's t distribution with `dof` degrees of freedom (>= 1): the t with P(T <= t) = p, p in (0, 1) (Boost.Math).
 double student_t_quantile(double p, int dof);
 
 // Batch means, for samples that are not independent: a GPU under a power cap runs through slow phases that last longer

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "kernels/error.hpp"
 
@@ -47,6 +48,28 @@ TEST(Sha256, FieldsDoNotRunTogether) {
   const std::string a_bc = Sha256().update_field("a").update_field("bc").finish_hex();
   EXPECT_NE(ab_c, a_bc);
   EXPECT_EQ(ab_c, Sha256().update_field("ab").update_field("c").finish_hex());
+}
+
+// Digests the hand-written SHA-256 (before libcrypto computed them) gave, so the kernel cache's keys and the cubin
+// manifests' digests stay what they were: field sequences shaped like Compiler::cache_key, and a long input.
+TEST(Sha256, KeysAreTheOnesTheHandWrittenHashGave) {
+  EXPECT_EQ(Sha256().update_field("ab").update_field("c").finish_hex(),
+            "601d5476e2ccfe2c87a2bba7a322659734a05749d5b5aa781f513e4912db0d5f");
+  Sha256 key;
+  key.update_field("qtune kernel cache format 3").update_field("nvrtc 13.0").update_field("sm_90a").update_field("2");
+  key.update_field("-std=c++17").update_field("--gpu-architecture=sm_90a").update_field("qtune_kernel");
+  key.update_field("extern \"C\" __global__ void qtune_kernel() {}").update_field(std::string(3000, 'x'));
+  EXPECT_EQ(key.finish_hex(), "f049d561a0c3dc1034679ffc46831461369b6c9651aedc6fba4a8f77213eeed1");
+  std::string bytes;
+  for (int i = 0; i < 100000; ++i) bytes.push_back(static_cast<char>(i * 7 + 3));
+  EXPECT_EQ(sha256_hex(bytes), "d96bab6a55ee326ba206dd4a85a6e95e14360d7fabbf448f03e689c24382b7d0");
+}
+
+TEST(Sha256, AMovedHashCarriesOn) {
+  Sha256 first;
+  first.update("ab");
+  Sha256 second = std::move(first);
+  EXPECT_EQ(second.update("c").finish_hex(), sha256_hex("abc"));
 }
 
 TEST(Sha256, RejectsUseAfterFinish) {
