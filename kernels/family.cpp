@@ -178,6 +178,12 @@ const KernelFamily* family_named(std::string_view name) {
   return nullptr;
 }
 
+ParameterRanges KernelFamily::curated_ranges(int64_t) const {
+  ParameterRanges ranges;
+  for (const ParameterDomain& domain : parameter_space()) ranges[domain.name] = domain.values;
+  return ranges;
+}
+
 bool has_parameter(const KernelFamily& family, std::string_view name) {
   const std::vector<ParameterDomain> space = family.parameter_space();
   return std::any_of(space.begin(), space.end(), [&](const ParameterDomain& domain) { return domain.name == name; });

@@ -49,6 +49,9 @@ struct KernelConfig {
   friend auto operator<=>(const KernelConfig&, const KernelConfig&) = default;
 };
 
+// Values per parameter name: a slice of a family's parameter space (curated ranges, `--param`, `--bm 64,128`).
+using ParameterRanges = std::map<std::string, std::vector<int>>;
+
 // One tunable parameter: the values the search may try and what it means.
 struct ParameterDomain {
   std::string name;
@@ -178,6 +181,15 @@ class KernelFamily {
   // Whether the hand-written rules prefer this family for `problem` on `sm` over the families listed before it
   // (heuristic_family). False by default: the first family that runs the format is the heuristic's choice.
   virtual bool preferred_for(const Problem&, int) const { return false; }
+
+  // The slice of parameter_space() worth searching for a problem of M = m rows: per parameter, the values among which
+  // this family's winners at such an M lie (measured, e.g. docs/perf.md), so that a tune of a whole model searches a
+  // few hundred candidates per problem instead of the full space. It is what `qtune tune --space curated` (the
+  // default), `qtune compile` and `qtune kernel-sweep` search unless the user names values. Every value must be one
+  // of the parameter's domain; a parameter left out keeps its whole domain. The default is the whole space: a new
+  // family narrows it once measurements show where it wins, per M (the search key changes with these ranges, so
+  // stored winners of another slice are searched again).
+  virtual ParameterRanges curated_ranges(int64_t m) const;
 };
 
 // Every family qtune has, and one by name (throws InputError "family: unknown kernel family 'x' (known: mma)").

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/error.hpp"
+
 namespace qtune::search {
 
 void for_each_combination(const std::vector<std::vector<int>>& values,
@@ -25,10 +27,19 @@ void for_each_combination(const std::vector<std::vector<int>>& values,
   }
 }
 
-SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& problem, const ArchLimits& limits) {
+SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& problem, const ArchLimits& limits,
+                                 const ParameterRanges& ranges) {
   const auto domains = family.parameter_space();
   std::vector<std::vector<int>> values;
-  for (const auto& domain : domains) values.push_back(domain.values);
+  for (const auto& domain : domains) {
+    const auto chosen = ranges.find(domain.name);
+    if (chosen == ranges.end()) {
+      values.push_back(domain.values);
+      continue;
+    }
+    if (chosen->second.empty()) QTUNE_INPUT_ERROR("ranges." + domain.name + ": no values");
+    values.push_back(chosen->second);
+  }
   SpaceEnumeration space;
   for_each_combination(values, [&](const std::vector<int>& combination) {
     KernelConfig config{family.name(), {}};
@@ -42,6 +53,14 @@ SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& prob
     }
   });
   return space;
+}
+
+std::vector<KernelConfig> spread_evenly(std::vector<KernelConfig> candidates, std::size_t count) {
+  if (count == 0 || candidates.size() <= count) return candidates;
+  std::vector<KernelConfig> spread;
+  spread.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) spread.push_back(std::move(candidates[candidates.size() * i / count]));
+  return spread;
 }
 
 namespace {

@@ -17,13 +17,21 @@ struct SpaceEnumeration {
   std::map<std::string, size_t> removed_by_rule; // rule name -> candidates it removed (first failing rule counts)
 };
 
-// Enumerates the cartesian product of the family's parameter domains and keeps what passes family.check().
 // Calls visit with every combination of one value from each list (an odometer, the last list fastest); nothing
 // when a list is empty, one empty combination when there are no lists.
 void for_each_combination(const std::vector<std::vector<int>>& values,
                           const std::function<void(const std::vector<int>&)>& visit);
 
-SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& problem, const ArchLimits& limits);
+// The one enumerator of candidates: the cartesian product of the family's parameter domains, each replaced by the
+// values `ranges` gives for it (a family's curated_ranges, --param or --bm values; names the family lacks are
+// ignored), in canonical order (the last parameter fastest), keeping what passes family.check() and counting what
+// each rule removed. Throws InputError "ranges.<name>: no values" for an empty list in `ranges`.
+SpaceEnumeration enumerate_space(const KernelFamily& family, const Problem& problem, const ArchLimits& limits,
+                                 const ParameterRanges& ranges = {});
+
+// At most `count` of `candidates`, spread evenly over the list and in its order (candidates[i * size / count]);
+// all of them when count is 0 or at least their number.
+std::vector<KernelConfig> spread_evenly(std::vector<KernelConfig> candidates, std::size_t count);
 
 // What the compiler reported for one candidate (a plain copy of the JIT's resource report; search/ has no CUDA).
 struct CompiledResources {

@@ -342,6 +342,27 @@ std::vector<uint8_t> MmaFamily::pack_bias(std::span<const float> bias, const For
   return bytes;
 }
 
+ParameterRanges MmaFamily::curated_ranges(int64_t m) const {
+  if (m <= 16) {
+    return {{"bm", {16}}, {"bn", {64, 128, 256}}, {"bk", {128, 256, 512}}, {"wm", {1}}, {"wn", {4, 8}},
+            {"wk", {1, 2}}, {"stages", {3, 4, 5}}, {"split", {1, 2, 4, 8}}, {"raster", {0}}};
+  }
+  if (m <= 32) {
+    return {{"bm", {32}}, {"bn", {64, 128, 256}}, {"bk", {128, 256}}, {"wm", {1, 2}}, {"wn", {2, 4}},
+            {"wk", {1, 2}}, {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
+  }
+  if (m <= 64) {
+    return {{"bm", {64}}, {"bn", {64, 128, 256}}, {"bk", {64, 128, 256}}, {"wm", {1, 2, 4}}, {"wn", {2, 4}},
+            {"wk", {1}}, {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
+  }
+  if (m <= 256) {
+    return {{"bm", {64, 128}}, {"bn", {64, 128, 256}}, {"bk", {64, 128}}, {"wm", {2, 4}}, {"wn", {2, 4}},
+            {"wk", {1}}, {"stages", {3, 4}}, {"split", {1, 2}}, {"raster", {0, 2}}};
+  }
+  return {{"bm", {128, 256}}, {"bn", {128, 256}}, {"bk", {64, 128}}, {"wm", {2, 4}}, {"wn", {2, 4}},
+          {"wk", {1}}, {"stages", {3, 4}}, {"split", {1}}, {"raster", {0, 2, 3}}};
+}
+
 KernelConfig MmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
   const ArchSupport support = supports(problem.format, limits.sm);
   if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);

@@ -26,6 +26,8 @@ class MmaFamily : public KernelFamily {
   std::vector<uint8_t> pack_bias(std::span<const float> bias, const FormatSpec& format) const override;
   KernelConfig default_config(const Problem& problem, const ArchLimits& limits) const override;
   std::string weight_layout() const override { return "mma"; }  // the wgmma family reads it too
+  // Small M: one m16 row of tiles, many N/K/split shapes; large M: taller M tiles, no split-K, rasterization.
+  ParameterRanges curated_ranges(int64_t m) const override;
 
   // The number of registers per thread check() assumes (accumulators, fragments, weight words, addressing).
   static int estimated_registers(const KernelConfig& config, const FormatSpec& format);

@@ -212,6 +212,19 @@ bool WgmmaFamily::preferred_for(const Problem& problem, int) const {
   return problem.m >= kPreferredFromM;
 }
 
+ParameterRanges WgmmaFamily::curated_ranges(int64_t m) const {
+  const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+  return {{"bm", m <= 64 ? std::vector<int>{bm} : std::vector<int>{64, 128}},
+          {"bn", {64, 128, 256}},
+          {"bk", {64, 128, 256}},
+          // With a stage in flight the loads run stages - 2 ahead: 4 and 5 won at M = 256..4096, 3 never did.
+          {"stages", m <= 64 ? std::vector<int>{3, 4} : std::vector<int>{4, 5}},
+          {"split", m <= 64 ? std::vector<int>{1, 2, 4} : m <= 256 ? std::vector<int>{1, 2} : std::vector<int>{1}},
+          {"raster", m <= 128 ? std::vector<int>{0} : std::vector<int>{0, 2}},
+          // A stage of wgmmas in flight won at M = 256 and 1024 and lost at 16 and 64 (docs/perf.md, 2026-11-30).
+          {"overlap", {m <= 64 ? 0 : 1}}};
+}
+
 const WgmmaFamily& wgmma_family() {
   static const WgmmaFamily family;
   return family;

@@ -24,6 +24,8 @@ class WgmmaFamily final : public MmaFamily {
   static constexpr int64_t kPreferredFromM = 16;
   // From kPreferredFromM rows on (heuristic_family asks only where the family runs the format).
   bool preferred_for(const Problem& problem, int sm) const override;
+  // One token tile per M (wgmma N), every column and depth tile, split-K only while M tiles are few.
+  ParameterRanges curated_ranges(int64_t m) const override;
 
   // Dynamic shared memory of a configuration, mirroring device::WgmmaGemm::SHARED_BYTES.
   static int shared_bytes(const KernelConfig& config, const FormatSpec& format);

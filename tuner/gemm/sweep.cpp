@@ -12,65 +12,13 @@
 namespace qtune::gemm {
 
 std::map<std::string, std::vector<int>> default_sweep_ranges(const KernelFamily& family, int64_t m) {
-  std::map<std::string, std::vector<int>> ranges;
-  for (const ParameterDomain& domain : family.parameter_space()) ranges[domain.name] = domain.values;
-  if (family.name() == "wgmma") {
-    // One token tile per M (wgmma N), every column and depth tile, split-K only while M tiles are few.
-    const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
-    ranges = {{"bm", m <= 64 ? std::vector<int>{bm} : std::vector<int>{64, 128}},
-              {"bn", {64, 128, 256}},
-              {"bk", {64, 128, 256}},
-              // With a stage in flight the loads run stages - 2 ahead: 4 and 5 won at M = 256..4096, 3 never did.
-              {"stages", m <= 64 ? std::vector<int>{3, 4} : std::vector<int>{4, 5}},
-              {"split", m <= 64 ? std::vector<int>{1, 2, 4} : m <= 256 ? std::vector<int>{1, 2} : std::vector<int>{1}},
-              {"raster", m <= 128 ? std::vector<int>{0} : std::vector<int>{0, 2}},
-              // A stage of wgmmas in flight won at M = 256 and 1024 and lost at 16 and 64 (docs/perf.md, 2026-11-30).
-              {"overlap", {m <= 64 ? 0 : 1}}};
-    return ranges;
-  }
-  if (family.name() != "mma") return ranges;
-  if (m <= 16) {
-    ranges = {{"bm", {16}}, {"bn", {64, 128, 256}}, {"bk", {128, 256, 512}}, {"wm", {1}}, {"wn", {4, 8}},
-              {"wk", {1, 2}}, {"stages", {3, 4, 5}}, {"split", {1, 2, 4, 8}}, {"raster", {0}}};
-  } else if (m <= 32) {
-    ranges = {{"bm", {32}}, {"bn", {64, 128, 256}}, {"bk", {128, 256}}, {"wm", {1, 2}}, {"wn", {2, 4}},
-              {"wk", {1, 2}}, {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
-  } else if (m <= 64) {
-    ranges = {{"bm", {64}}, {"bn", {64, 128, 256}}, {"bk", {64, 128, 256}}, {"wm", {1, 2, 4}}, {"wn", {2, 4}},
-              {"wk", {1}}, {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
-  } else if (m <= 256) {
-    ranges = {{"bm", {64, 128}}, {"bn", {64, 128, 256}}, {"bk", {64, 128}}, {"wm", {2, 4}}, {"wn", {2, 4}},
-              {"wk", {1}}, {"stages", {3, 4}}, {"split", {1, 2}}, {"raster", {0, 2}}};
-  } else {
-    ranges = {{"bm", {128, 256}}, {"bn", {128, 256}}, {"bk", {64, 128}}, {"wm", {2, 4}}, {"wn", {2, 4}},
-              {"wk", {1}}, {"stages", {3, 4}}, {"split", {1}}, {"raster", {0, 2, 3}}};
-  }
-  return ranges;
+  return family.curated_ranges(m);
 }
 
 std::vector<KernelConfig> enumerate_configs(const KernelFamily& family, const std::map<std::string, std::vector<int>>& ranges,
                                             const Problem& problem, const ArchLimits& limits, int max_configs) {
-  const std::vector<ParameterDomain> space = family.parameter_space();
-  std::vector<std::vector<int>> values;
-  for (const ParameterDomain& domain : space) {
-    auto found = ranges.find(domain.name);
-    values.push_back(found != ranges.end() ? found->second : domain.values);
-    if (values.back().empty()) QTUNE_INPUT_ERROR("ranges." + domain.name + ": no values");
-  }
-  std::vector<KernelConfig> valid;
-  if (space.empty()) return valid;
-  search::for_each_combination(values, [&](const std::vector<int>& combination) {
-    KernelConfig config;
-    config.family = family.name();
-    for (size_t i = 0; i < space.size(); ++i) config.params[space[i].name] = combination[i];
-    if (family.check(config, problem, limits).valid) valid.push_back(std::move(config));
-  });
-  if (max_configs > 0 && static_cast<int>(valid.size()) > max_configs) {
-    std::vector<KernelConfig> spread;
-    for (int i = 0; i < max_configs; ++i) spread.push_back(valid[valid.size() * static_cast<size_t>(i) / static_cast<size_t>(max_configs)]);
-    valid = std::move(spread);
-  }
-  return valid;
+  return search::spread_evenly(search::enumerate_space(family, problem, limits, ranges).candidates,
+                               static_cast<std::size_t>(std::max(max_configs, 0)));
 }
 
 std::vector<SweepRow> run_sweep(const SweepOptions& options, const std::function<void(const SweepRow&)>& progress) {

@@ -47,10 +47,10 @@ struct SweepRow {
   std::string error;  // compile, launch or verification failure
 };
 
-// Sweep ranges for a family and M (small M: one m16 row, many N/K/split shapes; large M: bigger M tiles).
+// The family's curated ranges at M (KernelFamily::curated_ranges).
 std::map<std::string, std::vector<int>> default_sweep_ranges(const KernelFamily& family, int64_t m);
 
-// Every valid config from the ranges, in a deterministic order, at most max_configs (spread evenly when capped).
+// Every valid config from the ranges (search::enumerate_space), at most max_configs (search::spread_evenly; 0: all).
 std::vector<KernelConfig> enumerate_configs(const KernelFamily& family, const std::map<std::string, std::vector<int>>& ranges,
                                             const Problem& problem, const ArchLimits& limits, int max_configs);
 

@@ -1,0 +1,73 @@
+// Each family owns its space: the curated ranges per M (what `qtune tune` searches by default) lie inside the family's
+// parameter domains, and a family that does not narrow them searches its whole space.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "kernels/family.hpp"
+
+namespace qtune {
+namespace {
+
+TEST(CuratedRanges, EveryValueIsOneOfTheFamilysDomain) {
+  for (const KernelFamily* family : kernel_families()) {
+    const std::vector<ParameterDomain> space = family->parameter_space();
+    for (const std::int64_t m : {1, 8, 16, 17, 32, 64, 65, 128, 256, 257, 512, 8192}) {
+      const ParameterRanges ranges = family->curated_ranges(m);
+      EXPECT_FALSE(ranges.empty()) << family->name() << " m=" << m;
+      for (const auto& [name, values] : ranges) {
+        const auto domain = std::find_if(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == name; });
+        ASSERT_NE(domain, space.end()) << family->name() << " m=" << m << ": no parameter " << name;
+        EXPECT_FALSE(values.empty()) << family->name() << " m=" << m << " " << name;
+        for (const int value : values) {
+          EXPECT_NE(std::find(domain->values.begin(), domain->values.end(), value), domain->values.end())
+              << family->name() << " m=" << m << ": " << name << "=" << value << " is outside the domain";
+        }
+      }
+    }
+  }
+}
+
+TEST(CuratedRanges, NarrowTheSpaceByM) {
+  const KernelFamily& mma = find_family("mma");
+  EXPECT_EQ(mma.curated_ranges(1).at("bm"), (std::vector<int>{16}));
+  EXPECT_EQ(mma.curated_ranges(32).at("bm"), (std::vector<int>{32}));
+  EXPECT_EQ(mma.curated_ranges(4096).at("split"), (std::vector<int>{1}));
+  const KernelFamily& wgmma = find_family("wgmma");
+  EXPECT_EQ(wgmma.curated_ranges(16).at("overlap"), (std::vector<int>{0}));
+  EXPECT_EQ(wgmma.curated_ranges(256).at("overlap"), (std::vector<int>{1}));
+  EXPECT_EQ(wgmma.curated_ranges(1024).at("bm"), (std::vector<int>{64, 128}));
+}
+
+// A family that does not narrow its space (the default) searches every value of every parameter.
+class WholeSpaceFamily final : public KernelFamily {
+ public:
+  std::string name() const override { return "whole"; }
+  std::string description() const override { return ""; }
+  std::vector<ParameterDomain> parameter_space() const override { return {{"a", {1, 2}, ""}, {"b", {3}, ""}}; }
+  ArchSupport supports(const FormatSpec&, int sm) const override { return {sm, true, ""}; }
+  RuleVerdict check(const KernelConfig&, const Problem&, const ArchLimits&) const override { return RuleVerdict::ok(); }
+  std::string kernel_name(const KernelConfig&, const FormatSpec&) const override { return ""; }
+  std::string instantiation_source(const KernelConfig&, const FormatSpec&, const std::string&) const override { return ""; }
+  LaunchGeometry launch_geometry(const KernelConfig&, const Problem&) const override { return {}; }
+  std::vector<BufferSpec> buffers(const KernelConfig&, const Problem&) const override { return {}; }
+  KernelArguments pack_arguments(const KernelConfig&, const Problem&, const std::map<std::string, uint64_t>&) const override {
+    return {};
+  }
+  PackedBuffers prepack_weights(const QuantizedWeights&, const KernelConfig&) const override { return {}; }
+  QuantizedWeights unpack_weights(const PackedBuffers&, const FormatSpec&, int64_t, int64_t, const KernelConfig&) const override {
+    return {};
+  }
+  PackedBuffers prepack_activations(const QuantizedActivations&, const KernelConfig&) const override { return {}; }
+  std::vector<uint8_t> pack_bias(std::span<const float>, const FormatSpec&) const override { return {}; }
+  KernelConfig default_config(const Problem&, const ArchLimits&) const override { return {}; }
+};
+
+TEST(CuratedRanges, ByDefaultTheWholeSpace) {
+  const WholeSpaceFamily family;
+  EXPECT_EQ(family.curated_ranges(1), (ParameterRanges{{"a", {1, 2}}, {"b", {3}}}));
+  EXPECT_EQ(family.curated_ranges(8192), family.curated_ranges(1));
+}
+
+}  // namespace
+}  // namespace qtune
