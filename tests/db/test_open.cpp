@@ -12,6 +12,7 @@
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
+#include "tests/common/input_error.hpp"
 #include "tests/db/db_test_support.hpp"
 
 namespace qtune::db {
@@ -19,6 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::TempDir;
+using ::qtune::test_support::input_error;
 using ::qtune::test_support::WorkingDirectory;
 
 void fill(const fs::path& file) {
@@ -29,17 +31,6 @@ void fill(const fs::path& file) {
   store.insert_verification(testing::passed(run, problem, config));
   store.insert_measurement(testing::ok_measurement(run, problem, config, 10));
   store.finish_run(run, RunStatus::Completed);
-}
-
-// The InputError an action throws; fails the test if it throws nothing or something else.
-std::string input_error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
 }
 
 // Restores a folder's mode when the test ends, so that TempDir can remove it.
@@ -132,13 +123,13 @@ TEST(OpenBadFile, EachIsAnInputErrorSayingWhatIsWrongWithTheFile) {
   };
   for (const auto& [file, what] : cases) {
     const auto bytes = testing::file_bytes(file);
-    const std::string message = input_error_of([&] { Store::open_read_only(file); });
+    const std::string message = input_error([&] { Store::open_read_only(file); });
     EXPECT_NE(message.find(file.string()), std::string::npos) << message;
     EXPECT_NE(message.find(what), std::string::npos) << message;
     EXPECT_EQ(message.find("SELECT"), std::string::npos) << "no SQL in the message: " << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     if (file != empty) {  // an empty file is where `db init` makes a new database
-      EXPECT_NE(input_error_of([&] { Store::open(file); }).find(what), std::string::npos) << file;
+      EXPECT_NE(input_error([&] { Store::open(file); }).find(what), std::string::npos) << file;
     }
     EXPECT_EQ(testing::file_bytes(file), bytes) << file << " was changed";
     EXPECT_FALSE(fs::exists(file.string() + "-wal")) << file;
@@ -155,7 +146,7 @@ TEST(OpenBadFile, BrokenReferencesMakeTheStoreUnreadableForReports) {
     raw.execute("DELETE FROM kernel_configs");
   }
   Store store = Store::open_read_only(file);
-  const std::string message = input_error_of([&] { store.require_readable(); });
+  const std::string message = input_error([&] { store.require_readable(); });
   EXPECT_NE(message.find(file.string() + ": damaged"), std::string::npos) << message;
   EXPECT_NE(message.find("refers to a missing row of kernel_configs"), std::string::npos) << message;
 

@@ -5,24 +5,16 @@
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 
 #include "kernels/error.hpp"
+#include "tests/common/input_error.hpp"
 #include "tests/common/temp_dir.hpp"
 
 namespace qtune {
 namespace {
 
-std::string input_error(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no InputError";
-  return "";
-}
+using test_support::input_error;
 
 TEST(InputFile, ReadsEveryByteOrSaysItCannot) {
   const test_support::TempDir dir;

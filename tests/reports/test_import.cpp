@@ -6,6 +6,7 @@
 
 #include "kernels/error.hpp"
 #include "reports/external_import.hpp"
+#include "tests/common/input_error.hpp"
 #include "tests/reports/report_test_support.hpp"
 #include "tuner/cli/cli.hpp"
 
@@ -35,14 +36,7 @@ nlohmann::json humming_file(nlohmann::json problem) {
           {"result", {{"1", {{"time", 0.0301}}}, {"64", {{"time", 0.0322}}}}}};
 }
 
-void expect_input_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
-  try {
-    action();
-    FAIL() << "expected an InputError";
-  } catch (const InputError& error) {
-    for (const std::string& fragment : fragments) EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
-  }
-}
+using test_support::expect_input_error;
 
 TEST(ImportHumming, ReadsThePublishedSampleAsCudaEventMeans) {
   const ExternalFile file = read_external_file(testing::test_data(kHummingSample));

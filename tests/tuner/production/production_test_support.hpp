@@ -13,6 +13,7 @@
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
 #include "reports/selection_table.hpp"
+#include "tests/common/input_error.hpp"
 
 namespace qtune::production::testing {
 
@@ -59,19 +60,6 @@ inline std::filesystem::path write_table(const std::filesystem::path& file, cons
   return file;
 }
 
-// The message of the InputError `action` throws; fails the test if it throws nothing or something else.
-template <typename Action>
-std::string input_error(Action action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "expected InputError, got: " << error.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InputError, nothing was thrown";
-  return "";
-}
+using test_support::input_error;  // the message of the InputError an action throws
 
 }  // namespace qtune::production::testing
