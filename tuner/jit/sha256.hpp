@@ -1,6 +1,6 @@
 #pragma once
 // SHA-256 (FIPS 180-4) for the kernel cache's keys and for checking cache entries and cubins, computed by OpenSSL's
-// libcrypto (linked statically, so nothing more is needed where the binaries run). Not for secrets.
+// libcrypto (its SHA-256 alone, linked statically: nothing more is needed where the binaries run). Not for secrets.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX, kept out of this header
+struct SHA256state_st;  // OpenSSL's SHA256_CTX, kept out of this header
 
 namespace qtune::jit {
 
@@ -16,7 +16,7 @@ class Sha256 {
  public:
   using Digest = std::array<std::uint8_t, 32>;
 
-  Sha256();  // throws LibraryError("OpenSSL", ...) when libcrypto cannot start a digest
+  Sha256();
   Sha256(Sha256&&) noexcept = default;
   Sha256& operator=(Sha256&&) noexcept = default;
   ~Sha256();
@@ -31,9 +31,9 @@ class Sha256 {
 
  private:
   struct ContextDeleter {
-    void operator()(evp_md_ctx_st* context) const;
+    void operator()(SHA256state_st* context) const;
   };
-  std::unique_ptr<evp_md_ctx_st, ContextDeleter> context_;
+  std::unique_ptr<SHA256state_st, ContextDeleter> context_;
   bool finished_ = false;
 };
 
