@@ -106,8 +106,8 @@ struct FormatSpec {
 
 // The specs of a format list as users type it (`--format`): specs separated by ',' or ';', blanks around each
 // ignored. Commas also separate a spec's own options, so a piece with '=' and no ':' continues the spec before it
-// when that one has options: "w4a16-int4-ch,nvfp4:scale=e4m3,act-scale=g16;w8a16-int8-ch" is three specs. Returns
-// the spec texts in order, unparsed; throws InputError "<field>: empty format in '<text>'" for an empty one.
+// when that one has options: "w4a16-int4-ch,w8a8-fp8-ch:scale=f16,act-scale=token;w8a16-int8-ch" is three specs.
+// Returns the spec texts in order, unparsed; throws InputError "<field>: empty format in '<text>'" for an empty one.
 std::vector<std::string> split_format_list(std::string_view text, std::string_view field = "--format");
 // The specs of such a list parsed (InputError "<field>: '<spec>': <why>"), the first of equal formats kept.
 std::vector<FormatSpec> parse_format_list(std::string_view text, std::string_view field = "--format");

@@ -487,6 +487,8 @@ TEST(FormatList, SplitsSpecsButKeepsTheirOwnOptions) {
   EXPECT_EQ(split_format_list("w4a4-fp4-g16+t:scale=e4m3,act-scale=g16+t,act-scale-type=e4m3;w8a16-int8-ch,f16"),
             (std::vector<std::string>{"w4a4-fp4-g16+t:scale=e4m3,act-scale=g16+t,act-scale-type=e4m3", "w8a16-int8-ch", "f16"}));
   EXPECT_EQ(split_format_list("w8a8-fp8-ch:scale=f16, act-scale=token"), (std::vector<std::string>{"w8a8-fp8-ch:scale=f16,act-scale=token"}));
+  // The README's example.
+  EXPECT_EQ(parse_format_list("w4a16-int4-ch,w8a8-fp8-ch:scale=f16,act-scale=token;w8a16-int8-ch").size(), 3u);
   // Without options before it, an option is a spec of its own (which FormatSpec::parse then refuses).
   EXPECT_EQ(split_format_list("w4a16-int4-ch,scale=f16"), (std::vector<std::string>{"w4a16-int4-ch", "scale=f16"}));
   for (const char* text : {"", "w4a16-int4-ch,,w8a16-int8-ch", "w4a16-int4-ch;", " , "}) {
