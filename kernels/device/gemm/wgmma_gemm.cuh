@@ -72,7 +72,6 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
   constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
   constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
   constexpr bool W_REGULAR = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
-  constexpr bool BF16 = F::COMPUTE_TYPE == kElementBF16;
 
   extern __shared__ __align__(1024) unsigned char shared[];
   __shared__ int last_split_flag;
@@ -201,7 +200,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
     for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int step = 0; step < G::KSTEPS; ++step) Wgmma<BM, BF16>::run(acc, fragment[step], descriptor[step]);
+    for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(acc, fragment[step], descriptor[step], 1);
     wgmma_commit();
 #pragma unroll
     for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);

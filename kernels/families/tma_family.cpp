@@ -1,0 +1,314 @@
+#include "kernels/families/tma_family.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/device/gemm/abi.cuh"
+#include "kernels/error.hpp"
+#include "kernels/families/mma_layout.hpp"
+
+namespace qtune {
+
+namespace dv = qtune::device;
+using mma::DeviceFormat;
+
+namespace {
+
+constexpr const char* kKernelName = "qtune_tma_gemm";
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Static shared memory of the kernel: full and empty barriers (8 bytes per slot each) and the split-K flag, after the
+// 1024 bytes ptxas reserves for the 1024-byte alignment of the dynamic window.
+int static_shared_bytes(int stages) { return 1024 + 16 * stages + 16; }
+
+// device::MulticastMode
+constexpr int kMulticastNone = 0;
+constexpr int kMulticastActivations = 1;
+constexpr int kMulticastWeights = 2;
+
+struct TmaTiles {
+  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent;
+
+  static TmaTiles from(const KernelConfig& config) {
+    return {config.get("bm"),      config.get("bn"),      config.get("bk"),        config.get("stages"),    config.get("split"),
+            config.get("raster"),  config.get("cluster"), config.get("multicast"), config.get("persistent")};
+  }
+  int consumers() const { return bn / 64; }
+  int threads() const { return 128 * (consumers() + 1); }
+  int cluster_m() const { return multicast == kMulticastWeights ? cluster : 1; }
+  int cluster_n() const { return multicast == kMulticastWeights ? 1 : cluster; }
+  // Tiles including the padding of a cluster along M (its second tile may lie past M).
+  int64_t tiles(const Problem& problem) const {
+    return (problem.n / (bn * cluster_n())) * ceil_div(problem.m, bm * cluster_m()) * cluster;
+  }
+  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST>
+  std::string template_arguments() const {
+    return std::to_string(bm) + ", " + std::to_string(bn) + ", " + std::to_string(bk) + ", " + std::to_string(stages) + ", " +
+           std::to_string(split) + ", " + std::to_string(raster) + ", " + std::to_string(cluster) + ", " + std::to_string(multicast);
+  }
+};
+
+// K elements between flushes of the partial sums, and the K per wgmma batch (device::TmaGemm::CHUNK_K).
+int chunk_k(const DeviceFormat& device, int bk) {
+  const int flush = device.flush_k();
+  return flush > 0 && flush < bk ? flush : bk;
+}
+
+std::string number(int64_t value) { return std::to_string(value); }
+
+}  // namespace
+
+std::string TmaFamily::description() const {
+  return "quantized GEMM on Hopper wgmma (sm_90a) with a TMA-fed, warp-specialized, persistent main loop: W8A8 fp8/int8, "
+         "W4A8 and weight-only formats, mbarrier ring, split-K, clusters with TMA multicast";
+}
+
+std::vector<ParameterDomain> TmaFamily::parameter_space() const {
+  return {
+      {"bm", {16, 32, 64, 128, 256}, "BLOCK_M: rows of C (tokens, the wgmma N) per tile"},
+      {"bn", {64, 128}, "BLOCK_N: columns of C per tile: one consumer warpgroup per 64"},
+      {"bk", {64, 128, 256}, "BLOCK_K: depth of one shared-memory slot (a multiple of the weight atom: 64 K for f16/bf16, "
+                             "128 K for 8-bit activations)"},
+      {"stages", {2, 3, 4, 5, 6, 7, 8}, "STAGES: slots of the shared-memory ring the producer fills ahead"},
+      {"split", {1, 2, 3, 4, 6, 8}, "SPLIT_K: K ranges per tile, reduced deterministically by the last to finish"},
+      {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
+      {"cluster", {1, 2}, "CLUSTER: CTAs per thread-block cluster; two share one operand by TMA multicast"},
+      {"multicast", {0, 1, 2}, "MULTICAST: the operand a cluster loads once for both CTAs: 0 none, 1 activations (tiles "
+                               "side by side along N), 2 weights (along M)"},
+      {"persistent", {0, 1}, "PERSISTENT: 1 = one CTA per SM walks the work units (the next tile loads while this one "
+                             "is stored); 0 = one CTA per unit"},
+  };
+}
+
+ArchSupport TmaFamily::supports(const FormatSpec& format, int sm) const {
+  ArchSupport support = MmaFamily::supports(format, sm);
+  if (!support.supported) return support;
+  const std::string prefix = format.to_string() + " is unsupported on sm_" + std::to_string(sm) + " by the tma family: ";
+  if (sm != 90) {
+    support.supported = false;
+    support.reason = prefix + "wgmma, setmaxnreg and this TMA pipeline exist only on sm_90 (Hopper, compiled for sm_90a)";
+  } else if (mma::device_format(format).compute_bits() == 4) {
+    support.supported = false;
+    support.reason = prefix + "wgmma has no 4-bit operands";
+  }
+  return support;
+}
+
+int TmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format) {
+  const TmaTiles t = TmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(format);
+  const int a_stage = t.bm * t.bk * device.act_bits() / 8;
+  const int w_stage = (t.bn / 16) * (t.bk / device.atom_k()) * device.atom_bytes();
+  const int group = device.stage_group_k();
+  const int group_rows = group > 0 ? (group < t.bk ? t.bk / group : 1) : 0;
+  const int s_stage = device.staged_scales() ? group_rows * t.bn * device.scale_bytes() : 0;
+  const int z_stage = device.staged_zeros() ? group_rows * t.bn * 2 : 0;
+  const int sa_stage = device.staged_activation_scales() ? group_rows * t.bm * 4 : 0;
+  const int stage = (a_stage + w_stage + s_stage + z_stage + sa_stage + 1023) / 1024 * 1024;
+  return t.stages * stage + 1024;  // + the run-time alignment of the window to 1024 bytes
+}
+
+int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const FormatSpec& format) {
+  const TmaTiles t = TmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(format);
+  const bool flushes = device.flush_k() > 0;
+  const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
+  const int fragments = chunk_k(device, t.bk) / device.kstep() * 4;
+  constexpr int addressing = 48;  // pointers, indices, barrier state, vectors, temporaries
+  const int split_k = t.split > 1 ? 32 : 0;  // the reduction's addresses and loaded partial tiles (ptxas, sm_90a)
+  // Flushes that scale by staged group vectors hold column and token scales and their addresses.
+  const bool scaled_flush = device.scale_mode == dv::kScaleAccumulator || device.staged_activation_scales();
+  return accumulators + fragments + device.thread_words() + addressing + split_k + (scaled_flush ? 8 : 0);
+}
+
+RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
+  if (const RuleVerdict shared = check_config_and_shape(config, problem, limits); !shared.valid) return shared;
+  const TmaTiles t = TmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(problem.format);
+  for (const int group : {device.group_k, device.stage_group_k(), device.flush_k()}) {
+    if (group > 0 && group % t.bk != 0 && t.bk % group != 0) {
+      return RuleVerdict::fail("bk-divides-group", "bk=" + number(t.bk) + " neither divides nor is a multiple of the scale group " +
+                                                       number(group));
+    }
+  }
+  const int slab_k = 128 * 8 / device.act_bits();
+  if (t.bk % slab_k != 0) {
+    return RuleVerdict::fail("bk-slab", "bk=" + number(t.bk) + " is not a whole number of 128-byte activation rows (" +
+                                            number(slab_k) + " K)");
+  }
+  if (device.flush_k() > 0 && t.bm > 128) {
+    return RuleVerdict::fail("accumulators-per-thread", "bm=" + number(t.bm) + " with flushed partial sums needs " + number(t.bm) +
+                                                            " accumulators per thread (at most 128: bm <= 128)");
+  }
+  if ((t.cluster == 1) != (t.multicast == kMulticastNone)) {
+    return RuleVerdict::fail("cluster-multicast", t.cluster == 1 ? "multicast=" + number(t.multicast) + " needs cluster=2"
+                                                                 : "cluster=2 without multicast shares nothing: same as cluster=1");
+  }
+  if (t.multicast == kMulticastActivations && problem.n % (2 * t.bn) != 0) {
+    return RuleVerdict::fail("cluster-divides-n", "multicast=1 pairs tiles along N: N=" + number(problem.n) +
+                                                      " is not a multiple of 2 * bn=" + number(2 * t.bn));
+  }
+  if (t.multicast == kMulticastWeights && ceil_div(problem.m, t.bm) < 2) {
+    return RuleVerdict::fail("cluster-single-m-tile", "multicast=2 pairs tiles along M but M=" + number(problem.m) +
+                                                          " has one tile of bm=" + number(t.bm) + ": the second CTA would idle");
+  }
+  // s32 partial sums of |a| <= 128 times |b| <= 128 stay exact up to 2^31 / 2^14 = 131072 products.
+  if (device.integer_mma() && device.flush_k() == 0 && problem.k > 131072) {
+    return RuleVerdict::fail("int32-accumulator-range", "K=" + number(problem.k) +
+                                                            " could overflow the s32 partial sums of the integer MMA (at most 131072)");
+  }
+  const int64_t k_tiles = problem.k / t.bk;
+  if (t.split > k_tiles) {
+    return RuleVerdict::fail("split-exceeds-k", "split=" + number(t.split) + " exceeds the " + number(k_tiles) +
+                                                    " K tiles of bk=" + number(t.bk));
+  }
+  const int64_t units = t.tiles(problem) / t.cluster * t.split;
+  if (t.persistent == 1 && units <= limits.sm_count / t.cluster) {
+    return RuleVerdict::fail("persistent-one-wave", "persistent=1 with " + number(units) + " work units of " + number(t.cluster) +
+                                                        " CTAs: at most one per SM already, same as persistent=0");
+  }
+  const int shared = shared_bytes(config, problem.format) + static_shared_bytes(t.stages);
+  if (shared > limits.max_shared_per_block) {
+    return RuleVerdict::fail("smem-per-block", number(shared) + " bytes of shared memory exceed the " +
+                                                   number(limits.max_shared_per_block) + " a block may use on sm_" + number(limits.sm));
+  }
+  const int registers = estimated_consumer_registers(config, problem.format);
+  if (registers > consumer_registers(t.bn)) {
+    return RuleVerdict::fail("registers-per-thread", "about " + number(registers) + " registers per consumer thread needed, " +
+                                                         number(consumer_registers(t.bn)) + " available: it would spill");
+  }
+  return check_m_tiling(t.bm, t.raster, problem);
+}
+
+std::string TmaFamily::kernel_name(const KernelConfig&, const FormatSpec&) const { return kKernelName; }
+
+std::string TmaFamily::instantiation_source(const KernelConfig& config, const FormatSpec& format, const std::string& arch) const {
+  const int sm = sm_of_arch(arch);
+  const ArchSupport support = supports(format, sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  if (arch != "sm_90a") QTUNE_THROW(UnsupportedError, "the tma family compiles for sm_90a only (wgmma and setmaxnreg are architecture-specific), not " + arch);
+  const DeviceFormat device = mma::device_format(format);
+  const TmaTiles tiles = TmaTiles::from(config);
+  std::string source;
+  source += "// qtune tma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
+  source += "#include \"gemm/tma_gemm.cuh\"\n";
+  source += "namespace qd = qtune::device;\n";
+  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
+  source += "using QtuneTiles = qd::TmaTiles<" + tiles.template_arguments() + ">;\n";
+  source += "static_assert(qd::TmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " + number(shared_bytes(config, format)) +
+            ", \"host and device disagree on the shared memory size\");\n";
+  source += "static_assert(QtuneTiles::THREADS == " + number(tiles.threads()) + ", \"host and device disagree on the block size\");\n";
+  const std::string cluster = tiles.cluster > 1 ? "__cluster_dims__(" + number(tiles.cluster) + ", 1, 1) " : "";
+  source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + cluster + kKernelName +
+            "(const qd::GemmParams params, const __grid_constant__ qd::TensorMap activation_map) {\n";
+  source += "  qd::tma_gemm<QtuneFormat, QtuneTiles>(params, activation_map);\n";
+  source += "}\n";
+  return source;
+}
+
+LaunchGeometry TmaFamily::launch_geometry(const KernelConfig& config, const Problem& problem) const {
+  const TmaTiles t = TmaTiles::from(config);
+  const int64_t tiles = t.tiles(problem);
+  LaunchGeometry geometry;
+  geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
+  geometry.block = {static_cast<uint32_t>(t.threads()), 1, 1};
+  geometry.dynamic_shared_bytes = static_cast<uint32_t>(shared_bytes(config, problem.format));
+  if (t.split > 1) {
+    geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
+    geometry.workspace_starts_zeroed = true;
+  }
+  geometry.persistent_ctas_per_sm = t.persistent ? 1 : 0;
+  geometry.cluster_ctas = static_cast<uint32_t>(t.cluster);
+  return geometry;
+}
+
+KernelArguments TmaFamily::pack_arguments(const KernelConfig& config, const Problem& problem,
+                                          const std::map<std::string, uint64_t>& device_addresses) const {
+  KernelArguments arguments = MmaFamily::pack_arguments(config, problem, device_addresses);
+  const TmaTiles t = TmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(problem.format);
+  TensorMapRequest map;
+  map.offset = (arguments.storage.size() + 63) / 64 * 64;
+  map.address = device_addresses.at("a");
+  map.element_bytes = static_cast<uint32_t>(device.act_bits() / 8);
+  map.rows = static_cast<uint64_t>(problem.m);
+  map.columns = static_cast<uint64_t>(problem.k);
+  map.box_rows = static_cast<uint32_t>(t.bm);
+  map.box_columns = 128 / map.element_bytes;
+  arguments.storage.resize(map.offset + 128, 0);
+  arguments.offsets.push_back(map.offset);
+  arguments.tensor_maps.push_back(map);
+  return arguments;
+}
+
+std::map<std::string, std::vector<int>> TmaFamily::curated_ranges(int64_t m) {
+  if (m <= 64) {
+    const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {64, 128, 256}}, {"stages", {4, 6, 8}}, {"split", {1, 2, 4}},
+            {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0, 1}}};
+  }
+  if (m <= 256) {
+    return {{"bm", {64, 128}},  {"bn", {128}},       {"bk", {64, 128}},        {"stages", {4, 6}},     {"split", {1, 2}},
+            {"raster", {0, 2}}, {"cluster", {1, 2}}, {"multicast", {0, 1, 2}}, {"persistent", {0, 1}}};
+  }
+  return {{"bm", {128}},      {"bn", {128}},       {"bk", {64, 128}},        {"stages", {4, 6}},     {"split", {1}},
+          {"raster", {0, 2}}, {"cluster", {1, 2}}, {"multicast", {0, 1, 2}}, {"persistent", {0, 1}}};
+}
+
+KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
+  const ArchSupport support = supports(problem.format, limits.sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  const DeviceFormat device = mma::device_format(problem.format);
+  // Tokens fill one wgmma N (16..128); two consumer warpgroups take 128 weight columns, one 128-byte activation slab
+  // deep per slot (128 K of 8-bit, 64 K of 16-bit activations: two slabs, so 128 K too). As many slots as fit about
+  // 200 KB keep the bulk copies of several K tiles in flight. Split-K while the units fill less than half the SMs
+  // and each split keeps 4 K tiles; a persistent grid once there is more than one wave of units.
+  const int64_t m = problem.m;
+  const int bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
+  const int64_t sms = std::max(1, limits.sm_count);
+  std::string last_failure;
+  for (int bn : {128, 64}) {
+    for (int bk : {128, 256, 64}) {
+      if (problem.n % bn != 0 || problem.k % bk != 0) continue;
+      KernelConfig config;
+      config.family = name();
+      config.params = {{"bm", bm},     {"bn", bn},      {"bk", bk},        {"stages", 2},     {"split", 1},
+                       {"raster", 0},  {"cluster", 1},  {"multicast", 0},  {"persistent", 0}};
+      const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
+      const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, 8);
+      const int64_t tiles = (problem.n / bn) * ceil_div(m, bm);
+      int split = 1;
+      for (int candidate : {2, 4, 8}) {
+        if (2 * tiles * split >= sms || problem.k / bk / candidate < 4) break;
+        split = candidate;
+      }
+      if (ceil_div(m, bm) >= 4) config.params["raster"] = 2;
+      // A split the registers cannot hold (flushed partial sums and the reduction) falls back to fewer splits.
+      for (; split >= 1; split /= 2) {
+        config.params["split"] = split;
+        config.params["persistent"] = tiles * split > sms ? 1 : 0;
+        for (int depth = stages; depth >= 2; --depth) {
+          config.params["stages"] = depth;
+          const RuleVerdict verdict = check(config, problem, limits);
+          if (verdict.valid) return config;
+          last_failure = verdict.rule + ": " + verdict.detail;
+        }
+      }
+    }
+  }
+  (void)device;
+  QTUNE_THROW(UnsupportedError, "tma family: no configuration fits " + problem.to_string() + " (" + last_failure + ")");
+}
+
+bool TmaFamily::preferred_for(const Problem& problem, int) const {
+  // Quantized activations from kPreferredFromM on (the mma family's swap-AB and small tiles below).
+  return problem.format.activation_is_quantized() && problem.m >= kPreferredFromM;
+}
+
+const TmaFamily& tma_family() {
+  static const TmaFamily family;
+  return family;
+}
+
+}  // namespace qtune
