@@ -146,15 +146,27 @@ void encode_tensor_map(const TensorMapRequest& request, std::vector<uint8_t>& st
   std::memcpy(storage.data() + request.offset, &map, sizeof(map));
 }
 
-// A persistent grid: at most `per_sm` CTAs per SM of the current device, whole clusters.
-uint32_t persistent_grid(const LaunchGeometry& geometry) {
+// A persistent grid: at most `per_sm` CTAs per SM of the current device, whole clusters, and no more clusters than
+// the device holds at once (pairs of SMs of one GPC: fewer than SMs / 2 where a GPC has an odd count free).
+uint32_t persistent_grid(const LaunchGeometry& geometry, const runtime::Kernel& kernel) {
   CUdevice device = 0;
   QTUNE_CU(cuCtxGetDevice, &device);
   int sm_count = 0;
   QTUNE_CU(cuDeviceGetAttribute, &sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
   const uint32_t cluster = std::max<uint32_t>(geometry.cluster_ctas, 1);
-  const uint32_t resident = std::max<uint32_t>(static_cast<uint32_t>(sm_count) * geometry.persistent_ctas_per_sm / cluster, 1) * cluster;
-  return std::min(geometry.grid[0], resident);
+  uint32_t clusters = std::max<uint32_t>(static_cast<uint32_t>(sm_count) * geometry.persistent_ctas_per_sm / cluster, 1);
+  if (cluster > 1) {
+    CUlaunchConfig config{};
+    config.gridDimX = geometry.grid[0];
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = geometry.block[0];
+    config.blockDimY = config.blockDimZ = 1;
+    config.sharedMemBytes = geometry.dynamic_shared_bytes;
+    int resident = 0;
+    QTUNE_CU(cuOccupancyMaxActiveClusters, &resident, kernel.get(), &config);
+    if (resident > 0) clusters = std::min(clusters, static_cast<uint32_t>(resident));
+  }
+  return std::min(geometry.grid[0], clusters * cluster);
 }
 
 }  // namespace
@@ -168,7 +180,8 @@ void launch_gemm(const KernelFamily& family, const KernelConfig& config, const P
   // Always opt in: the 48 KiB default counts static shared memory too, so 48 KiB of dynamic memory already exceeds it.
   if (geometry.dynamic_shared_bytes > 0) kernel.set_max_dynamic_shared_memory(static_cast<int>(geometry.dynamic_shared_bytes));
   runtime::LaunchConfig launch;
-  launch.grid = {geometry.persistent_ctas_per_sm > 0 ? persistent_grid(geometry) : geometry.grid[0], geometry.grid[1], geometry.grid[2]};
+  launch.grid = {geometry.persistent_ctas_per_sm > 0 ? persistent_grid(geometry, kernel) : geometry.grid[0], geometry.grid[1],
+                 geometry.grid[2]};
   launch.block = {geometry.block[0], geometry.block[1], geometry.block[2]};
   launch.dynamic_shared_bytes = geometry.dynamic_shared_bytes;
   kernel.launch(launch, stream, pointers.data());
