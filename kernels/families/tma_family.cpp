@@ -27,12 +27,17 @@ constexpr int kMulticastNone = 0;
 constexpr int kMulticastActivations = 1;
 constexpr int kMulticastWeights = 2;
 
+// Configs recorded before "overlap" existed ran without a wgmma group in flight.
+constexpr int kOverlapWhenAbsent = 0;
+
 struct TmaTiles {
-  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent;
+  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap;
 
   static TmaTiles from(const KernelConfig& config) {
-    return {config.get("bm"),      config.get("bn"),      config.get("bk"),        config.get("stages"),    config.get("split"),
-            config.get("raster"),  config.get("cluster"), config.get("multicast"), config.get("persistent")};
+    const auto overlap = config.params.find("overlap");
+    return {config.get("bm"),     config.get("bn"),      config.get("bk"),        config.get("stages"),     config.get("split"),
+            config.get("raster"), config.get("cluster"), config.get("multicast"), config.get("persistent"),
+            overlap == config.params.end() ? kOverlapWhenAbsent : overlap->second};
   }
   int consumers() const { return bn / 64; }
   int threads() const { return 128 * (consumers() + 1); }
@@ -42,10 +47,11 @@ struct TmaTiles {
   int64_t tiles(const Problem& problem) const {
     return (problem.n / (bn * cluster_n())) * ceil_div(problem.m, bm * cluster_m()) * cluster;
   }
-  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST>
+  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST, OVERLAP>
   std::string template_arguments() const {
     return std::to_string(bm) + ", " + std::to_string(bn) + ", " + std::to_string(bk) + ", " + std::to_string(stages) + ", " +
-           std::to_string(split) + ", " + std::to_string(raster) + ", " + std::to_string(cluster) + ", " + std::to_string(multicast);
+           std::to_string(split) + ", " + std::to_string(raster) + ", " + std::to_string(cluster) + ", " + std::to_string(multicast) +
+           ", " + std::to_string(overlap);
   }
 };
 
@@ -78,6 +84,9 @@ std::vector<ParameterDomain> TmaFamily::parameter_space() const {
                                "side by side along N), 2 weights (along M)"},
       {"persistent", {0, 1}, "PERSISTENT: 1 = one CTA per SM walks the work units (the next tile loads while this one "
                              "is stored); 0 = one CTA per unit"},
+      {"overlap", {0, 1}, "OVERLAP: 1 = a slot's wgmmas run while the next slot's weights are converted (two fragment "
+                          "register sets; formats without flushed partial sums, an even K-tile count per split)",
+       kOverlapWhenAbsent},
   };
 }
 
@@ -114,7 +123,7 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   const DeviceFormat device = mma::device_format(format);
   const bool flushes = device.flush_k() > 0;
   const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
-  const int fragments = chunk_k(device, t.bk) / device.kstep() * 4;
+  const int fragments = chunk_k(device, t.bk) / device.kstep() * 4 * (t.overlap ? 2 : 1);
   constexpr int addressing = 48;  // pointers, indices, barrier state, vectors, temporaries
   const int split_k = t.split > 1 ? 32 : 0;  // the reduction's addresses and loaded partial tiles (ptxas, sm_90a)
   // Flushes that scale by staged group vectors hold column and token scales and their addresses.
@@ -140,6 +149,19 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
   if (device.flush_k() > 0 && t.bm > 128) {
     return RuleVerdict::fail("accumulators-per-thread", "bm=" + number(t.bm) + " with flushed partial sums needs " + number(t.bm) +
                                                             " accumulators per thread (at most 128: bm <= 128)");
+  }
+  if (t.overlap != 0 && t.overlap != 1) {
+    return RuleVerdict::fail("overlap-range", "overlap=" + number(t.overlap) + ": expected 0 or 1");
+  }
+  if (t.overlap == 1 && device.flush_k() != 0) {
+    return RuleVerdict::fail("overlap-flush", "overlap=1 takes formats without flushed partial sums: ptxas serializes the "
+                                              "wgmmas when the loop scales them every " + number(device.flush_k()) + " K (fp8 "
+                                              "operands, K-group scales)");
+  }
+  if (t.overlap == 1 && ((problem.k / t.bk) % t.split != 0 || (problem.k / t.bk / t.split) % 2 != 0)) {
+    return RuleVerdict::fail("overlap-even-k-tiles", "overlap=1 runs K tiles in pairs: the " + number(problem.k / t.bk) +
+                                                         " K tiles of bk=" + number(t.bk) + " must split into split=" +
+                                                         number(t.split) + " equal even ranges");
   }
   if ((t.cluster == 1) != (t.multicast == kMulticastNone)) {
     return RuleVerdict::fail("cluster-multicast", t.cluster == 1 ? "multicast=" + number(t.multicast) + " needs cluster=2"
@@ -246,14 +268,14 @@ std::map<std::string, std::vector<int>> TmaFamily::curated_ranges(int64_t m) {
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
     return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {64, 128, 256}}, {"stages", {4, 6, 8}}, {"split", {1, 2, 4}},
-            {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0, 1}}};
+            {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0, 1}}, {"overlap", {0, 1}}};
   }
   if (m <= 256) {
     return {{"bm", {64, 128}},  {"bn", {128}},       {"bk", {64, 128}},        {"stages", {4, 6}},     {"split", {1, 2}},
-            {"raster", {0, 2}}, {"cluster", {1, 2}}, {"multicast", {0, 1, 2}}, {"persistent", {0, 1}}};
+            {"raster", {0, 2}}, {"cluster", {1, 2}}, {"multicast", {0, 1, 2}}, {"persistent", {0, 1}}, {"overlap", {0, 1}}};
   }
   return {{"bm", {128}},      {"bn", {128}},       {"bk", {64, 128}},        {"stages", {4, 6}},     {"split", {1}},
-          {"raster", {0, 2}}, {"cluster", {1, 2}}, {"multicast", {0, 1, 2}}, {"persistent", {0, 1}}};
+          {"raster", {0, 2}}, {"cluster", {1, 2}}, {"multicast", {0, 1, 2}}, {"persistent", {0, 1}}, {"overlap", {0, 1}}};
 }
 
 KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
@@ -273,8 +295,8 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
       if (problem.n % bn != 0 || problem.k % bk != 0) continue;
       KernelConfig config;
       config.family = name();
-      config.params = {{"bm", bm},     {"bn", bn},      {"bk", bk},        {"stages", 2},     {"split", 1},
-                       {"raster", 0},  {"cluster", 1},  {"multicast", 0},  {"persistent", 0}};
+      config.params = {{"bm", bm},    {"bn", bn},     {"bk", bk},       {"stages", 2},      {"split", 1},
+                       {"raster", 0}, {"cluster", 1}, {"multicast", 0}, {"persistent", 0}, {"overlap", 0}};
       const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
       const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, 8);
       const int64_t tiles = (problem.n / bn) * ceil_div(m, bm);
@@ -284,15 +306,19 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
         split = candidate;
       }
       if (ceil_div(m, bm) >= 4) config.params["raster"] = 2;
-      // A split the registers cannot hold (flushed partial sums and the reduction) falls back to fewer splits.
+      // A split the registers cannot hold (flushed partial sums and the reduction) falls back to fewer splits; a
+      // second fragment set (a group in flight) goes first.
       for (; split >= 1; split /= 2) {
         config.params["split"] = split;
         config.params["persistent"] = tiles * split > sms ? 1 : 0;
-        for (int depth = stages; depth >= 2; --depth) {
-          config.params["stages"] = depth;
-          const RuleVerdict verdict = check(config, problem, limits);
-          if (verdict.valid) return config;
-          last_failure = verdict.rule + ": " + verdict.detail;
+        for (int overlap : {1, 0}) {
+          config.params["overlap"] = overlap;
+          for (int depth = stages; depth >= 2; --depth) {
+            config.params["stages"] = depth;
+            const RuleVerdict verdict = check(config, problem, limits);
+            if (verdict.valid) return config;
+            last_failure = verdict.rule + ": " + verdict.detail;
+          }
         }
       }
     }

@@ -112,7 +112,12 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1",
                     Problem{fp8.format, 64, 8192, 8192, false}),
             "persistent-one-wave");  // 64 tiles
-  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", fp8), "parameter-unknown");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", fp8), "overlap-flush");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", int4), "");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=2", int4), "parameter-domain");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=4,split=3,raster=0,cluster=1,multicast=0,persistent=0,overlap=1", int4),
+            "overlap-even-k-tiles");  // 64 K tiles in 3 ranges
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,wn=4", fp8), "parameter-unknown");
   EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0", fp8), "smem-per-block");
   EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0", Problem{FormatSpec::parse("w4a4-int4-ch"), 256, 8192, 8192, false}),
             "format-unsupported-on-arch");

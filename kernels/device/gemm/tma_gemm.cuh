@@ -40,10 +40,12 @@ enum MulticastMode : int {
 
 // Block tile, pipeline depth, split-K, rasterization and clusters of the tma family. Persistence is not a template
 // parameter: the same kernel runs one unit per CTA or persistently, as the launch grid decides.
-template <int BM, int BN, int BK, int STAGES_, int SPLIT, int RASTER_, int CLUSTER_, int MULTICAST_>
+template <int BM, int BN, int BK, int STAGES_, int SPLIT, int RASTER_, int CLUSTER_, int MULTICAST_, int OVERLAP_ = 0>
 struct TmaTiles {
   static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = BK;
   static constexpr int STAGES = STAGES_, SPLIT_K = SPLIT, RASTER = RASTER_, CLUSTER = CLUSTER_, MULTICAST = MULTICAST_;
+  // 1: the wgmmas of one slot run while the consumers convert the next slot's weights (two fragment register sets).
+  static constexpr bool OVERLAP = OVERLAP_ != 0;
   static constexpr int CONSUMERS = BN / 64;              // consumer warpgroups, one per 64 weight columns
   static constexpr int THREADS = 128 * (CONSUMERS + 1);  // and the producer warpgroup
   static constexpr int CLUSTER_M = MULTICAST == kMulticastWeights ? CLUSTER : 1;  // tiles of a cluster along M
@@ -58,6 +60,7 @@ struct TmaTiles {
   static_assert(CLUSTER_ == 1 || CLUSTER_ == 2, "CLUSTER must be 1 or 2 CTAs");
   static_assert(MULTICAST_ >= kMulticastNone && MULTICAST_ <= kMulticastWeights, "MULTICAST is 0 (none), 1 (activations) or 2 (weights)");
   static_assert((CLUSTER_ == 1) == (MULTICAST_ == kMulticastNone), "a cluster of 2 shares one operand by multicast, and multicast needs the cluster");
+  static_assert(OVERLAP_ == 0 || OVERLAP_ == 1, "OVERLAP (a wgmma group in flight while the next slot is converted) is 0 or 1");
 };
 
 template <class F, class T>
@@ -271,110 +274,174 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       tile_origin(work, m0, n0);
       const int rows_valid = min(BM, p.m - m0);
       const StripVectors<F> channel = channel_vectors<F>(p, n0 + strip * 16 + group * 2);
-      bool fresh = true;  // the next wgmma starts a new partial sum
-      for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
-        mbarrier_wait(full0 + stage * 8, phase);
-        const u32 a_smem = smem + stage * G::STAGE_BYTES;
-        const u32 w_smem = a_smem + G::A_STAGE_BYTES;
+      // ---- one batch of wgmmas: the k-steps of a chunk of one slot (a flush group, or the whole slot) ----
+      // This warp's A fragments of the chunk's k-steps, from the slot at `base`.
+      auto build = [&](u32 base, int chunk, u32 (&fragment)[G::CHUNK_STEPS][4]) {
+        const u32 w_smem = base + G::A_STAGE_BYTES;
         const u32 s_smem = w_smem + G::W_STAGE_BYTES;
         const u32 z_smem = s_smem + G::S_STAGE_BYTES;
-        [[maybe_unused]] const u32 sa_smem = z_smem + G::Z_STAGE_BYTES;
+        u32 words[F::THREAD_WORDS];
+        StripVectors<F> vectors = channel;
 #pragma unroll
-        for (int chunk = 0; chunk < G::CHUNKS; ++chunk) {
-          // ---- this warp's A fragments of the chunk's k-steps ----
-          u32 fragment[G::CHUNK_STEPS][4];
-          u32 words[F::THREAD_WORDS];
-          StripVectors<F> vectors = channel;
-#pragma unroll
-          for (int i = 0; i < G::CHUNK_STEPS; ++i) {
-            const int step = chunk * G::CHUNK_STEPS + i;  // k-step within the slot
-            const int atom = step / 4, ks = step % 4;
-            if (i == 0 || ks == 0) {
-              load_atom_words<F>(words, w_smem + (strip * G::KA + atom) * F::ATOM_BYTES, lane);
-              vectors = channel;
-            }
-            if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0) {
-              const bool reload = i == 0 || ks == 0 || (G::GROUP_K < F::ATOM_K && (ks * F::KSTEP) % G::GROUP_K == 0);
-              if (reload) {
-                const int row = G::GROUP_K >= BK ? 0 : (step * F::KSTEP) / G::GROUP_K;
-                load_staged_vectors<F, G::S_ROW_BYTES, G::Z_ROW_BYTES>(vectors, s_smem, z_smem, row, (strip * 16 + group * 2) * 2);
-              }
-            }
-            u32 b[2][2];  // [n8 half of the strip = fragment row half][register]
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int slot = (ks * 2 + half) * 2;
-              if constexpr (F::QUANTIZED_ACT) {
-                b[half][0] = operand_slot<F>(words, slot);
-                b[half][1] = operand_slot<F>(words, slot + 1);
-              } else {
-                dequant_pair<F>(b[half][0], b[half][1], words, slot, vectors, half);
-              }
-            }
-            fragment[i][0] = b[0][0];
-            fragment[i][1] = b[1][0];
-            fragment[i][2] = b[0][1];
-            fragment[i][3] = b[1][1];
+        for (int i = 0; i < G::CHUNK_STEPS; ++i) {
+          const int step = chunk * G::CHUNK_STEPS + i;  // k-step within the slot
+          const int atom = step / 4, ks = step % 4;
+          if (i == 0 || ks == 0) {
+            load_atom_words<F>(words, w_smem + (strip * G::KA + atom) * F::ATOM_BYTES, lane);
+            vectors = channel;
           }
-          // ---- one batch of wgmmas: k-step s reads 32 bytes at (s % 4) * 32 of every row of slab s / 4 ----
-#pragma unroll
-          for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
-          wgmma_fence();
-#pragma unroll
-          for (int i = 0; i < G::CHUNK_STEPS; ++i) {
-            const int step = chunk * G::CHUNK_STEPS + i;
-            const u64 descriptor = swizzled_slab_descriptor(a_smem + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
-            Mma::run(part, fragment[i], descriptor, i == 0 && fresh ? 0 : 1);
+          if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0) {
+            const bool reload = i == 0 || ks == 0 || (G::GROUP_K < F::ATOM_K && (ks * F::KSTEP) % G::GROUP_K == 0);
+            if (reload) {
+              const int row = G::GROUP_K >= BK ? 0 : (step * F::KSTEP) / G::GROUP_K;
+              load_staged_vectors<F, G::S_ROW_BYTES, G::Z_ROW_BYTES>(vectors, s_smem, z_smem, row, (strip * 16 + group * 2) * 2);
+            }
           }
-          wgmma_commit();
+          u32 b[2][2];  // [n8 half of the strip = fragment row half][register]
 #pragma unroll
-          for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
-          wgmma_wait<0>();
+          for (int half = 0; half < 2; ++half) {
+            const int slot = (ks * 2 + half) * 2;
+            if constexpr (F::QUANTIZED_ACT) {
+              b[half][0] = operand_slot<F>(words, slot);
+              b[half][1] = operand_slot<F>(words, slot + 1);
+            } else {
+              dequant_pair<F>(b[half][0], b[half][1], words, slot, vectors, half);
+            }
+          }
+          fragment[i][0] = b[0][0];
+          fragment[i][1] = b[1][0];
+          fragment[i][2] = b[0][1];
+          fragment[i][3] = b[1][1];
+        }
+        // The fragments are complete here, not sunk past the next wgmma fence (ptxas then injects fences, C7519).
 #pragma unroll
-          for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
-          fresh = false;
-          if constexpr (G::FLUSHES) {
-            // A flush group ends (or the unit's K range): scale its partial sums into the f32 accumulators.
-            const bool ends = F::FLUSH_K <= BK || (kt + 1) * BK % F::FLUSH_K == 0 || kt == work.kt_end - 1;
-            if (ends) {
-              const int row = G::GROUP_K > 0 && G::GROUP_K < BK ? chunk * G::CHUNK_K / G::GROUP_K : 0;
-              float column_scale[2] = {1.0f, 1.0f};
-              if constexpr (F::SCALES == kScaleAccumulator) {
-                column_scale[0] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (strip * 16 + group) * 4);
-                column_scale[1] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (strip * 16 + group + 8) * 4);
-              }
+        for (int i = 0; i < G::CHUNK_STEPS; ++i)
 #pragma unroll
-              for (int j = 0; j < BM / 8; ++j) {
-                float token_scale[2] = {1.0f, 1.0f};
-                if constexpr (F::STAGED_ACT_SCALES) ld_shared_f32x2(token_scale, sa_smem + row * G::SA_ROW_BYTES + (j * 8 + quad * 2) * 4);
+          for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(fragment[i][r])::"memory");
+      };
+      // Issues the chunk's wgmmas as one group: k-step s reads 32 bytes at (s % 4) * 32 of every row of slab s / 4.
+      auto issue = [&](u32 base, int chunk, const u32 (&fragment)[G::CHUNK_STEPS][4], bool fresh) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  const float sum = static_cast<float>(part[4 * j + e]);
-                  if constexpr (F::SCALES == kScaleAccumulator || F::STAGED_ACT_SCALES) {
-                    acc[4 * j + e] = __fmaf_rn(sum, token_scale[e % 2] * column_scale[e / 2], acc[4 * j + e]);
-                  } else {
-                    acc[4 * j + e] += sum;
-                  }
+        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < G::CHUNK_STEPS; ++i) {
+          const int step = chunk * G::CHUNK_STEPS + i;
+          const u64 descriptor = swizzled_slab_descriptor(base + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
+          Mma::run(part, fragment[i], descriptor, i == 0 && fresh ? 0 : 1);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
+      };
+      // Waits for the group in flight; where a flush group ends (or the unit's K range) scales its partial sums into
+      // the f32 accumulators. Returns whether the next group starts a new partial sum.
+      auto complete = [&](u32 base, int chunk, int kt) {
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
+        if constexpr (G::FLUSHES) {
+          const bool ends = F::FLUSH_K <= BK || (kt + 1) * BK % F::FLUSH_K == 0 || kt == work.kt_end - 1;
+          if (ends) {
+            const u32 s_smem = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+            const u32 sa_smem = s_smem + G::S_STAGE_BYTES + G::Z_STAGE_BYTES;
+            const int row = G::GROUP_K > 0 && G::GROUP_K < BK ? chunk * G::CHUNK_K / G::GROUP_K : 0;
+            float column_scale[2] = {1.0f, 1.0f};
+            if constexpr (F::SCALES == kScaleAccumulator) {
+              column_scale[0] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (strip * 16 + group) * 4);
+              column_scale[1] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (strip * 16 + group + 8) * 4);
+            }
+#pragma unroll
+            for (int j = 0; j < BM / 8; ++j) {
+              float token_scale[2] = {1.0f, 1.0f};
+              if constexpr (F::STAGED_ACT_SCALES) ld_shared_f32x2(token_scale, sa_smem + row * G::SA_ROW_BYTES + (j * 8 + quad * 2) * 4);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float sum = static_cast<float>(part[4 * j + e]);
+                if constexpr (F::SCALES == kScaleAccumulator || F::STAGED_ACT_SCALES) {
+                  acc[4 * j + e] = __fmaf_rn(sum, token_scale[e % 2] * column_scale[e / 2], acc[4 * j + e]);
+                } else {
+                  acc[4 * j + e] += sum;
                 }
               }
-              fresh = true;
             }
+            return true;
           }
         }
-        // The slot is read (weights, scales, and by the completed wgmmas the activations): release it to the
-        // producer of every CTA that writes into it.
+        return false;
+      };
+      // The slot is read (weights, scales, and by the completed wgmmas the activations): release it to the producer of
+      // every CTA that writes into it.
+      auto release = [&](int slot) {
         __syncwarp();
         if (lane < CLUSTER) {
           if constexpr (CLUSTER > 1) {
-            mbarrier_arrive_cluster(empty0 + stage * 8, lane);
+            mbarrier_arrive_cluster(empty0 + slot * 8, lane);
           } else {
-            mbarrier_arrive(empty0 + stage * 8);
+            mbarrier_arrive(empty0 + slot * 8);
           }
         }
-        if (++stage == T::STAGES) {
-          stage = 0;
-          phase ^= 1;
+      };
+      auto next_slot = [](int& slot, u32& parity) {
+        if (++slot == T::STAGES) {
+          slot = 0;
+          parity ^= 1;
         }
+      };
+      if constexpr (!T::OVERLAP) {
+        bool fresh = true;  // the next wgmma starts a new partial sum
+        for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
+          mbarrier_wait(full0 + stage * 8, phase);
+          const u32 base = smem + stage * G::STAGE_BYTES;
+#pragma unroll
+          for (int chunk = 0; chunk < G::CHUNKS; ++chunk) {
+            u32 fragment[G::CHUNK_STEPS][4];
+            build(base, chunk, fragment);
+            issue(base, chunk, fragment, fresh);
+            fresh = complete(base, chunk, kt);
+          }
+          release(stage);
+          next_slot(stage, phase);
+        }
+      } else {
+        // One group in flight: slot kt + 1 is converted while the wgmmas of slot kt run. Two slots per trip name the
+        // two fragment sets at compile time. The unit's K tiles are an even count (the family's rule), so no branch
+        // merges the accumulators; a conditional issue, or a flush reading the partial sums inside the loop, makes
+        // ptxas serialize every wgmma (C7514, sm_90a, CUDA 13.0).
+        static_assert(!G::FLUSHES, "a group in flight takes formats without flushed partial sums (int8, f16/bf16)");
+        u32 fragment_even[G::CHUNK_STEPS][4];
+        u32 fragment_odd[G::CHUNK_STEPS][4];
+        int read = stage;  // the slot of the group built next
+        u32 read_phase = phase;
+        auto build_next = [&](u32 (&fragment)[G::CHUNK_STEPS][4]) {
+          mbarrier_wait(full0 + read * 8, read_phase);
+          const u32 base = smem + read * G::STAGE_BYTES;
+          build(base, 0, fragment);
+          next_slot(read, read_phase);
+          return base;
+        };
+        auto retire = [&](u32 base, int kt) {  // the group of slot `stage` (tile kt) has run: flush, release
+          const bool fresh = complete(base, 0, kt);
+          release(stage);
+          next_slot(stage, phase);
+          return fresh;
+        };
+        const int pairs = (work.kt_end - work.kt_begin) / 2;
+        int kt = work.kt_begin;
+        u32 base_even = build_next(fragment_even);
+        issue(base_even, 0, fragment_even, true);
+        for (int pair = 1; pair < pairs; ++pair, kt += 2) {
+          const u32 base_odd = build_next(fragment_odd);
+          bool fresh = retire(base_even, kt);
+          issue(base_odd, 0, fragment_odd, fresh);
+          base_even = build_next(fragment_even);
+          fresh = retire(base_odd, kt + 1);
+          issue(base_even, 0, fragment_even, fresh);
+        }
+        const u32 base_odd = build_next(fragment_odd);
+        const bool fresh = retire(base_even, kt);
+        issue(base_odd, 0, fragment_odd, fresh);
+        retire(base_odd, kt + 1);
       }
       if constexpr (!G::FLUSHES) {
 #pragma unroll

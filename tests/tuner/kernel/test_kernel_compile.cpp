@@ -254,6 +254,9 @@ TEST(TmaCompile, FormatsAndConfigurationsOnSm90a) {
   add("w8a8-int8-ch", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1");
   add("w4a16-int4-ch", 4096, "bm=256,bn=128,bk=64,stages=4,split=1,raster=2,cluster=2,multicast=1,persistent=1");
   add("w4a8-int4-fp8", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=1,persistent=1");
+  add("w8a8-int8-ch", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+  add("w4a8-int4-int8", 4096, "bm=128,bn=128,bk=128,stages=6,split=2,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+  add("w4a16-int4-ch", 4096, "bm=128,bn=128,bk=64,stages=6,split=1,raster=2,cluster=2,multicast=1,persistent=1,overlap=1");
   add("w8a8-fp8-block128x128", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=2,persistent=1");
   add("w8a8-fp8-block128x128", 4096, "bm=64,bn=128,bk=128,stages=6,split=3,raster=2,cluster=1,multicast=0,persistent=1");
   const std::vector<jit::CompileOutcome> outcomes = jit::Compiler().compile_all(requests);
