@@ -151,7 +151,8 @@ ArchLimits ArchLimits::for_sm(int sm) {
 }
 
 const std::vector<const KernelFamily*>& kernel_families() {
-  static const std::vector<const KernelFamily*> families = {&mma_family(), &wgmma_family(), &tma_family()};
+  // heuristic_family takes the first that prefers a problem: tma before wgmma, which it replaces from M = 256 on.
+  static const std::vector<const KernelFamily*> families = {&mma_family(), &tma_family(), &wgmma_family()};
   return families;
 }
 

@@ -265,71 +265,94 @@ KernelArguments TmaFamily::pack_arguments(const KernelConfig& config, const Prob
 }
 
 std::map<std::string, std::vector<int>> TmaFamily::curated_ranges(int64_t m) {
+  // From the H200 sweeps of 2026-12-02 (docs/perf.md): at M <= 64 the weights stream (deep rings, one or two consumer
+  // warpgroups, split-K); from M = 256 on 128- or 256-token tiles, rasterized, persistent, with or without a cluster;
+  // bk = 256 won for fp8 (fewer barriers per flush), bk = 64 for f16 (a group in flight). check() drops what a
+  // format's atom, flushes or registers rule out, so the ranges serve every format.
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
-    return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {64, 128, 256}}, {"stages", {4, 6, 8}}, {"split", {1, 2, 4}},
-            {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0, 1}}, {"overlap", {0, 1}}};
+    return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {128, 256}}, {"stages", {4, 8}},     {"split", {1, 2}},
+            {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}}, {"persistent", {0, 1}}, {"overlap", {0, 1}}};
   }
   if (m <= 256) {
-    return {{"bm", {64, 128}},  {"bn", {128}},       {"bk", {64, 128}},        {"stages", {4, 6}},     {"split", {1, 2}},
-            {"raster", {0, 2}}, {"cluster", {1, 2}}, {"multicast", {0, 1, 2}}, {"persistent", {0, 1}}, {"overlap", {0, 1}}};
+    return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {3, 5}},  {"split", {1}},
+            {"raster", {2}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}}};
   }
-  return {{"bm", {128}},      {"bn", {128}},       {"bk", {64, 128}},        {"stages", {4, 6}},     {"split", {1}},
-          {"raster", {0, 2}}, {"cluster", {1, 2}}, {"multicast", {0, 1, 2}}, {"persistent", {0, 1}}, {"overlap", {0, 1}}};
+  return {{"bm", {128, 256}}, {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
+          {"raster", {2}},    {"cluster", {1, 2}}, {"multicast", {0, 2}},  {"persistent", {1}}, {"overlap", {0, 1}}};
 }
 
 KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
   const ArchSupport support = supports(problem.format, limits.sm);
   if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
   const DeviceFormat device = mma::device_format(problem.format);
-  // Tokens fill one wgmma N (16..128); two consumer warpgroups take 128 weight columns, one 128-byte activation slab
-  // deep per slot (128 K of 8-bit, 64 K of 16-bit activations: two slabs, so 128 K too). As many slots as fit about
-  // 200 KB keep the bulk copies of several K tiles in flight. Split-K while the units fill less than half the SMs
-  // and each split keeps 4 K tiles; a persistent grid once there is more than one wave of units.
+  // Hand rules from the H200 sweeps of 2026-12-02 (docs/perf.md), kept general through the SM count and check():
+  //   - M <= 64: the weights stream. One token tile (16..64), 64 weight columns first (twice the CTAs: fp8 M = 64
+  //     21.5 us against 24.7 with 128 and split 2), as many slots as fit about 200 KB, split-K while the units fill
+  //     less than half the SMs and each split keeps 4 K tiles.
+  //   - 64 < M <= 256: 128x128 tiles, 128 K deep, no split, one wave.
+  //   - M > 256: persistent and rasterized; 256-token tiles where the partial sums need no flush (int8, f16/bf16:
+  //     int8 98.7 us at M = 1024, W4A16 166.5), 128 with flushes (fp8); slots 256 K deep for fp8 (three of them),
+  //     64 K for 16-bit activations; a wgmma group in flight where the format allows it.
+  // Shapes are tried best-first; a split or a second fragment set the registers cannot hold falls back.
   const int64_t m = problem.m;
-  const int bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
   const int64_t sms = std::max(1, limits.sm_count);
+  const bool flushes = device.flush_k() > 0;
+  const bool wide_activations = !device.quantized_activations();
+  struct Shape {
+    int bm, bn, bk;
+  };
+  std::vector<Shape> shapes;
+  if (m <= 64) {
+    const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    shapes = {{bm, 64, 128}, {bm, 128, 128}, {bm, 64, 256}, {bm, 64, 64}};
+  } else if (m <= 256) {
+    shapes = {{128, 128, 128}, {128, 128, 64}, {128, 64, 128}, {64, 64, 128}};
+  } else {
+    const int bk = wide_activations ? 64 : flushes ? 256 : 128;
+    if (!flushes) shapes.push_back({256, 128, bk});
+    shapes.push_back({128, 128, bk});
+    shapes.push_back({128, 128, 128});
+    shapes.push_back({128, 64, 128});
+    shapes.push_back({64, 64, 128});
+  }
   std::string last_failure;
-  for (int bn : {128, 64}) {
-    for (int bk : {128, 256, 64}) {
-      if (problem.n % bn != 0 || problem.k % bk != 0) continue;
-      KernelConfig config;
-      config.family = name();
-      config.params = {{"bm", bm},    {"bn", bn},     {"bk", bk},       {"stages", 2},      {"split", 1},
-                       {"raster", 0}, {"cluster", 1}, {"multicast", 0}, {"persistent", 0}, {"overlap", 0}};
-      const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
-      const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, 8);
-      const int64_t tiles = (problem.n / bn) * ceil_div(m, bm);
-      int split = 1;
-      for (int candidate : {2, 4, 8}) {
-        if (2 * tiles * split >= sms || problem.k / bk / candidate < 4) break;
-        split = candidate;
-      }
-      if (ceil_div(m, bm) >= 4) config.params["raster"] = 2;
-      // A split the registers cannot hold (flushed partial sums and the reduction) falls back to fewer splits; a
-      // second fragment set (a group in flight) goes first.
-      for (; split >= 1; split /= 2) {
-        config.params["split"] = split;
-        config.params["persistent"] = tiles * split > sms ? 1 : 0;
-        for (int overlap : {1, 0}) {
-          config.params["overlap"] = overlap;
-          for (int depth = stages; depth >= 2; --depth) {
-            config.params["stages"] = depth;
-            const RuleVerdict verdict = check(config, problem, limits);
-            if (verdict.valid) return config;
-            last_failure = verdict.rule + ": " + verdict.detail;
-          }
+  for (const Shape& shape : shapes) {
+    if (problem.n % shape.bn != 0 || problem.k % shape.bk != 0) continue;
+    KernelConfig config;
+    config.family = name();
+    config.params = {{"bm", shape.bm}, {"bn", shape.bn}, {"bk", shape.bk}, {"stages", 2},      {"split", 1},
+                     {"raster", 0},     {"cluster", 1},   {"multicast", 0},  {"persistent", 0}, {"overlap", 0}};
+    const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
+    const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, 8);
+    const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);
+    int split = 1;
+    for (int candidate : {2, 4, 8}) {
+      if (m > 64 || 2 * tiles * split >= sms || problem.k / shape.bk / candidate < 4) break;
+      split = candidate;
+    }
+    if (ceil_div(m, shape.bm) >= 2) config.params["raster"] = 2;
+    for (; split >= 1; split /= 2) {
+      config.params["split"] = split;
+      config.params["persistent"] = tiles * split > sms ? 1 : 0;
+      for (int overlap : {m > 256 ? 1 : 0, 0}) {
+        config.params["overlap"] = overlap;
+        for (int depth = stages; depth >= 2; --depth) {
+          config.params["stages"] = depth;
+          const RuleVerdict verdict = check(config, problem, limits);
+          if (verdict.valid) return config;
+          last_failure = verdict.rule + ": " + verdict.detail;
         }
       }
     }
   }
-  (void)device;
   QTUNE_THROW(UnsupportedError, "tma family: no configuration fits " + problem.to_string() + " (" + last_failure + ")");
 }
 
 bool TmaFamily::preferred_for(const Problem& problem, int) const {
-  // Quantized activations from kPreferredFromM on (the mma family's swap-AB and small tiles below).
-  return problem.format.activation_is_quantized() && problem.m >= kPreferredFromM;
+  // Quantized activations from kPreferredFromM on (the mma family's swap-AB and small tiles below); weight-only formats
+  // from kPreferredFromMWeightOnly on (the wgmma family below: 23.9 against 24.2 us at M = 64).
+  return problem.m >= (problem.format.activation_is_quantized() ? kPreferredFromM : kPreferredFromMWeightOnly);
 }
 
 const TmaFamily& tma_family() {

@@ -80,7 +80,7 @@ TEST(KernelFamilies, RegistryFindsMmaWgmmaAndTma) {
     find_family("nope");
     FAIL() << "expected InputError";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma, wgmma, tma)"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma, tma, wgmma)"), std::string::npos);
   }
 }
 
@@ -182,13 +182,39 @@ TEST(TmaFamilyRules, LaunchGeometryAndTensorMap) {
   EXPECT_THROW(tma_family().instantiation_source(weights, problem.format, "sm_90"), UnsupportedError);
 }
 
-// The heuristic: quantized activations on Hopper go to the tma family from M = 32, below it to the mma family.
-TEST(TmaFamilyRules, HeuristicPrefersItForQuantizedActivations) {
+// The heuristic on Hopper: quantized activations go to the tma family from M = 32 (below it to the mma family),
+// weight-only formats to the wgmma family from M = 16 and to the tma family from M = 256.
+TEST(TmaFamilyRules, HeuristicPrefersItForQuantizedActivationsAndLargeM) {
   const FormatSpec fp8 = FormatSpec::parse("w8a8-fp8-ch");
   EXPECT_EQ(heuristic_family(Problem{fp8, 256, 8192, 8192, false}, 90).name(), "tma");
   EXPECT_EQ(heuristic_family(Problem{fp8, 32, 8192, 8192, false}, 90).name(), "tma");
   EXPECT_EQ(heuristic_family(Problem{fp8, 16, 8192, 8192, false}, 90).name(), "mma");
   EXPECT_EQ(heuristic_family(Problem{fp8, 256, 8192, 8192, false}, 89).name(), "mma");
+  const FormatSpec int4 = FormatSpec::parse("w4a16-int4-ch");
+  EXPECT_EQ(heuristic_family(Problem{int4, 8, 8192, 8192, false}, 90).name(), "mma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 64, 8192, 8192, false}, 90).name(), "wgmma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 255, 8192, 8192, false}, 90).name(), "wgmma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 256, 8192, 8192, false}, 90).name(), "tma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 4096, 8192, 8192, false}, 90).name(), "tma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 4096, 8192, 8192, false}, 80).name(), "mma");
+}
+
+// The defaults follow the H200 sweeps: 64 weight columns while the weights stream, 256-token tiles with a wgmma group
+// in flight for int8 and f16 at large M, 256-deep slots for fp8.
+TEST(TmaFamilyRules, DefaultConfigFollowsTheH200Sweeps) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  auto default_for = [&](const char* spec, int64_t m) {
+    return tma_family().default_config(Problem{FormatSpec::parse(spec), m, 8192, 8192, false}, hopper);
+  };
+  EXPECT_EQ(default_for("w8a8-fp8-ch", 64).to_string(),
+            "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=0");
+  EXPECT_EQ(default_for("w8a8-fp8-ch", 4096).to_string(),
+            "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0");
+  EXPECT_EQ(default_for("w8a8-int8-ch", 1024).to_string(),
+            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+  EXPECT_EQ(default_for("w4a16-int4-ch", 1024).to_string(),
+            "bm=256,bn=128,bk=64,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+  EXPECT_EQ(default_for("w4a16-int4-ch", 256).get("bm"), 128);
 }
 
 // The wgmma family's rules: its own parameters only, sm_90 only, weight-only formats, divisibility, shared memory,

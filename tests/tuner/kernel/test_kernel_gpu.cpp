@@ -266,11 +266,11 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
     cases.push_back({spec, 200, 4096, 4096, "bm=256,bn=128,bk=64,stages=4,split=1,raster=0,cluster=2,multicast=1,persistent=0"});
     cases.push_back({spec, 200, 4096, 4096, "bm=64,bn=128,bk=128,stages=5,split=2,raster=0,cluster=1,multicast=0,persistent=1"});
     // A wgmma group in flight while the next slot is converted: one and several pairs of K tiles per unit.
-    cases.push_back({spec, 200, 4096, 4096, "bm=128,bn=128,bk=128,stages=4,split=16,raster=2,cluster=1,multicast=0,persistent=1,overlap=1"});
+    cases.push_back({spec, 200, 4096, 4096, "bm=128,bn=128,bk=128,stages=4,split=8,raster=2,cluster=1,multicast=0,persistent=1,overlap=1"});
     cases.push_back({spec, 300, 2048, 4096, "bm=128,bn=64,bk=64,stages=6,split=2,raster=0,cluster=2,multicast=2,persistent=1,overlap=1", true});
   }
   for (const char* spec : {"w8a8-int8-ch", "w8a8-int8-tensor", "w4a8-int4-int8"}) {
-    cases.push_back({spec, 77, 2048, 4096, "bm=128,bn=128,bk=128,stages=4,split=16,raster=0,cluster=1,multicast=0,persistent=1,overlap=1"});
+    cases.push_back({spec, 77, 2048, 4096, "bm=128,bn=128,bk=128,stages=4,split=8,raster=0,cluster=1,multicast=0,persistent=0,overlap=1"});
     cases.push_back({spec, 300, 4096, 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=2,multicast=1,persistent=0,overlap=1", true});
   }
   const char* fp8 = "w8a8-fp8-ch";
