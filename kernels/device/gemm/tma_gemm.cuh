@@ -167,9 +167,14 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
   const TileSchedule<BM * T::CLUSTER_M, BN * T::CLUSTER_N, BK, T::RASTER, T::SPLIT_K> schedule(p);
   const int clusters = gridDim.x / CLUSTER;
   const int first_unit = blockIdx.x / CLUSTER;
-  auto tile_origin = [&](const TileWork& work, int& m0, int& n0) {
-    m0 = work.m0 + (T::CLUSTER_M > 1 ? static_cast<int>(rank) * BM : 0);
-    n0 = work.n0 + (T::CLUSTER_N > 1 ? static_cast<int>(rank) * BN : 0);
+  // Calls body(work, m0, n0) for each work unit of this CTA's cluster in turn, with this CTA's tile of it.
+  auto for_each_unit = [&](auto&& body) {
+    for (int unit = first_unit; unit < schedule.units(); unit += clusters) {
+      const TileWork work = schedule.work(p, unit);
+      const int m0 = work.m0 + (T::CLUSTER_M > 1 ? static_cast<int>(rank) * BM : 0);
+      const int n0 = work.n0 + (T::CLUSTER_N > 1 ? static_cast<int>(rank) * BN : 0);
+      body(work, m0, n0);
+    }
   };
 
   if (warpgroup == T::CONSUMERS) {
@@ -185,10 +190,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       constexpr unsigned short cluster_mask = (1u << CLUSTER) - 1u;
       int stage = 0;
       u32 phase = 0;
-      for (int unit = first_unit; unit < schedule.units(); unit += clusters) {
-        const TileWork work = schedule.work(p, unit);
-        int m0, n0;
-        tile_origin(work, m0, n0);
+      for_each_unit([&](const TileWork& work, int m0, int n0) {
         for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
           const u32 full = full0 + stage * 8;
           mbarrier_wait(empty0 + stage * 8, phase ^ 1);
@@ -247,7 +249,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
             phase ^= 1;
           }
         }
-      }
+      });
     }
   } else {
     // ---------------- consumers ----------------
@@ -263,15 +265,9 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       acc[i] = 0.0f;
     }
     const float global_scale = ld_global_f32(reinterpret_cast<const void*>(p.global_scale));
-    const char* sa_global = reinterpret_cast<const char*>(p.a_scales);
-    const char* bias = reinterpret_cast<const char*>(p.bias);
-    unsigned short* c_global = reinterpret_cast<unsigned short*>(p.c);
     int stage = 0;
     u32 phase = 0;
-    for (int unit = first_unit; unit < schedule.units(); unit += clusters) {
-      const TileWork work = schedule.work(p, unit);
-      int m0, n0;
-      tile_origin(work, m0, n0);
+    for_each_unit([&](const TileWork& work, int m0, int n0) {
       const int rows_valid = min(BM, p.m - m0);
       const StripVectors<F> channel = channel_vectors<F>(p, n0 + strip * 16 + group * 2);
       // ---- one batch of wgmmas: the k-steps of a chunk of one slot (a flush group, or the whole slot) ----
@@ -459,36 +455,13 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       }
       if (holds_sum) {
         // ---- epilogue: channel, token and global scales, bias, convert, store (C is [M][N]) ----
-        float column_scale[2], column_bias[2];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int column = n0 + strip * 16 + group + half * 8;
-          column_scale[half] = output_scale<F>(p, global_scale, column);
-          column_bias[half] = p.bias != 0 ? output_to_f32<F>(*reinterpret_cast<const unsigned short*>(bias + column * 2LL)) : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < OCTETS; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int row = m0 + j * 8 + quad * 2 + e;
-            if (row < p.m) {
-              float row_scale = 1.0f;
-              if constexpr (F::ACTIVATION_SCALES == kActivationScaleToken) row_scale = ld_global_f32(sa_global + row * 4LL);
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int column = n0 + strip * 16 + group + half * 8;
-                const float value = acc[4 * j + half * 2 + e] * column_scale[half] * row_scale + column_bias[half];
-                c_global[static_cast<long long>(row) * p.n + column] = static_cast<unsigned short>(pack_output<F>(value, 0.0f) & 0xFFFFu);
-              }
-            }
-          }
-        }
+        store_swap_ab_tile<F, OCTETS>(p, acc, m0, n0 + strip * 16 + group, quad, global_scale);
       }
       if constexpr (G::FLUSHES) {
 #pragma unroll
         for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
       }
-    }
+    });
   }
   // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
   if constexpr (CLUSTER > 1) cluster_sync();
