@@ -123,6 +123,19 @@ __device__ __forceinline__ u64 swizzled_slab_descriptor(u32 shared) {
   return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// Calls body(work, m0, n0) for the work units first, first + stride, ... of the schedule, with the tile of CTA `rank`
+// of each unit's cluster (CLUSTER_M or CLUSTER_N tiles side by side).
+template <class T, int BM, int BN, class Schedule, class Body>
+__device__ __forceinline__ void for_each_cluster_unit(const GemmParams& p, const Schedule& schedule, int first, int stride, u32 rank,
+                                                      const Body& body) {
+  for (int unit = first; unit < schedule.units(); unit += stride) {
+    const TileWork work = schedule.work(p, unit);
+    const int m0 = work.m0 + (T::CLUSTER_M > 1 ? static_cast<int>(rank) * BM : 0);
+    const int n0 = work.n0 + (T::CLUSTER_N > 1 ? static_cast<int>(rank) * BN : 0);
+    body(work, m0, n0);
+  }
+}
+
 template <class F, class T>
 __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& activation_map) {
   using G = TmaGemm<F, T>;
@@ -167,15 +180,6 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
   const TileSchedule<BM * T::CLUSTER_M, BN * T::CLUSTER_N, BK, T::RASTER, T::SPLIT_K> schedule(p);
   const int clusters = gridDim.x / CLUSTER;
   const int first_unit = blockIdx.x / CLUSTER;
-  // Calls body(work, m0, n0) for each work unit of this CTA's cluster in turn, with this CTA's tile of it.
-  auto for_each_unit = [&](auto&& body) {
-    for (int unit = first_unit; unit < schedule.units(); unit += clusters) {
-      const TileWork work = schedule.work(p, unit);
-      const int m0 = work.m0 + (T::CLUSTER_M > 1 ? static_cast<int>(rank) * BM : 0);
-      const int n0 = work.n0 + (T::CLUSTER_N > 1 ? static_cast<int>(rank) * BN : 0);
-      body(work, m0, n0);
-    }
-  };
 
   if (warpgroup == T::CONSUMERS) {
     // ---------------- producer ----------------
@@ -190,7 +194,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       constexpr unsigned short cluster_mask = (1u << CLUSTER) - 1u;
       int stage = 0;
       u32 phase = 0;
-      for_each_unit([&](const TileWork& work, int m0, int n0) {
+      for_each_cluster_unit<T, BM, BN>(p, schedule, first_unit, clusters, rank, [&](const TileWork& work, int m0, int n0) {
         for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
           const u32 full = full0 + stage * 8;
           mbarrier_wait(empty0 + stage * 8, phase ^ 1);
@@ -267,7 +271,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
     const float global_scale = ld_global_f32(reinterpret_cast<const void*>(p.global_scale));
     int stage = 0;
     u32 phase = 0;
-    for_each_unit([&](const TileWork& work, int m0, int n0) {
+    for_each_cluster_unit<T, BM, BN>(p, schedule, first_unit, clusters, rank, [&](const TileWork& work, int m0, int n0) {
       const int rows_valid = min(BM, p.m - m0);
       const StripVectors<F> channel = channel_vectors<F>(p, n0 + strip * 16 + group * 2);
       // ---- one batch of wgmmas: the k-steps of a chunk of one slot (a flush group, or the whole slot) ----
