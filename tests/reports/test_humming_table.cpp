@@ -132,7 +132,9 @@ TEST(HummingTable, CellsFromAStoreAreTheFastestVerifiedHummingConfigs) {
   testing::write_fixture_db(path, spec);  // mma configs, a cuBLASLt baseline: none of them is Humming's
   {
     db::Store store = db::Store::open(path);
-    const db::RunId run = store.insert_run(testing::fixture_run(spec));
+    db::RunInfo humming_run = testing::fixture_run(spec);
+    humming_run.uuid.clear();  // a second run on the same GPU
+    const db::RunId run = store.insert_run(humming_run);
     const auto stored = [&](const KernelConfig& config) {
       db::KernelConfig record;
       record.family = config.family;

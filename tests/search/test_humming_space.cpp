@@ -75,7 +75,7 @@ TEST(HummingLayer, RefusesWhatHummingCannotRunSayingWhatToChange) {
     }
   };
   refused("w4a8-int4-fp8", "use scale=f16");  // its default weight scale is f32
-  refused("w8a8-fp8-tensor", "per token or per group");
+  refused("w8a8-fp8-tensor:scale=f16", "per token or per group");
   refused("w6a8-int6-fp8:scale=f16", "exactly only up to 5 bits");  // e4m3 holds integers of at most 5 bits
 }
 

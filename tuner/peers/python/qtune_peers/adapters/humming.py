@@ -4,6 +4,7 @@ stored with an offset of 2^(b-1)), transform() repacks them for the GPU, and for
 kernel on torch's current stream. A config is {"tuning_config": TuningConfig dict, or a [[m_lo, m_hi, dict], ...]
 list}; an empty config runs Humming's own heuristic. Quantized activations are passed with their scales, so Humming
 quantizes nothing inside a timed call."""
+import importlib.util
 import inspect
 import os
 import sys
@@ -36,6 +37,8 @@ class HummingAdapter(Adapter):
         self._cache_layer = None
 
     def probe(self):
+        if importlib.util.find_spec("humming") is None:
+            raise self.unavailable("humming is not importable (no module named 'humming')")
         # Humming starts a background build of its launcher when imported unless told not to; qtune's worker builds
         # it in the job that first needs it, inside the watchdog.
         os.environ.setdefault("HUMMING_DISABLE_PARALLEL_BUILD", "1")
