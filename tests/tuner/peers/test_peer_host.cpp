@@ -97,7 +97,9 @@ TEST(PeerHost, DescribesEveryPeerWithItsProvidersAndWhatToInstall) {
     const PeerInfo& peer = by_name[name];
     EXPECT_FALSE(peer.install.empty()) << name;
     EXPECT_FALSE(peer.providers.empty()) << name;
-    if (!peer.available) EXPECT_FALSE(peer.problem.empty()) << name;
+    if (!peer.available) {
+      EXPECT_FALSE(peer.problem.empty()) << name;
+    }
     // The adapters name their operands as qtune does, so a provider id round-trips unchanged.
     for (const std::string& provider : peer.providers) EXPECT_EQ(parse_provider_id(provider).text(), provider);
   }
