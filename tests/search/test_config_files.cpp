@@ -18,6 +18,7 @@
 #include "search/gpu_profile.hpp"
 #include "search/m_buckets.hpp"
 #include "search/model_shapes.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune::search {
 namespace {
@@ -58,17 +59,7 @@ json read(const fs::path& file) {
   return json::parse(stream);
 }
 
-// Runs `load`, expecting an InputError whose one-line message contains every piece of `expected`.
-void expect_input_error(const std::function<void()>& load, const std::vector<std::string>& expected) {
-  try {
-    load();
-    FAIL() << "no error; expected one mentioning '" << expected.front() << "'";
-  } catch (const InputError& error) {
-    const std::string message = error.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
-    for (const auto& piece : expected) EXPECT_NE(message.find(piece), std::string::npos) << "'" << piece << "' missing from: " << message;
-  }
-}
+using test_support::expect_input_error;
 
 // ------------------------------------------------------------------------------------------------ config dir
 

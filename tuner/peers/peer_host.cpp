@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cctype>
 #include <cstdlib>
 #include <system_error>
@@ -167,16 +168,10 @@ ProviderId parse_provider_id(std::string_view text, std::string_view field) {
 }
 
 std::string to_string(PeerOutcome outcome) {
-  switch (outcome) {
-    case PeerOutcome::Measured: return "measured";
-    case PeerOutcome::Verified: return "verified";
-    case PeerOutcome::WrongAnswer: return "wrong-answer";
-    case PeerOutcome::Error: return "error";
-    case PeerOutcome::Fault: return "fault";
-    case PeerOutcome::Crashed: return "crashed";
-    case PeerOutcome::Timeout: return "timeout";
-  }
-  return "unknown";
+  // In PeerOutcome's order.
+  static constexpr std::array<const char*, 7> kNames = {"measured", "verified", "wrong-answer", "error",
+                                                        "fault",    "crashed",  "timeout"};
+  return kNames.at(static_cast<std::size_t>(outcome));
 }
 
 measure::WorkerOptions peer_worker_options(const PeerEnvironment& environment) {

@@ -9,6 +9,7 @@
 #include "kernels/error.hpp"
 #include "reports/humming_table.hpp"
 #include "tests/common/temp_dir.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/common/scoped_environment.hpp"
 #include "tests/tuner/peers/peer_test_support.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
@@ -17,6 +18,7 @@
 namespace qtune::peers {
 namespace {
 
+using test_support::expect_input_error;
 using test_support::ScopedEnvironment;
 
 constexpr double kTimeout = 60;
@@ -32,6 +34,17 @@ PeerRunOptions verify_only(double timeout_s = kTimeout) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// A run that failed as it should: the outcome, the error type where one is given, and an error naming `part`.
+void expect_failed(const PeerResult& result, PeerOutcome outcome, const std::string& part,
+                   const std::string& error_type = "") {
+  EXPECT_EQ(result.outcome, outcome) << to_string(result.outcome) << ": " << result.error;
+  if (!error_type.empty()) {
+    EXPECT_EQ(result.error_type, error_type) << result.error;
+  }
+  EXPECT_TRUE(contains(result.error, part)) << result.error;
+  EXPECT_FALSE(result.measurement.has_value());
+}
+
 TEST(ProviderId, SplitsPeerAndOperandsAndMakesTheFormatCanonical) {
   EXPECT_EQ(parse_provider_id("humming-w4a16-int4-ch"), (ProviderId{"humming", "w4a16-int4-ch"}));
   EXPECT_EQ(parse_provider_id("torch-f16"), (ProviderId{"torch", "f16"}));
@@ -39,36 +52,18 @@ TEST(ProviderId, SplitsPeerAndOperandsAndMakesTheFormatCanonical) {
   EXPECT_EQ(parse_provider_id("torch-w8a8-fp8-ch:out=bf16").operands, "w8a8-fp8-ch:out=bf16");
   EXPECT_EQ(parse_provider_id("gptq_marlin-w4a16-int4-ch").peer, "gptq_marlin");
   for (const char* bad : {"humming", "-w4a16-int4-ch", "humming-", "humming-w9a16-int4"}) {
-    try {
-      parse_provider_id(bad, "--baseline");
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const InputError& error) {
-      EXPECT_TRUE(contains(error.what(), "--baseline")) << error.what();
-    }
+    expect_input_error([&] { parse_provider_id(bad, "--baseline"); }, {"--baseline", bad});
   }
 }
 
 TEST(PeerEnvironment, NamesTheVariableOfWhatIsMissing) {
   {
     ScopedEnvironment python("QTUNE_PYTHON", "/nonexistent/python3");
-    try {
-      peer_environment();
-      ADD_FAILURE() << "a missing Python was accepted";
-    } catch (const InputError& error) {
-      EXPECT_TRUE(contains(error.what(), "QTUNE_PYTHON")) << error.what();
-    }
+    expect_input_error([] { peer_environment(); }, {"QTUNE_PYTHON", "/nonexistent/python3"});
   }
-  {
-    ScopedEnvironment python("QTUNE_PYTHON", "/bin/sh");  // any executable: the package is what is missing
-    ScopedEnvironment folder("QTUNE_PEERS_DIR", "/nonexistent/qtune-peers");
-    try {
-      peer_environment();
-      ADD_FAILURE() << "a missing package was accepted";
-    } catch (const InputError& error) {
-      EXPECT_TRUE(contains(error.what(), "QTUNE_PEERS_DIR")) << error.what();
-      EXPECT_TRUE(contains(error.what(), "/nonexistent/qtune-peers")) << error.what();
-    }
-  }
+  ScopedEnvironment python("QTUNE_PYTHON", "/bin/sh");  // any executable: the package is what is missing
+  ScopedEnvironment folder("QTUNE_PEERS_DIR", "/nonexistent/qtune-peers");
+  expect_input_error([] { peer_environment(); }, {"QTUNE_PEERS_DIR", "/nonexistent/qtune-peers"});
 }
 
 TEST(PeerEnvironment, PeerPathsFromTheOptionComeBeforeTheVariable) {
@@ -119,15 +114,7 @@ TEST(PeerHost, RefusesWhatCannotRunWithOneLineNamingTheProvider) {
   PeerHost host(environment);
   EXPECT_NO_THROW(host.require(parse_provider_id("fake-w4a16-int4-ch"), kTimeout));
   const auto refused = [&](const std::string& provider, const std::string& part) {
-    try {
-      host.require(parse_provider_id(provider), kTimeout);
-      ADD_FAILURE() << provider << " was accepted";
-    } catch (const InputError& error) {
-      const std::string message = error.what();
-      EXPECT_TRUE(contains(message, "provider '" + provider + "'")) << message;
-      EXPECT_TRUE(contains(message, part)) << message;
-      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    }
+    expect_input_error([&] { host.require(parse_provider_id(provider), kTimeout); }, {"provider '" + provider + "'", part});
   };
   refused("absent-w4a16-int4-ch", "pip install absent-peer");
   refused("nosuch-f16", "known: ");
@@ -165,30 +152,22 @@ TEST(PeerHost, AWrongAnswerIsRecordedAndNeverMeasured) {
   PeerRunOptions options = verify_only();
   options.measure_time = true;  // asked for, but a wrong answer is never measured
   const PeerResult result = host.run(parse_provider_id("fake-w4a16-int4-ch"), kSmall, {{"behaviour", "wrong"}}, options);
-  EXPECT_EQ(result.outcome, PeerOutcome::WrongAnswer) << result.error;
+  expect_failed(result, PeerOutcome::WrongAnswer, "FAIL");
   ASSERT_TRUE(result.verification.has_value());
   EXPECT_FALSE(result.verification->passed);
   EXPECT_GT(result.verification->bad_count, 0);
-  EXPECT_TRUE(contains(result.error, "FAIL")) << result.error;
-  EXPECT_FALSE(result.measurement.has_value());
 }
 
 TEST(PeerHost, AnExceptionOrABadConfigIsAnErrorAndTheWorkerLivesOn) {
   QTUNE_REQUIRE_PEER_PYTHON(environment);
   PeerHost host(environment);
   const ProviderId fake = parse_provider_id("fake-f16");
-  const PeerResult raised = host.run(fake, kSmall, {{"behaviour", "raise"}}, verify_only());
-  EXPECT_EQ(raised.outcome, PeerOutcome::Error);
-  EXPECT_EQ(raised.error_type, "exception");
-  EXPECT_TRUE(contains(raised.error, "the fake peer's kernel failed")) << raised.error;
-  const PeerResult bad_config = host.run(fake, kSmall, {{"colour", "blue"}}, verify_only());
-  EXPECT_EQ(bad_config.outcome, PeerOutcome::Error);
-  EXPECT_EQ(bad_config.error_type, "InputError");
-  EXPECT_TRUE(contains(bad_config.error, "'colour'")) << bad_config.error;
-  const PeerResult missing = host.run(parse_provider_id("absent-w4a16-int4-ch"), kSmall, {}, verify_only());
-  EXPECT_EQ(missing.outcome, PeerOutcome::Error);
-  EXPECT_EQ(missing.error_type, "InputError");
-  EXPECT_TRUE(contains(missing.error, "pip install absent-peer")) << missing.error;
+  expect_failed(host.run(fake, kSmall, {{"behaviour", "raise"}}, verify_only()), PeerOutcome::Error,
+                "the fake peer's kernel failed", "exception");
+  expect_failed(host.run(fake, kSmall, {{"colour", "blue"}}, verify_only()), PeerOutcome::Error, "'colour'",
+                "InputError");
+  expect_failed(host.run(parse_provider_id("absent-w4a16-int4-ch"), kSmall, {}, verify_only()), PeerOutcome::Error,
+                "pip install absent-peer", "InputError");
   EXPECT_EQ(host.run(fake, kSmall, {}, verify_only()).outcome, PeerOutcome::Verified);
   EXPECT_EQ(host.workers_started(), 1);
 }
@@ -197,12 +176,9 @@ TEST(PeerHost, ACrashOrAnExitKillsOnlyTheWorker) {
   QTUNE_REQUIRE_PEER_PYTHON(environment);
   PeerHost host(environment);
   const ProviderId fake = parse_provider_id("fake-f16");
-  const PeerResult crashed = host.run(fake, kSmall, {{"behaviour", "crash"}}, verify_only());
-  EXPECT_EQ(crashed.outcome, PeerOutcome::Crashed);
-  EXPECT_TRUE(contains(crashed.error, "signal 11")) << crashed.error;
-  const PeerResult exited = host.run(fake, kSmall, {{"behaviour", "exit"}}, verify_only());
-  EXPECT_EQ(exited.outcome, PeerOutcome::Crashed);
-  EXPECT_TRUE(contains(exited.error, "exited with status 7")) << exited.error;
+  expect_failed(host.run(fake, kSmall, {{"behaviour", "crash"}}, verify_only()), PeerOutcome::Crashed, "signal 11");
+  expect_failed(host.run(fake, kSmall, {{"behaviour", "exit"}}, verify_only()), PeerOutcome::Crashed,
+                "exited with status 7");
   EXPECT_EQ(host.run(fake, kSmall, {}, verify_only()).outcome, PeerOutcome::Verified);
   EXPECT_EQ(host.workers_started(), 3);  // a fresh worker after each death
 }
@@ -213,8 +189,7 @@ TEST(PeerHost, AHangIsKilledByTheWatchdog) {
   const ProviderId fake = parse_provider_id("fake-f16");
   host.describe(kTimeout);  // the worker is up, so the hang alone meets the watchdog
   const PeerResult hung = host.run(fake, kSmall, {{"behaviour", "hang"}}, verify_only(2.0));
-  EXPECT_EQ(hung.outcome, PeerOutcome::Timeout);
-  EXPECT_TRUE(contains(hung.error, "did not finish within 2 s")) << hung.error;
+  expect_failed(hung, PeerOutcome::Timeout, "did not finish within 2 s");
   EXPECT_LT(hung.seconds, 30);
   EXPECT_EQ(host.run(fake, kSmall, {}, verify_only()).outcome, PeerOutcome::Verified);
 }
@@ -225,9 +200,8 @@ TEST(PeerHost, MeasuringWithoutAGpuSaysSo) {
   PeerHost host(environment);
   PeerRunOptions options = verify_only();
   options.measure_time = true;
-  const PeerResult result = host.run(parse_provider_id("fake-f16"), kSmall, {}, options);
-  EXPECT_EQ(result.outcome, PeerOutcome::Error) << to_string(result.outcome);
-  EXPECT_EQ(result.error_type, "NoGpuError") << result.error;
+  expect_failed(host.run(parse_provider_id("fake-f16"), kSmall, {}, options), PeerOutcome::Error, "no ",
+                "NoGpuError");
 }
 
 TEST(PeerHost, OutcomesHaveNames) {

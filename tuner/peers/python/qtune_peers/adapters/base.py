@@ -41,6 +41,7 @@ class Prepared:
 
 class Adapter:
     peer = ""
+    module = ""           # the peer's module that probe() imports
     install = ""          # one line: what to install, and where qtune looks
     uses_gpu = True
 
@@ -48,8 +49,9 @@ class Adapter:
         self._probed = None  # (version, None) or (None, PeerUnavailable)
 
     # ---- what a subclass provides
-    def probe(self):
-        """Imports the peer; returns its version, or raises PeerUnavailable saying what is missing."""
+    def check(self, module):
+        """Checks that the imported peer has the API the adapter calls; returns its version, or raises
+        self.unavailable(...) saying what is wrong."""
         raise NotImplementedError
 
     def operands(self):
@@ -65,6 +67,14 @@ class Adapter:
         raise NotImplementedError
 
     # ---- shared
+    def probe(self):
+        """Imports the peer and checks it; returns its version, or raises PeerUnavailable saying what is missing."""
+        version = self.check(self.import_peer(self.module))
+        if self.uses_gpu:
+            from qtune_peers.adapters.tensors import require_cuda
+            require_cuda(self)
+        return version
+
     def unavailable(self, problem):
         return PeerUnavailable(self.peer, problem, self.install)
 

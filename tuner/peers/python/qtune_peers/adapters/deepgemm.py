@@ -8,17 +8,14 @@ BLOCK_FORMAT = "w8a8-fp8-block128x128:out=bf16"
 
 class DeepGemmAdapter(Adapter):
     peer = "deepgemm"
+    module = "deep_gemm"
     install = ("build DeepGEMM for this Python (its install script; it needs CUTLASS and {fmt} headers) and put it on "
                "--peer-path / QTUNE_PEER_PATH; its fp8 GEMMs need sm_90 or sm_100")
 
-    def probe(self):
-        deep_gemm = self.import_peer("deep_gemm")
+    def check(self, deep_gemm):
         version = getattr(deep_gemm, "__version__", "") or distribution_version("deep_gemm", "deep-gemm") or "source"
-        gemm = getattr(deep_gemm, "fp8_gemm_nt", None)
-        if gemm is None:
+        if getattr(deep_gemm, "fp8_gemm_nt", None) is None:
             raise self.unavailable(f"DeepGEMM {version} has no fp8_gemm_nt (built against a CUDA before 12.1?)")
-        from qtune_peers.adapters.tensors import require_cuda
-        require_cuda(self)
         return version
 
     def operands(self):

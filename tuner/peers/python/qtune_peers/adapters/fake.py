@@ -14,9 +14,10 @@ BEHAVIOURS = ("correct", "wrong", "raise", "crash", "hang", "exit")
 class FakeAdapter(Adapter):
     peer = "fake"
     install = "nothing: the fake peer is part of qtune's tests"
+    module = "struct"  # the fake peer is this module; anything importable stands in for it
     uses_gpu = False
 
-    def probe(self):
+    def check(self, module):
         return "1.0"
 
     def operands(self):
@@ -57,10 +58,10 @@ class FakeAdapter(Adapter):
 
 class AbsentAdapter(Adapter):
     peer = "absent"
+    module = "qtune_absent_peer_for_tests"
     install = "pip install absent-peer (it does not exist: this peer is missing on purpose)"
 
-    def probe(self):
-        self.import_peer("qtune_absent_peer_for_tests")
+    def check(self, module):
         return "never"
 
     def operands(self):

@@ -13,11 +13,10 @@ GEMM_OPTIONAL = {"b_bias", "a_scales", "global_scale", "b_zeros", "g_idx", "perm
 
 class GptqMarlinAdapter(Adapter):
     peer = "gptq_marlin"
+    module = "vllm._custom_ops"
     install = "install vLLM (its gptq_marlin kernels come with it) into the Python QTUNE_PYTHON names"
 
-    def probe(self):
-        self.import_peer("vllm")
-        ops = self.import_peer("vllm._custom_ops")
+    def check(self, ops):
         self.import_peer("vllm.model_executor.layers.quantization.utils.marlin_utils")
         version = distribution_version("vllm") or "source"
         for name in ("gptq_marlin_gemm", "gptq_marlin_repack"):
@@ -27,8 +26,6 @@ class GptqMarlinAdapter(Adapter):
         if not GEMM_REQUIRED <= parameters or parameters - GEMM_REQUIRED - GEMM_OPTIONAL:
             raise self.unavailable(f"vLLM {version}: gptq_marlin_gemm{inspect.signature(ops.gptq_marlin_gemm)} "
                                    "is not a signature this adapter knows")
-        from qtune_peers.adapters.tensors import require_cuda
-        require_cuda(self)
         return version
 
     def operands(self):

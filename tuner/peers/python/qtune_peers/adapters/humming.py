@@ -27,6 +27,7 @@ COMPAT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 class HummingAdapter(Adapter):
     peer = "humming"
+    module = "humming.layer"
     install = ("put Humming's source on --peer-path / QTUNE_PEER_PATH (or pip install it); it imports torch, triton, "
                "numpy, jinja2, filelock, packaging, cuda-python (cuda.bindings) and pyelftools, and compiles with nvcc")
 
@@ -68,6 +69,7 @@ class HummingAdapter(Adapter):
         from qtune_peers.adapters.tensors import require_cuda
         require_cuda(self)
         import humming
+
         version = distribution_version("humming-kernels", "humming") or f"source at {os.path.dirname(humming.__file__)}"
         return "; ".join([version] + self.notes)
 

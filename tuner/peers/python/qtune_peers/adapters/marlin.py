@@ -13,18 +13,16 @@ MUL_PARAMETERS = ["A", "B", "C", "s", "workspace", "thread_k", "thread_n", "sms"
 
 class MarlinAdapter(Adapter):
     peer = "marlin"
+    module = "marlin"
     install = ("build IST-DASLab marlin for this Python (pip install --no-build-isolation --no-deps <marlin source>), "
                "or put the folder holding the built package on --peer-path / QTUNE_PEER_PATH")
 
-    def probe(self):
-        marlin = self.import_peer("marlin")
+    def check(self, marlin):
         mul = getattr(marlin, "mul", None)
         if mul is None or not hasattr(marlin, "Layer"):
             raise self.unavailable("this marlin has no marlin.mul / marlin.Layer (not IST-DASLab's Marlin API)")
         if list(inspect.signature(mul).parameters) != MUL_PARAMETERS:
             raise self.unavailable(f"marlin.mul{inspect.signature(mul)} is not the signature this adapter knows")
-        from qtune_peers.adapters.tensors import require_cuda
-        require_cuda(self)
         return distribution_version("marlin") or "source"
 
     def operands(self):

@@ -7,16 +7,14 @@ FP8_ROWWISE = "w8a8-fp8-ch:out=bf16"
 
 class TorchAdapter(Adapter):
     peer = "torch"
+    module = "torch"
     install = ("install a CUDA build of PyTorch (>= 2.4) into the Python QTUNE_PYTHON names; torch._scaled_mm "
                "needs an sm_89 or later GPU")
 
-    def probe(self):
-        torch = self.import_peer("torch")
+    def check(self, torch):
         major, minor = (int(part) for part in torch.__version__.split(".")[:2])
         if (major, minor) < (2, 4) or not hasattr(torch, "_scaled_mm"):
             raise self.unavailable(f"torch {torch.__version__} is older than 2.4 (no rowwise torch._scaled_mm)")
-        from qtune_peers.adapters.tensors import require_cuda
-        require_cuda(self)
         return torch.__version__
 
     def operands(self):
