@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "reports/humming_table.hpp"
 #include "search/humming_space.hpp"
@@ -124,17 +125,32 @@ TEST(HummingSpaceOnGpu, CuratedPointsRunAndATableOfThemToo) {
 }
 
 // The side-by-side figures of issue 15 (N = K = 8192, M = 1 ... 4096) for every provider present; printed, not
-// asserted (targets live in docs/perf.md). Runs only with QTUNE_PEER_FIGURES=1: it takes minutes.
+// asserted (targets live in docs/perf.md). Runs only with QTUNE_PEER_FIGURES set: "1" for the providers below, or a
+// comma-separated list of providers (it takes minutes: Humming and DeepGEMM compile a kernel per heuristic choice).
 TEST(PeerFiguresOnGpu, NEqualsKEquals8192) {
-  if (std::getenv("QTUNE_PEER_FIGURES") == nullptr) GTEST_SKIP() << "set QTUNE_PEER_FIGURES=1 to print the figures";
+  const char* wanted = std::getenv("QTUNE_PEER_FIGURES");
+  if (wanted == nullptr) GTEST_SKIP() << "set QTUNE_PEER_FIGURES=1 (or a list of providers) to print the figures";
   QTUNE_REQUIRE_GPU();
   QTUNE_REQUIRE_PEER_PYTHON(environment);
   PeerHost& host = shared_host(environment);
   PeerRunOptions options;
   options.measure = measure::benchmark_measure_options();
-  for (const char* name : {"humming-w4a16-int4-ch", "marlin-w4a16-int4-ch", "torch-f16",
-                           "humming-w4a8-int4-fp8:scale=f16", "torch-w8a8-fp8-ch:out=bf16",
-                           "deepgemm-w8a8-fp8-block128x128:out=bf16"}) {
+  std::vector<std::string> providers = {"humming-w4a16-int4-ch", "marlin-w4a16-int4-ch", "torch-f16",
+                                        "humming-w4a8-int4-fp8:scale=f16", "torch-w8a8-fp8-ch:out=bf16",
+                                        "deepgemm-w8a8-fp8-block128x128:out=bf16"};
+  if (std::string(wanted) != "1") {
+    providers.clear();
+    std::string name;
+    for (const char c : std::string(wanted) + ",") {
+      if (c != ',') {
+        name += c;
+      } else if (!name.empty()) {
+        providers.push_back(name);
+        name.clear();
+      }
+    }
+  }
+  for (const std::string& name : providers) {
     const ProviderId provider = parse_provider_id(name);
     if (const std::string why = skip_reason(host, provider); !why.empty()) {
       std::cout << "  " << name << ": skipped: " << why << "\n";
