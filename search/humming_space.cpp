@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <set>
 
 #include "kernels/error.hpp"
@@ -479,6 +480,37 @@ SpaceEnumeration HummingSpace::enumerate(const Problem& problem, const ArchLimit
     }
   });
   return space;
+}
+
+std::vector<double> HummingSpace::cost_features(const KernelConfig& config, const Problem& problem,
+                                                const ArchLimits& limits) {
+  RuleVerdict verdict;
+  const Point point = point_of(config, verdict);
+  if (!verdict.valid) QTUNE_INPUT_ERROR(verdict.detail);
+  const double m_tiles = std::ceil(double(problem.m) / std::max(point.bm(), 1));
+  const double tiles = m_tiles * std::ceil(double(problem.n) / std::max(point.bn(), 1));
+  const double slots = double(std::max(point.sms() > 0 ? point.sms() : limits.sm_count, 1)) * std::max(point.ctas_per_sm(), 1);
+  const double waves = tiles / slots;
+  const double weight_bytes = double(problem.n) * double(problem.k) * problem.format.bits_per_weight() / 8.0;
+  const double activation_bytes = double(problem.m) * double(problem.k) * problem.format.activation_bits() / 8.0;
+  const double flops = 2.0 * double(problem.m) * double(problem.n) * double(problem.k);
+  std::vector<double> features = {std::log2(double(problem.m)),
+                                  std::log2(double(problem.n)),
+                                  std::log2(double(problem.k)),
+                                  std::log2(std::max(tiles, 1.0)),
+                                  waves,
+                                  tiles / (std::ceil(waves) * slots),
+                                  double(problem.m) / (m_tiles * std::max(point.bm(), 1)),
+                                  std::log2((weight_bytes + activation_bytes) / flops)};
+  for (const int value : point.values) features.push_back(std::log2(double(std::max(value, 0)) + 1.0));
+  return features;
+}
+
+std::vector<std::string> HummingSpace::cost_feature_names() {
+  std::vector<std::string> names = {"log2_m", "log2_n", "log2_k", "log2_tiles", "waves", "wave_efficiency",
+                                    "m_tile_efficiency", "log2_bytes_per_flop"};
+  for (std::string_view name : kParameterNames) names.push_back("log2_" + std::string(name));
+  return names;
 }
 
 int64_t HummingSpace::shared_memory_bytes(const KernelConfig& config, const HummingLayer& layer) {

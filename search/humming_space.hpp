@@ -86,6 +86,12 @@ class HummingSpace {
   static SpaceEnumeration enumerate(const Problem& problem, const ArchLimits& limits,
                                     HummingSpaceKind kind = HummingSpaceKind::Curated);
 
+  // Features for the cost models, as search::cost_features lays them out for qtune's families: log2 M, N, K, log2 of
+  // the output tiles, waves of tiles over ctas_per_sm x SMs, their efficiency, the M tile's efficiency, log2 of bytes
+  // per flop, then log2(value + 1) of each parameter in parameter_space() order.
+  static std::vector<double> cost_features(const KernelConfig& config, const Problem& problem, const ArchLimits& limits);
+  static std::vector<std::string> cost_feature_names();
+
   // Shared memory one CTA of `config` uses, as Humming's estimate_smem_size computes it (dense GEMM).
   static int64_t shared_memory_bytes(const KernelConfig& config, const HummingLayer& layer);
 

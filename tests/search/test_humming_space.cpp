@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -246,6 +248,26 @@ TEST(HummingSpace, CuratedSpaceIsAFewHundredValidPointsHoldingHummingsOwnChoice)
   };
   EXPECT_TRUE(holds(kSm90HeuristicM1, 1));
   EXPECT_TRUE(holds(kSm90HeuristicM4096, 4096));
+}
+
+TEST(HummingSpace, CostFeaturesDescribeTheTilingForTheModels) {
+  const ArchLimits h200 = ArchLimits::for_sm(90);
+  const KernelConfig config = HummingSpace::from_tuning_config(kSm90HeuristicM4096);  // bm 176, bn 256
+  const std::vector<double> features = HummingSpace::cost_features(config, problem_of("w4a16-int4-ch", 4096), h200);
+  const std::vector<std::string> names = HummingSpace::cost_feature_names();
+  ASSERT_EQ(features.size(), names.size());
+  ASSERT_EQ(names.size(), 8 + HummingSpace::parameter_space().size());
+  const auto feature = [&](const std::string& name) {
+    return features[static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin())];
+  };
+  // 24 M tiles (4096 / 176, rounded up) x 32 N tiles = 768 tiles over 132 SMs.
+  EXPECT_DOUBLE_EQ(feature("log2_m"), 12.0);
+  EXPECT_DOUBLE_EQ(feature("log2_tiles"), std::log2(768.0));
+  EXPECT_DOUBLE_EQ(feature("waves"), 768.0 / 132.0);
+  EXPECT_DOUBLE_EQ(feature("wave_efficiency"), 768.0 / (6 * 132.0));
+  EXPECT_DOUBLE_EQ(feature("m_tile_efficiency"), 4096.0 / (24 * 176.0));
+  EXPECT_DOUBLE_EQ(feature("log2_bm"), std::log2(177.0));
+  EXPECT_DOUBLE_EQ(feature("log2_multicast_a"), std::log2(3.0));
 }
 
 TEST(HummingSpace, FullSpaceCountsEveryPointAndStaysEnumerable) {
