@@ -490,18 +490,8 @@ std::vector<double> HummingSpace::cost_features(const KernelConfig& config, cons
   const double m_tiles = std::ceil(double(problem.m) / std::max(point.bm(), 1));
   const double tiles = m_tiles * std::ceil(double(problem.n) / std::max(point.bn(), 1));
   const double slots = double(std::max(point.sms() > 0 ? point.sms() : limits.sm_count, 1)) * std::max(point.ctas_per_sm(), 1);
-  const double waves = tiles / slots;
-  const double weight_bytes = double(problem.n) * double(problem.k) * problem.format.bits_per_weight() / 8.0;
-  const double activation_bytes = double(problem.m) * double(problem.k) * problem.format.activation_bits() / 8.0;
-  const double flops = 2.0 * double(problem.m) * double(problem.n) * double(problem.k);
-  std::vector<double> features = {std::log2(double(problem.m)),
-                                  std::log2(double(problem.n)),
-                                  std::log2(double(problem.k)),
-                                  std::log2(std::max(tiles, 1.0)),
-                                  waves,
-                                  tiles / (std::ceil(waves) * slots),
-                                  double(problem.m) / (m_tiles * std::max(point.bm(), 1)),
-                                  std::log2((weight_bytes + activation_bytes) / flops)};
+  std::vector<double> features =
+      tiling_features(problem, tiles, slots, double(problem.m) / (m_tiles * std::max(point.bm(), 1)));
   for (const int value : point.values) features.push_back(std::log2(double(std::max(value, 0)) + 1.0));
   return features;
 }
