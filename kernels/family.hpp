@@ -99,6 +99,10 @@ struct LaunchGeometry {
   uint64_t workspace_bytes = 0;       // the "workspace" buffer; 0: none
   // The workspace must be zero before the first launch; the kernel leaves it zero again (split-K tile counters).
   bool workspace_starts_zeroed = false;
+  // > 0: a persistent kernel that walks its work units with the grid's stride; the launcher caps grid[0] at this many
+  // CTAs per SM of the device (a multiple of cluster_ctas, at least one cluster).
+  uint32_t persistent_ctas_per_sm = 0;
+  uint32_t cluster_ctas = 1;  // CTAs per thread-block cluster (compiled into the kernel); grid[0] is a multiple of it
 };
 
 enum class BufferRole {
@@ -120,11 +124,26 @@ struct BufferSpec {
 // Named host byte buffers (prepacked weights or activations) to copy to the device as they are.
 using PackedBuffers = std::map<std::string, std::vector<uint8_t>>;
 
+// A TMA tensor map (CUtensorMap, 128 bytes) that the launcher encodes with the driver (cuTensorMapEncodeTiled) into a
+// kernel parameter: a row-major 2-D tensor of `rows` x `columns` elements of `element_bytes` bytes at device address
+// `address`, copied in boxes of box_rows x box_columns elements, 128-byte swizzled, elements out of bounds read as zero.
+struct TensorMapRequest {
+  size_t offset = 0;  // of the parameter in KernelArguments::storage
+  uint64_t address = 0;
+  uint32_t element_bytes = 1;  // 1, 2 or 4
+  uint64_t rows = 0;
+  uint64_t columns = 0;
+  uint32_t box_rows = 0;
+  uint32_t box_columns = 0;  // box_columns * element_bytes = 128: one swizzled row
+};
+
 // The launch arguments: each kernel parameter's bytes at its offset in `storage`. cuLaunchKernel's kernelParams
 // is pointers(): one pointer per parameter, into `storage` (valid while this object lives and is not copied).
+// Parameters listed in `tensor_maps` are filled by the launcher.
 struct KernelArguments {
   std::vector<uint8_t> storage;
   std::vector<size_t> offsets;
+  std::vector<TensorMapRequest> tensor_maps;
   std::vector<void*> pointers();
 };
 

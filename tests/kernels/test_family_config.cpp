@@ -5,6 +5,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
 
@@ -68,17 +69,152 @@ TEST(KernelConfig, MalformedInputNamesTheField) {
             std::string::npos);
 }
 
-TEST(KernelFamilies, RegistryFindsMmaAndWgmma) {
-  ASSERT_EQ(kernel_families().size(), 2u);
+TEST(KernelFamilies, RegistryFindsMmaWgmmaAndTma) {
+  ASSERT_EQ(kernel_families().size(), 3u);
   EXPECT_EQ(kernel_families().front()->name(), "mma");  // production's first choice without a table
   EXPECT_EQ(find_family("mma").name(), "mma");
   EXPECT_EQ(find_family("wgmma").name(), "wgmma");
+  EXPECT_EQ(find_family("tma").name(), "tma");
+  EXPECT_EQ(find_family("tma").weight_layout(), "mma");  // it runs on the weights production packs once
   try {
     find_family("nope");
     FAIL() << "expected InputError";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma, wgmma)"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma, tma, wgmma)"), std::string::npos);
   }
+}
+
+// The tma family's rules: sm_90 only, 8-bit and 16-bit operands, clusters only with multicast, flushed formats at
+// most 128 tokens per tile, persistence only past one wave; the default config passes its own check everywhere.
+TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  const Problem fp8{FormatSpec::parse("w8a8-fp8-ch"), 256, 8192, 8192, false};
+  const Problem int4{FormatSpec::parse("w4a16-int4-ch"), 256, 8192, 8192, false};
+  auto verdict = [&](const std::string& text, const Problem& p) {
+    return tma_family().check(KernelConfig::parse(text, "tma"), p, hopper).rule;
+  };
+  const std::string base = "bn=128,bk=128,stages=4,split=1,raster=0";
+  const Problem fp8_large{fp8.format, 4096, 8192, 8192, false};
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=1", fp8_large), "");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=2,multicast=1,persistent=1", fp8_large), "");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=1", fp8), "persistent-one-wave");  // 64 tiles
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=2,multicast=2,persistent=0", fp8), "");
+  EXPECT_EQ(verdict("bm=256," + base + ",cluster=1,multicast=0,persistent=0", fp8), "accumulators-per-thread");
+  EXPECT_EQ(verdict("bm=256,bn=128,bk=128,stages=2,split=1,raster=0,cluster=1,multicast=0,persistent=0", int4), "");  // no flushes
+  EXPECT_EQ(verdict("bm=256," + base + ",cluster=1,multicast=0,persistent=0", int4), "smem-per-block");  // 4 x 72 KB
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=2,multicast=0,persistent=0", fp8), "cluster-multicast");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=1,persistent=0", fp8), "cluster-multicast");
+  EXPECT_EQ(verdict("bm=64," + base + ",cluster=2,multicast=2,persistent=0", Problem{fp8.format, 64, 8192, 8192, false}),
+            "cluster-single-m-tile");
+  EXPECT_EQ(verdict("bm=64," + base + ",cluster=2,multicast=1,persistent=0", Problem{fp8.format, 64, 8320, 8192, false}),
+            "cluster-divides-n");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=64,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0", fp8), "bk-atom");
+  EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1",
+                    Problem{fp8.format, 64, 8192, 8192, false}),
+            "persistent-one-wave");  // 64 tiles
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", fp8), "overlap-flush");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", int4), "");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=2", int4), "parameter-domain");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=4,split=3,raster=0,cluster=1,multicast=0,persistent=0,overlap=1", int4),
+            "overlap-even-k-tiles");  // 64 K tiles in 3 ranges
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,wn=4", fp8), "parameter-unknown");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0", fp8), "smem-per-block");
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0", Problem{FormatSpec::parse("w4a4-int4-ch"), 256, 8192, 8192, false}),
+            "format-unsupported-on-arch");
+  EXPECT_EQ(tma_family().check(KernelConfig::parse("bm=128," + base + ",cluster=1,multicast=0,persistent=0", "tma"), fp8,
+                               ArchLimits::for_sm(89)).rule,
+            "format-unsupported-on-arch");
+  for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-tensor", "w8a8-fp8-block128x128", "w8a8-e5m2-e5m2", "w8a8-int8-ch",
+                           "w8a8-int8-block128x128", "w4a8-int4-fp8", "w4a8-fp4-fp8", "w4a8-int4-int8", "w4a16-int4-ch",
+                           "w4a16-int4-g128-zp", "nvfp4"}) {
+    for (int64_t m : {1, 16, 33, 64, 200, 4096}) {
+      const Problem p{FormatSpec::parse(spec), m, 8192, 8192, false};
+      ASSERT_TRUE(tma_family().supports(p.format, 90).supported) << spec;
+      const KernelConfig config = tma_family().default_config(p, hopper);
+      EXPECT_TRUE(tma_family().check(config, p, hopper).valid) << spec << " " << m << " " << config.to_string();
+    }
+  }
+}
+
+// One CTA per unit or a persistent grid the launcher caps per SM; clusters double the CTAs and pad M; the activation
+// tensor map is a launcher-encoded parameter after the GemmParams.
+TEST(TmaFamilyRules, LaunchGeometryAndTensorMap) {
+  const Problem problem{FormatSpec::parse("w8a8-fp8-ch"), 300, 5120, 13824, false};
+  const KernelConfig plain = KernelConfig::parse("bm=128,bn=128,bk=128,stages=6,split=2,raster=2,cluster=1,multicast=0,persistent=1", "tma");
+  const LaunchGeometry geometry = tma_family().launch_geometry(plain, problem);
+  EXPECT_EQ(geometry.grid[0], 40u * 3u * 2u);  // N tiles x M tiles x splits
+  EXPECT_EQ(geometry.block[0], 384u);
+  EXPECT_EQ(geometry.persistent_ctas_per_sm, 1u);
+  EXPECT_EQ(geometry.cluster_ctas, 1u);
+  EXPECT_EQ(geometry.workspace_bytes, 2ull * 120 * 128 * 128 * 4 + 120 * 4);
+  const KernelConfig weights = KernelConfig::parse("bm=128,bn=64,bk=128,stages=6,split=1,raster=0,cluster=2,multicast=2,persistent=0", "tma");
+  const LaunchGeometry paired = tma_family().launch_geometry(weights, problem);
+  EXPECT_EQ(paired.grid[0], 80u * 2u * 2u);  // 300 rows: two pairs of 128-row tiles, the last tile empty
+  EXPECT_EQ(paired.block[0], 256u);
+  EXPECT_EQ(paired.cluster_ctas, 2u);
+  EXPECT_EQ(paired.persistent_ctas_per_sm, 0u);
+
+  std::map<std::string, uint64_t> addresses = {{"a", 0x10000}, {"a_scales", 0x20000}, {"weights", 0x30000},
+                                               {"scales", 0x40000}, {"global_scale", 0x50000}, {"c", 0x60000},
+                                               {"workspace", 0x70000}};
+  KernelArguments arguments = tma_family().pack_arguments(plain, problem, addresses);
+  ASSERT_EQ(arguments.offsets.size(), 2u);
+  ASSERT_EQ(arguments.tensor_maps.size(), 1u);
+  const TensorMapRequest& map = arguments.tensor_maps[0];
+  EXPECT_EQ(map.offset, arguments.offsets[1]);
+  EXPECT_EQ(map.offset % 64, 0u);
+  EXPECT_EQ(arguments.storage.size(), map.offset + 128);
+  EXPECT_EQ(map.address, 0x10000u);
+  EXPECT_EQ(map.rows, 300u);
+  EXPECT_EQ(map.columns, 13824u);
+  EXPECT_EQ(map.element_bytes, 1u);
+  EXPECT_EQ(map.box_rows, 128u);
+  EXPECT_EQ(map.box_columns, 128u);
+  const Problem f16{FormatSpec::parse("w4a16-int4-ch"), 40, 4096, 4096, false};
+  const KernelConfig small = KernelConfig::parse("bm=64,bn=64,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0", "tma");
+  const TensorMapRequest wide = tma_family().pack_arguments(small, f16, addresses).tensor_maps.at(0);
+  EXPECT_EQ(wide.element_bytes, 2u);
+  EXPECT_EQ(wide.box_columns, 64u);  // 128 bytes of f16
+  EXPECT_EQ(wide.box_rows, 64u);
+  const std::string source = tma_family().instantiation_source(weights, problem.format, "sm_90a");
+  EXPECT_NE(source.find("__cluster_dims__(2, 1, 1)"), std::string::npos) << source;
+  EXPECT_NE(source.find("__grid_constant__ qd::TensorMap"), std::string::npos) << source;
+  EXPECT_THROW(tma_family().instantiation_source(weights, problem.format, "sm_90"), UnsupportedError);
+}
+
+// The heuristic on Hopper: quantized activations go to the tma family from M = 32 (below it to the mma family),
+// weight-only formats to the wgmma family from M = 16 and to the tma family from M = 256.
+TEST(TmaFamilyRules, HeuristicPrefersItForQuantizedActivationsAndLargeM) {
+  const FormatSpec fp8 = FormatSpec::parse("w8a8-fp8-ch");
+  EXPECT_EQ(heuristic_family(Problem{fp8, 256, 8192, 8192, false}, 90).name(), "tma");
+  EXPECT_EQ(heuristic_family(Problem{fp8, 32, 8192, 8192, false}, 90).name(), "tma");
+  EXPECT_EQ(heuristic_family(Problem{fp8, 16, 8192, 8192, false}, 90).name(), "mma");
+  EXPECT_EQ(heuristic_family(Problem{fp8, 256, 8192, 8192, false}, 89).name(), "mma");
+  const FormatSpec int4 = FormatSpec::parse("w4a16-int4-ch");
+  EXPECT_EQ(heuristic_family(Problem{int4, 8, 8192, 8192, false}, 90).name(), "mma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 64, 8192, 8192, false}, 90).name(), "wgmma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 255, 8192, 8192, false}, 90).name(), "wgmma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 256, 8192, 8192, false}, 90).name(), "tma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 4096, 8192, 8192, false}, 90).name(), "tma");
+  EXPECT_EQ(heuristic_family(Problem{int4, 4096, 8192, 8192, false}, 80).name(), "mma");
+}
+
+// The defaults follow the H200 sweeps: 64 weight columns while the weights stream, 256-token tiles with a wgmma group
+// in flight for int8 and f16 at large M, 256-deep slots for fp8.
+TEST(TmaFamilyRules, DefaultConfigFollowsTheH200Sweeps) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  auto default_for = [&](const char* spec, int64_t m) {
+    return tma_family().default_config(Problem{FormatSpec::parse(spec), m, 8192, 8192, false}, hopper);
+  };
+  EXPECT_EQ(default_for("w8a8-fp8-ch", 64).to_string(),
+            "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=0");
+  EXPECT_EQ(default_for("w8a8-fp8-ch", 4096).to_string(),
+            "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0");
+  EXPECT_EQ(default_for("w8a8-int8-ch", 1024).to_string(),
+            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+  EXPECT_EQ(default_for("w4a16-int4-ch", 1024).to_string(),
+            "bm=256,bn=128,bk=64,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+  EXPECT_EQ(default_for("w4a16-int4-ch", 256).get("bm"), 128);
 }
 
 // The wgmma family's rules: its own parameters only, sm_90 only, weight-only formats, divisibility, shared memory,

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "kernels/codec.hpp"
 #include "kernels/error.hpp"
 #include "kernels/quantize.hpp"
 #include "tuner/runtime/device.hpp"
+#include "tuner/runtime/driver.hpp"
 
 namespace qtune::gemm {
 
@@ -125,15 +127,61 @@ void GemmDeviceData::launch(const LoadedKernel& kernel, CUstream stream) {
   launch_gemm(*family_, kernel.config(), problem_, kernel.kernel(), addresses, stream);
 }
 
+namespace {
+
+// The TMA descriptor a family asked for, encoded by the driver into its kernel parameter.
+void encode_tensor_map(const TensorMapRequest& request, std::vector<uint8_t>& storage) {
+  if (request.offset + sizeof(CUtensorMap) > storage.size()) QTUNE_THROW(Error, "tensor map parameter outside the argument storage");
+  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  if (request.element_bytes == 2) type = CU_TENSOR_MAP_DATA_TYPE_UINT16;
+  if (request.element_bytes == 4) type = CU_TENSOR_MAP_DATA_TYPE_UINT32;
+  const cuuint64_t dims[2] = {request.columns, request.rows};
+  const cuuint64_t strides[1] = {request.columns * request.element_bytes};
+  const cuuint32_t box[2] = {request.box_columns, request.box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  CUtensorMap map;
+  QTUNE_CU(cuTensorMapEncodeTiled, &map, type, 2, reinterpret_cast<void*>(request.address), dims, strides, box, element_strides,
+           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  std::memcpy(storage.data() + request.offset, &map, sizeof(map));
+}
+
+// A persistent grid: at most `per_sm` CTAs per SM of the current device, whole clusters, and no more clusters than
+// the device holds at once (pairs of SMs of one GPC: fewer than SMs / 2 where a GPC has an odd count free).
+uint32_t persistent_grid(const LaunchGeometry& geometry, const runtime::Kernel& kernel) {
+  CUdevice device = 0;
+  QTUNE_CU(cuCtxGetDevice, &device);
+  int sm_count = 0;
+  QTUNE_CU(cuDeviceGetAttribute, &sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+  const uint32_t cluster = std::max<uint32_t>(geometry.cluster_ctas, 1);
+  uint32_t clusters = std::max<uint32_t>(static_cast<uint32_t>(sm_count) * geometry.persistent_ctas_per_sm / cluster, 1);
+  if (cluster > 1) {
+    CUlaunchConfig config{};
+    config.gridDimX = geometry.grid[0];
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = geometry.block[0];
+    config.blockDimY = config.blockDimZ = 1;
+    config.sharedMemBytes = geometry.dynamic_shared_bytes;
+    int resident = 0;
+    QTUNE_CU(cuOccupancyMaxActiveClusters, &resident, kernel.get(), &config);
+    if (resident > 0) clusters = std::min(clusters, static_cast<uint32_t>(resident));
+  }
+  return std::min(geometry.grid[0], clusters * cluster);
+}
+
+}  // namespace
+
 void launch_gemm(const KernelFamily& family, const KernelConfig& config, const Problem& problem, const runtime::Kernel& kernel,
                  const std::map<std::string, uint64_t>& device_addresses, CUstream stream) {
   const LaunchGeometry geometry = family.launch_geometry(config, problem);
   KernelArguments arguments = family.pack_arguments(config, problem, device_addresses);
+  for (const TensorMapRequest& request : arguments.tensor_maps) encode_tensor_map(request, arguments.storage);
   std::vector<void*> pointers = arguments.pointers();
   // Always opt in: the 48 KiB default counts static shared memory too, so 48 KiB of dynamic memory already exceeds it.
   if (geometry.dynamic_shared_bytes > 0) kernel.set_max_dynamic_shared_memory(static_cast<int>(geometry.dynamic_shared_bytes));
   runtime::LaunchConfig launch;
-  launch.grid = {geometry.grid[0], geometry.grid[1], geometry.grid[2]};
+  launch.grid = {geometry.persistent_ctas_per_sm > 0 ? persistent_grid(geometry, kernel) : geometry.grid[0], geometry.grid[1],
+                 geometry.grid[2]};
   launch.block = {geometry.block[0], geometry.block[1], geometry.block[2]};
   launch.dynamic_shared_bytes = geometry.dynamic_shared_bytes;
   kernel.launch(launch, stream, pointers.data());

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/error.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "search/space.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
 #include "tuner/jit/compiler.hpp"
@@ -28,6 +29,7 @@ std::map<std::string, std::vector<int>> default_sweep_ranges(const KernelFamily&
               {"overlap", {m <= 64 ? 0 : 1}}};
     return ranges;
   }
+  if (family.name() == "tma") return TmaFamily::curated_ranges(m);
   if (family.name() != "mma") return ranges;
   if (m <= 16) {
     ranges = {{"bm", {16}}, {"bn", {64, 128, 256}}, {"bk", {128, 256, 512}}, {"wm", {1}}, {"wn", {4, 8}},

@@ -38,10 +38,11 @@ namespace {
 
 using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
-// The CUDA version whose ABI of `symbol` matches cuda.h's plain declaration. CUDA 13 gave cuCtxSynchronize a
-// context argument (cuCtxSynchronize_v2) without renaming the plain symbol, so asking at 13.0 returns the wrong ABI.
+// The CUDA version whose ABI of `symbol` matches cuda.h's plain declaration. CUDA 13 gave cuCtxSynchronize and
+// cuCtxGetDevice a context argument (the _v2 functions) without renaming the plain symbols, so asking at 13.0 returns
+// the wrong ABI (cuCtxGetDevice crashed on the H200, 2026-12-02).
 int abi_version_of(std::string_view symbol) {
-  if (symbol == "cuCtxSynchronize") return 12000;
+  if (symbol == "cuCtxSynchronize" || symbol == "cuCtxGetDevice") return 12000;
   return CUDA_VERSION;
 }
 

@@ -21,7 +21,8 @@ namespace qtune::runtime {
   X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction)       \
   X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy)          \
   X(cuStreamSynchronize) X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                  \
-  X(cuEventSynchronize) X(cuEventElapsedTime)
+  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuCtxGetDevice) X(cuTensorMapEncodeTiled)         \
+  X(cuOccupancyMaxActiveClusters)
 
 // A failed driver call: LibraryError("CUDA driver", "cuXxx failed: CUDA_ERROR_NAME (description)") plus the code.
 class DriverError : public LibraryError {

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "kernels/error.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "search/shape_limits.hpp"
 
@@ -216,8 +217,19 @@ std::vector<Problem> problems_for_family(const KernelFamily& family, const std::
   const bool split = split_by_m && families.size() > 1 &&
                      std::any_of(families.begin(), families.end(), [](const KernelFamily* f) { return f->name() == "wgmma"; }) &&
                      std::any_of(families.begin(), families.end(), [](const KernelFamily* f) { return f->name() == "mma"; });
+  const bool tma_too = split_by_m && families.size() > 1 &&
+                       std::any_of(families.begin(), families.end(), [](const KernelFamily* f) { return f->name() == "tma"; });
   std::vector<Problem> selected;
   for (const Problem& problem : problems) {
+    // tune --family auto: the tma family where its rules prefer it (quantized activations from M = 32, weight-only
+    // formats from M = 256), the family it takes over from only one bucket beyond.
+    if (tma_too && tma_family().supports(problem.format, sm).supported) {
+      const bool tma_prefers = tma_family().preferred_for(problem, sm);
+      const bool quantized = problem.format.activation_is_quantized();
+      if (family.name() == "tma" && !tma_prefers) continue;
+      if (family.name() == "mma" && quantized && problem.m > 2 * TmaFamily::kPreferredFromM) continue;
+      if (family.name() == "wgmma" && !quantized && problem.m > 2 * TmaFamily::kPreferredFromMWeightOnly) continue;
+    }
     if (split) {
       const bool wgmma_runs_it = wgmma_family().supports(problem.format, sm).supported;
       if (family.name() == "mma" && wgmma_runs_it && problem.m > kMmaUpToM) continue;

@@ -14,7 +14,10 @@
 // owns a (BLOCK_M/WARPS_M) x (BLOCK_N/WARPS_N) sub-tile and a 1/WARPS_K share of every K tile's weight atoms; the
 // WARPS_K partial sums are added in shared memory in warp order, and SPLIT_K partial tiles go through a global
 // workspace where the last CTA to arrive adds them in split order, so results are bit-identical run to run.
-#include "gemm/dequant.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/split_k.cuh"
+#include "gemm/tile_schedule.cuh"
+#include "gemm/weight_vectors.cuh"
 
 namespace qtune {
 namespace device {
@@ -101,38 +104,14 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
   const int quad = lane & 3;     // position within the group
 
   // ---- which output tile and K range ----
-  const int tiles_n = p.n / BN;
-  const int tiles_m = (p.m + BM - 1) / BM;
-  const int tiles = tiles_n * tiles_m;
-  const int split = blockIdx.x / tiles;
-  const int pid = blockIdx.x % tiles;
-  int tile_m, tile_n;
-  if constexpr (T::RASTER == 0) {
-    tile_m = pid / tiles_n;
-    tile_n = pid % tiles_n;
-  } else {
-    // Bands of 2^RASTER M tiles, walked M-fastest, so concurrent CTAs share weight columns in L2.
-    constexpr int band = 1 << T::RASTER;
-    const int band_size = band * tiles_n;
-    const int first_m = (pid / band_size) * band;
-    const int band_rows = min(band, tiles_m - first_m);
-    const int in_band = pid % band_size;
-    tile_m = first_m + in_band % band_rows;
-    tile_n = in_band / band_rows;
-  }
-  const int m0 = tile_m * BM;
-  const int n0 = tile_n * BN;
-  const int rows_valid = min(BM, p.m - m0);
-  const int k_tiles = p.k / BK;
-  const int kt_begin = static_cast<int>(static_cast<long long>(split) * k_tiles / T::SPLIT_K);
-  const int kt_end = static_cast<int>(static_cast<long long>(split + 1) * k_tiles / T::SPLIT_K);
-  const int tile_count = kt_end - kt_begin;
+  const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(p);
+  const TileWork work = schedule.work(p, blockIdx.x);
+  const int m0 = work.m0, n0 = work.n0, rows_valid = work.rows_valid, kt_begin = work.kt_begin;
+  const int tile_count = work.kt_end - work.kt_begin;
 
   const u32 smem = shared_address(shared);
   const char* a_global = reinterpret_cast<const char*>(p.a);
   const char* w_global = reinterpret_cast<const char*>(p.weights);
-  const char* s_global = reinterpret_cast<const char*>(p.scales);
-  const char* z_global = reinterpret_cast<const char*>(p.zeros);
   const char* sa_global = reinterpret_cast<const char*>(p.a_scales);
   const long long w_strip_stride = static_cast<long long>(p.k / F::ATOM_K) * F::ATOM_BYTES;
   const u64 stream_policy = evict_first_policy();
@@ -205,22 +184,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
     // Vectors of the tile's K groups: weight scales and zero points [group][n], activation scales [group][m].
     const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
     const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
-    if constexpr (F::STAGED_SCALES) {
-      constexpr int row_chunks = G::S_ROW_BYTES / 16;
-      for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
-        const int row = i / row_chunks;
-        cp_async_16(s_base + i * 16,
-                    s_global + (static_cast<long long>(first_group + row) * p.n + n0) * F::SCALE_BYTES + (i % row_chunks) * 16);
-      }
-    }
-    if constexpr (F::STAGED_ZEROS) {
-      constexpr int row_chunks = G::Z_ROW_BYTES / 16;
-      for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
-        const int row = i / row_chunks;
-        cp_async_16(s_base + G::S_STAGE_BYTES + i * 16,
-                    z_global + (static_cast<long long>(first_group + row) * p.n + n0) * 2 + (i % row_chunks) * 16);
-      }
-    }
+    stage_weight_vectors<F, BN, G::GROUP_ROWS, THREADS>(s_base, s_base + G::S_STAGE_BYTES, p, first_group, n0, tid);
     if constexpr (F::STAGED_ACT_SCALES) {
       // Rows past M read nothing and stage 0: their activations are zero, so their partial sums are too.
       for (int i = tid; i < G::GROUP_ROWS * BM; i += THREADS) {
@@ -232,34 +196,10 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
     }
   };
 
-  // Per-channel vectors (one K group): loaded once. Word j holds the values of columns g and g + 8 of strip j.
-  u32 channel_scale[SPW][2];
-  u32 channel_zero_raw[SPW][2];
-  ZeroTerm channel_zero[SPW][2];
+  // Per-channel vectors (one K group): loaded once, for columns g and g + 8 of each of the warp's strips.
+  StripVectors<F> channel[SPW];
 #pragma unroll
-  for (int j = 0; j < SPW; ++j) {
-    const long long column = n0 + warp_n * G::WTN + j * 16 + group * 2;
-#pragma unroll
-    for (int nsub = 0; nsub < 2; ++nsub) {
-      channel_scale[j][nsub] = 0;
-      channel_zero_raw[j][nsub] = 0;
-      channel_zero[j][nsub] = constant_zero<F>();
-    }
-    if constexpr (F::SCALES == kScaleDequant && !F::STAGED_SCALES) {
-      const u32 word = ld_global_32(s_global + column * 2);
-      channel_scale[j][0] = prmt(word, word, 0x1010);
-      channel_scale[j][1] = prmt(word, word, 0x3232);
-    }
-    if constexpr (F::HAS_ZERO && !F::STAGED_ZEROS) {
-      const u32 word = ld_global_32(z_global + column * 2);
-      channel_zero_raw[j][0] = prmt(word, word, 0x1010);
-      channel_zero_raw[j][1] = prmt(word, word, 0x3232);
-      if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
-        channel_zero[j][0] = loaded_zero<F>(channel_zero_raw[j][0]);
-        channel_zero[j][1] = loaded_zero<F>(channel_zero_raw[j][1]);
-      }
-    }
-  }
+  for (int j = 0; j < SPW; ++j) channel[j] = channel_vectors<F>(p, n0 + warp_n * G::WTN + j * 16 + group * 2);
 
   // part: what the MMAs add to (s32 or f32); acc: the f32 result. Without flushes part becomes acc after the K loop.
   Accumulator part[MT][NT][4];
@@ -322,33 +262,10 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
       const int atom = warp_k * G::KAW + i;  // atom index within the K tile
       u32 words[SPW][F::THREAD_WORDS];
 #pragma unroll
-      for (int j = 0; j < SPW; ++j) {
-        const u32 atom_base = w_smem + ((warp_n * SPW + j) * G::KA + atom) * F::ATOM_BYTES;
+      for (int j = 0; j < SPW; ++j) load_atom_words<F>(words[j], w_smem + ((warp_n * SPW + j) * G::KA + atom) * F::ATOM_BYTES, lane);
+      StripVectors<F> vectors[SPW];
 #pragma unroll
-        for (int slice = 0; slice < F::SLICES; ++slice) {
-          const u32 address = atom_base + slice * 32 * F::SLICE_BYTES + lane * F::SLICE_BYTES;
-          u32* target = &words[j][slice * F::SLICE_BYTES / 4];
-          if constexpr (F::SLICE_BYTES == 16) {
-            ld_shared_128(target, address);
-          } else if constexpr (F::SLICE_BYTES == 8) {
-            ld_shared_64(target, address);
-          } else {
-            ld_shared_32(target, address);
-          }
-        }
-      }
-      u32 scale[SPW][2];
-      u32 zero_raw[SPW][2];
-      ZeroTerm zero[SPW][2];
-#pragma unroll
-      for (int j = 0; j < SPW; ++j) {
-#pragma unroll
-        for (int nsub = 0; nsub < 2; ++nsub) {
-          scale[j][nsub] = channel_scale[j][nsub];
-          zero_raw[j][nsub] = channel_zero_raw[j][nsub];
-          zero[j][nsub] = channel_zero[j][nsub];
-        }
-      }
+      for (int j = 0; j < SPW; ++j) vectors[j] = channel[j];
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         // New scale group: fetch this warp's compute-type scales (and zeros) for the group.
@@ -358,23 +275,8 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
             const int row = GROUP_K >= BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
 #pragma unroll
             for (int j = 0; j < SPW; ++j) {
-              const u32 offset = (warp_n * G::WTN + j * 16 + group * 2) * 2;
-              if constexpr (F::STAGED_SCALES) {
-                u32 word;
-                ld_shared_32(&word, s_smem + row * G::S_ROW_BYTES + offset);
-                scale[j][0] = prmt(word, word, 0x1010);
-                scale[j][1] = prmt(word, word, 0x3232);
-              }
-              if constexpr (F::STAGED_ZEROS) {
-                u32 word;
-                ld_shared_32(&word, z_smem + row * G::Z_ROW_BYTES + offset);
-                zero_raw[j][0] = prmt(word, word, 0x1010);
-                zero_raw[j][1] = prmt(word, word, 0x3232);
-                if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
-                  zero[j][0] = loaded_zero<F>(zero_raw[j][0]);
-                  zero[j][1] = loaded_zero<F>(zero_raw[j][1]);
-                }
-              }
+              load_staged_vectors<F, G::S_ROW_BYTES, G::Z_ROW_BYTES>(vectors[j], s_smem, z_smem, row,
+                                                                    (warp_n * G::WTN + j * 16 + group * 2) * 2);
             }
           }
         }
@@ -405,12 +307,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
               b[nsub][0] = operand_slot<F>(words[j], slot);
               b[nsub][1] = operand_slot<F>(words[j], slot + 1);
             } else {
-              b[nsub][0] = dequant_slot<F>(words[j], slot, zero[j][nsub]);
-              b[nsub][1] = dequant_slot<F>(words[j], slot + 1, zero[j][nsub]);
-              if constexpr (F::SCALES == kScaleDequant) {
-                b[nsub][0] = apply_scale<F>(b[nsub][0], scale[j][nsub], zero_raw[j][nsub]);
-                b[nsub][1] = apply_scale<F>(b[nsub][1], scale[j][nsub], zero_raw[j][nsub]);
-              }
+              dequant_pair<F>(b[nsub][0], b[nsub][1], words[j], slot, vectors[j], nsub);
             }
           }
           if constexpr (SWAP) {
@@ -520,50 +417,14 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
 
   // ---- split-K: partial tiles to the workspace; the last CTA of a tile adds them in split order ----
   if constexpr (T::SPLIT_K > 1) {
-    float* workspace = reinterpret_cast<float*>(p.workspace);
-    int* counters = reinterpret_cast<int*>(workspace + static_cast<long long>(T::SPLIT_K) * tiles * BM * BN);
-    auto partial = [&](int s, int mt, int nt) {
-      return workspace + (static_cast<long long>(s) * tiles + pid) * (BM * BN) +
-             ((((warp_mn * MT + mt) * NT + nt) * 32) + lane) * 4;
-    };
     // Fragments whose rows all lie past M carry nothing: they are neither written nor read back.
-    auto rows_live = [&](int mt) { return warp_m * G::WTM + mt * 16 + group < rows_valid; };
-    if (warp_k == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          if (rows_live(mt))
-            st_global_f32x4(partial(split, mt, nt), acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3]);
+    auto fragment = [&](int f) -> float* { return acc[f / NT][f % NT]; };
+    auto live = [&](int f) { return warp_m * G::WTM + (f / NT) * 16 + group < rows_valid; };
+    if (!reduce_split_k<T::SPLIT_K, MT * NT>(reinterpret_cast<float*>(p.workspace), schedule.tiles, work.tile, work.split, BM * BN,
+                                            warp_mn * MT * NT, lane, warp_k == 0, tid == 0, last_split_flag, fragment, live,
+                                            [] { __syncthreads(); })) {
+      return;
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last_split_flag = atomicAdd(&counters[pid], 1) == T::SPLIT_K - 1;
-    __syncthreads();
-    if (!last_split_flag) return;
-    __threadfence();
-    if (warp_k == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float sum[4];
-          for (int s = 0; s < T::SPLIT_K; ++s) {
-            float part[4];
-            if (s == split || !rows_live(mt)) {
-#pragma unroll
-              for (int e = 0; e < 4; ++e) part[e] = acc[mt][nt][e];
-            } else {
-              ld_global_cg_f32x4(part, partial(s, mt, nt));
-            }
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sum[e] = s == 0 ? part[e] : sum[e] + part[e];
-          }
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = sum[e];
-        }
-    }
-    if (tid == 0) counters[pid] = 0;  // every split has arrived: leave the counter ready for the next launch
   }
 
   // ---- epilogue: channel scale, token scale, global scale, bias, convert, store ----
@@ -574,22 +435,12 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int column = n0 + warp_n * G::WTN + nt * 8 + quad * 2;
-    float scale0 = global_scale, scale1 = global_scale;
-    if constexpr (F::SCALES == kScaleEpilogue) {
-      const float* channel = reinterpret_cast<const float*>(p.scales);
-      scale0 *= ld_global_f32(channel + column);
-      scale1 *= ld_global_f32(channel + column + 1);
-    }
+    const float scale0 = output_scale<F>(p, global_scale, column), scale1 = output_scale<F>(p, global_scale, column + 1);
     float bias0 = 0.0f, bias1 = 0.0f;
     if (p.bias != 0) {
       const u32 pair = ld_global_32(bias + column * 2);
-      if constexpr (F::OUTPUT == kElementF16) {
-        bias0 = f16_to_f32(static_cast<unsigned short>(pair & 0xFFFFu));
-        bias1 = f16_to_f32(static_cast<unsigned short>(pair >> 16));
-      } else {
-        bias0 = bf16_to_f32(static_cast<unsigned short>(pair & 0xFFFFu));
-        bias1 = bf16_to_f32(static_cast<unsigned short>(pair >> 16));
-      }
+      bias0 = output_to_f32<F>(static_cast<unsigned short>(pair & 0xFFFFu));
+      bias1 = output_to_f32<F>(static_cast<unsigned short>(pair >> 16));
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -601,8 +452,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
           if constexpr (F::ACTIVATION_SCALES == kActivationScaleToken) row_scale = ld_global_f32(sa_global + row * 4);
           const float v0 = acc[mt][nt][half * 2] * scale0 * row_scale + bias0;
           const float v1 = acc[mt][nt][half * 2 + 1] * scale1 * row_scale + bias1;
-          const u32 packed = F::OUTPUT == kElementF16 ? pack_f16x2(v0, v1) : pack_bf16x2(v0, v1);
-          st_global_32(c_global + (static_cast<long long>(row) * p.n + column) * 2, packed);
+          st_global_32(c_global + (static_cast<long long>(row) * p.n + column) * 2, pack_output<F>(v0, v1));
         }
       }
     }

@@ -8,7 +8,10 @@
 // descriptor: activation tiles are stored as 64-deep K slabs of 128-byte rows with the 128-byte swizzle (16-byte chunk c
 // of row r at c ^ (r % 8)). Weights use the mma family's prepacked layout and dequantization; the cp.async pipeline,
 // split-K reduction and epilogue follow mma_gemm.cuh.
-#include "gemm/dequant.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/split_k.cuh"
+#include "gemm/tile_schedule.cuh"
+#include "gemm/weight_vectors.cuh"
 #include "gemm/wgmma_ptx.cuh"
 
 namespace qtune {
@@ -69,7 +72,6 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
   constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
   constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
   constexpr bool W_REGULAR = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
-  constexpr bool BF16 = F::COMPUTE_TYPE == kElementBF16;
 
   extern __shared__ __align__(1024) unsigned char shared[];
   __shared__ int last_split_flag;
@@ -81,37 +83,14 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
   const int quad = lane & 3;
 
   // ---- which output tile and K range ----
-  const int tiles_n = p.n / BN;
-  const int tiles_m = (p.m + BM - 1) / BM;
-  const int tiles = tiles_n * tiles_m;
-  const int split = blockIdx.x / tiles;
-  const int pid = blockIdx.x % tiles;
-  int tile_m, tile_n;
-  if constexpr (T::RASTER == 0) {
-    tile_m = pid / tiles_n;
-    tile_n = pid % tiles_n;
-  } else {
-    constexpr int band = 1 << T::RASTER;
-    const int band_size = band * tiles_n;
-    const int first_m = (pid / band_size) * band;
-    const int band_rows = min(band, tiles_m - first_m);
-    const int in_band = pid % band_size;
-    tile_m = first_m + in_band % band_rows;
-    tile_n = in_band / band_rows;
-  }
-  const int m0 = tile_m * BM;
-  const int n0 = tile_n * BN;
-  const int rows_valid = min(BM, p.m - m0);
-  const int k_tiles = p.k / BK;
-  const int kt_begin = static_cast<int>(static_cast<long long>(split) * k_tiles / T::SPLIT_K);
-  const int kt_end = static_cast<int>(static_cast<long long>(split + 1) * k_tiles / T::SPLIT_K);
-  const int tile_count = kt_end - kt_begin;
+  const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(p);
+  const TileWork work = schedule.work(p, blockIdx.x);
+  const int m0 = work.m0, n0 = work.n0, rows_valid = work.rows_valid, kt_begin = work.kt_begin;
+  const int tile_count = work.kt_end - work.kt_begin;
 
   const u32 smem = (shared_address(shared) + 1023u) & ~1023u;
   const char* a_global = reinterpret_cast<const char*>(p.a);
   const char* w_global = reinterpret_cast<const char*>(p.weights);
-  const char* s_global = reinterpret_cast<const char*>(p.scales);
-  const char* z_global = reinterpret_cast<const char*>(p.zeros);
   const long long w_strip_stride = static_cast<long long>(p.k / F::ATOM_K) * F::ATOM_BYTES;
   const long long w_thread_offset =
       STRIP_CHUNKS >= THREADS ? tid * 16LL : (tid / STRIP_CHUNKS) * w_strip_stride + (tid % STRIP_CHUNKS) * 16LL;
@@ -165,43 +144,11 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
     }
     const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
     const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
-    if constexpr (F::STAGED_SCALES) {
-      constexpr int row_chunks = G::S_ROW_BYTES / 16;
-      for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
-        const int row = i / row_chunks;
-        cp_async_16(s_base + i * 16,
-                    s_global + (static_cast<long long>(first_group + row) * p.n + n0) * F::SCALE_BYTES + (i % row_chunks) * 16);
-      }
-    }
-    if constexpr (F::STAGED_ZEROS) {
-      constexpr int row_chunks = G::Z_ROW_BYTES / 16;
-      for (int i = tid; i < G::GROUP_ROWS * row_chunks; i += THREADS) {
-        const int row = i / row_chunks;
-        cp_async_16(s_base + G::S_STAGE_BYTES + i * 16,
-                    z_global + (static_cast<long long>(first_group + row) * p.n + n0) * 2 + (i % row_chunks) * 16);
-      }
-    }
+    stage_weight_vectors<F, BN, G::GROUP_ROWS, THREADS>(s_base, s_base + G::S_STAGE_BYTES, p, first_group, n0, tid);
   };
 
   // Per-channel vectors of this warp's strip (columns group and group + 8): loaded once.
-  const int strip_column = n0 + warp * 16 + group * 2;
-  u32 channel_scale[2] = {0, 0};
-  u32 channel_zero_raw[2] = {0, 0};
-  ZeroTerm channel_zero[2] = {constant_zero<F>(), constant_zero<F>()};
-  if constexpr (F::SCALES == kScaleDequant && !F::STAGED_SCALES) {
-    const u32 word = ld_global_32(s_global + strip_column * 2LL);
-    channel_scale[0] = prmt(word, word, 0x1010);
-    channel_scale[1] = prmt(word, word, 0x3232);
-  }
-  if constexpr (F::HAS_ZERO && !F::STAGED_ZEROS) {
-    const u32 word = ld_global_32(z_global + strip_column * 2LL);
-    channel_zero_raw[0] = prmt(word, word, 0x1010);
-    channel_zero_raw[1] = prmt(word, word, 0x3232);
-    if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
-      channel_zero[0] = loaded_zero<F>(channel_zero_raw[0]);
-      channel_zero[1] = loaded_zero<F>(channel_zero_raw[1]);
-    }
-  }
+  const StripVectors<F> channel = channel_vectors<F>(p, n0 + warp * 16 + group * 2);
 
   float acc[G::ACCUMULATORS];
 #pragma unroll
@@ -215,57 +162,21 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
 #pragma unroll
     for (int atom = 0; atom < G::KA; ++atom) {
       u32 words[F::THREAD_WORDS];
-      const u32 atom_base = w_smem + (warp * G::KA + atom) * F::ATOM_BYTES;
-#pragma unroll
-      for (int slice = 0; slice < F::SLICES; ++slice) {
-        const u32 address = atom_base + slice * 32 * F::SLICE_BYTES + lane * F::SLICE_BYTES;
-        u32* target = &words[slice * F::SLICE_BYTES / 4];
-        if constexpr (F::SLICE_BYTES == 16) {
-          ld_shared_128(target, address);
-        } else if constexpr (F::SLICE_BYTES == 8) {
-          ld_shared_64(target, address);
-        } else {
-          ld_shared_32(target, address);
-        }
-      }
-      u32 scale[2] = {channel_scale[0], channel_scale[1]};
-      u32 zero_raw[2] = {channel_zero_raw[0], channel_zero_raw[1]};
-      ZeroTerm zero[2] = {channel_zero[0], channel_zero[1]};
+      load_atom_words<F>(words, w_smem + (warp * G::KA + atom) * F::ATOM_BYTES, lane);
+      StripVectors<F> vectors = channel;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0) {
           const bool reload = ks == 0 || (GROUP_K < F::ATOM_K && (ks * F::KSTEP) % GROUP_K == 0);
           if (reload) {
             const int row = GROUP_K >= BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
-            const u32 offset = (warp * 16 + group * 2) * 2;
-            if constexpr (F::STAGED_SCALES) {
-              u32 word;
-              ld_shared_32(&word, s_smem + row * G::S_ROW_BYTES + offset);
-              scale[0] = prmt(word, word, 0x1010);
-              scale[1] = prmt(word, word, 0x3232);
-            }
-            if constexpr (F::STAGED_ZEROS) {
-              u32 word;
-              ld_shared_32(&word, z_smem + row * G::Z_ROW_BYTES + offset);
-              zero_raw[0] = prmt(word, word, 0x1010);
-              zero_raw[1] = prmt(word, word, 0x3232);
-              if constexpr (F::WEIGHT_KIND == kWeightIntZero) {
-                zero[0] = loaded_zero<F>(zero_raw[0]);
-                zero[1] = loaded_zero<F>(zero_raw[1]);
-              }
-            }
+            load_staged_vectors<F, G::S_ROW_BYTES, G::Z_ROW_BYTES>(vectors, s_smem, z_smem, row, (warp * 16 + group * 2) * 2);
           }
         }
         u32 b[2][2];  // [n8 tile of the strip = fragment row half][register]
 #pragma unroll
         for (int nsub = 0; nsub < 2; ++nsub) {
-          const int slot = (ks * 2 + nsub) * 2;
-          b[nsub][0] = dequant_slot<F>(words, slot, zero[nsub]);
-          b[nsub][1] = dequant_slot<F>(words, slot + 1, zero[nsub]);
-          if constexpr (F::SCALES == kScaleDequant) {
-            b[nsub][0] = apply_scale<F>(b[nsub][0], scale[nsub], zero_raw[nsub]);
-            b[nsub][1] = apply_scale<F>(b[nsub][1], scale[nsub], zero_raw[nsub]);
-          }
+          dequant_pair<F>(b[nsub][0], b[nsub][1], words, (ks * 2 + nsub) * 2, vectors, nsub);
         }
         u32* target = fragment[atom * 4 + ks];
         target[0] = b[0][0];
@@ -289,7 +200,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
     for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int step = 0; step < G::KSTEPS; ++step) Wgmma<BM, BF16>::run(acc, fragment[step], descriptor[step]);
+    for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(acc, fragment[step], descriptor[step], 1);
     wgmma_commit();
 #pragma unroll
     for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
@@ -338,41 +249,13 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
   constexpr int OCTETS = BM / 8;
   // ---- split-K: partial tiles to the workspace; the last CTA of a tile adds them in split order ----
   if constexpr (T::SPLIT_K > 1) {
-    float* workspace = reinterpret_cast<float*>(p.workspace);
-    int* counters = reinterpret_cast<int*>(workspace + static_cast<long long>(T::SPLIT_K) * tiles * BM * BN);
-    auto partial = [&](int s, int j) {
-      return workspace + (static_cast<long long>(s) * tiles + pid) * (BM * BN) + (((warp * OCTETS + j) * 32) + lane) * 4;
-    };
     // Token octets wholly past M carry nothing: they are neither written nor read back.
-#pragma unroll
-    for (int j = 0; j < OCTETS; ++j) {
-      if (j * 8 < rows_valid) st_global_f32x4(partial(split, j), acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    if (!reduce_split_k<T::SPLIT_K, OCTETS>(reinterpret_cast<float*>(p.workspace), schedule.tiles, work.tile, work.split, BM * BN,
+                                           warp * OCTETS, lane, true, tid == 0, last_split_flag,
+                                           [&](int j) -> float* { return acc + 4 * j; }, [&](int j) { return j * 8 < rows_valid; },
+                                           [] { __syncthreads(); })) {
+      return;
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last_split_flag = atomicAdd(&counters[pid], 1) == T::SPLIT_K - 1;
-    __syncthreads();
-    if (!last_split_flag) return;
-    __threadfence();
-#pragma unroll
-    for (int j = 0; j < OCTETS; ++j) {
-      if (j * 8 >= rows_valid) continue;
-      float sum[4];
-      for (int s = 0; s < T::SPLIT_K; ++s) {
-        float part[4];
-        if (s == split) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[e] = acc[4 * j + e];
-        } else {
-          ld_global_cg_f32x4(part, partial(s, j));
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sum[e] = s == 0 ? part[e] : sum[e] + part[e];
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[4 * j + e] = sum[e];
-    }
-    if (tid == 0) counters[pid] = 0;
   }
 
   // ---- epilogue: channel scale, global scale, bias, convert, store (C is [M][N]: columns are contiguous) ----
@@ -382,13 +265,8 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int column = n0 + warp * 16 + group + half * 8;
-    float scale = global_scale;
-    if constexpr (F::SCALES == kScaleEpilogue) scale *= ld_global_f32(reinterpret_cast<const float*>(p.scales) + column);
-    float bias_value = 0.0f;
-    if (p.bias != 0) {
-      const unsigned short bits = *reinterpret_cast<const unsigned short*>(bias + column * 2LL);
-      bias_value = F::OUTPUT == kElementF16 ? f16_to_f32(bits) : bf16_to_f32(bits);
-    }
+    const float scale = output_scale<F>(p, global_scale, column);
+    const float bias_value = p.bias != 0 ? output_to_f32<F>(*reinterpret_cast<const unsigned short*>(bias + column * 2LL)) : 0.0f;
 #pragma unroll
     for (int j = 0; j < OCTETS; ++j) {
 #pragma unroll
@@ -396,8 +274,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
         const int row = m0 + j * 8 + quad * 2 + e;
         if (row < p.m) {
           const float value = acc[4 * j + half * 2 + e] * scale + bias_value;
-          const u32 packed = F::OUTPUT == kElementF16 ? pack_f16x2(value, 0.0f) : pack_bf16x2(value, 0.0f);
-          c_global[static_cast<long long>(row) * p.n + column] = static_cast<unsigned short>(packed & 0xFFFFu);
+          c_global[static_cast<long long>(row) * p.n + column] = static_cast<unsigned short>(pack_output<F>(value, 0.0f) & 0xFFFFu);
         }
       }
     }

@@ -8,6 +8,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
 #include "tuner/jit/compiler.hpp"
@@ -221,6 +222,64 @@ TEST(WgmmaCompile, WeightOnlyFormatsOnSm90a) {
   EXPECT_NE(quantized.reason.find("f16/bf16 activations"), std::string::npos) << quantized.reason;
   const KernelConfig config = KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=1,raster=0", "wgmma");
   EXPECT_THROW(wgmma_family().instantiation_source(config, FormatSpec::parse("w4a16-int4-ch"), "sm_90"), UnsupportedError);
+}
+
+// The tma family compiles every format it runs (quantized activations and weight-only) for sm_90a at each tile and
+// cluster shape it offers, without spilling, with wgmma batches that ptxas does not serialize (C7515 and friends) and
+// with the register reallocation it asks for (C7508 would mean setmaxnreg was ignored); other architectures, 4-bit
+// operands and configs that check() rejects are refused.
+TEST(TmaCompile, FormatsAndConfigurationsOnSm90a) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  auto add = [&](const std::string& spec, int64_t m, const std::string& text) {
+    const Problem problem{FormatSpec::parse(spec), m, 4096, 4096, false};
+    const KernelConfig config = text.empty() ? tma_family().default_config(problem, hopper) : KernelConfig::parse(text, "tma");
+    const RuleVerdict verdict = tma_family().check(config, problem, hopper);
+    ASSERT_TRUE(verdict.valid) << spec << " " << config.to_string() << ": " << verdict.detail;
+    jit::CompileRequest request;
+    request.source = tma_family().instantiation_source(config, problem.format, "sm_90a");
+    request.kernel_name = tma_family().kernel_name(config, problem.format);
+    request.arch = "sm_90a";
+    requests.push_back(request);
+    labels.push_back(spec + " m=" + std::to_string(m) + " " + config.to_string());
+  };
+  for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-tensor", "w8a8-fp8-block128x128", "w8a8-e5m2-e5m2", "w8a8-fp8-e5m2",
+                           "w8a8-int8-ch", "w8a8-int8-block128x128", "w4a8-int4-fp8", "w4a8-fp4-fp8", "w4a8-int4-int8",
+                           "w4a8-fp4-g32-fp8", "w4a16-int4-ch", "w4a16-int4-g128-zp", "nvfp4"}) {
+    for (int64_t m : {16, 64, 256}) add(spec, m, "");
+  }
+  add("w8a8-fp8-ch", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=1,persistent=1");
+  add("w8a8-fp8-ch", 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=2,multicast=2,persistent=1");
+  add("w8a8-int8-ch", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1");
+  add("w4a16-int4-ch", 4096, "bm=256,bn=128,bk=64,stages=4,split=1,raster=2,cluster=2,multicast=1,persistent=1");
+  add("w4a8-int4-fp8", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=1,persistent=1");
+  add("w8a8-int8-ch", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+  add("w4a8-int4-int8", 4096, "bm=128,bn=128,bk=128,stages=6,split=2,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+  add("w4a16-int4-ch", 4096, "bm=128,bn=128,bk=64,stages=6,split=1,raster=2,cluster=2,multicast=1,persistent=1,overlap=1");
+  add("w8a8-fp8-block128x128", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=2,persistent=1");
+  add("w8a8-fp8-block128x128", 4096, "bm=64,bn=128,bk=128,stages=6,split=3,raster=2,cluster=1,multicast=0,persistent=1");
+  const std::vector<jit::CompileOutcome> outcomes = jit::Compiler().compile_all(requests);
+  ASSERT_EQ(outcomes.size(), requests.size());
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!outcomes[i].ok()) {
+      ADD_FAILURE() << labels[i] << ": " << outcomes[i].error_message.substr(0, 4000);
+      continue;
+    }
+    const jit::CompiledKernel& kernel = *outcomes[i].kernel;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << labels[i];
+    EXPECT_EQ(kernel.resources.stack_frame_bytes, 0) << labels[i];
+    EXPECT_EQ(kernel.log.find("C751"), std::string::npos) << labels[i] << ": " << kernel.log;
+    EXPECT_EQ(kernel.log.find("C7508"), std::string::npos) << labels[i] << ": " << kernel.log;
+  }
+  for (int sm : {80, 89, 100, 120}) {
+    const ArchSupport support = tma_family().supports(FormatSpec::parse("w8a8-fp8-ch"), sm);
+    EXPECT_FALSE(support.supported) << sm;
+    EXPECT_NE(support.reason.find("sm_" + std::to_string(sm)), std::string::npos) << support.reason;
+  }
+  EXPECT_FALSE(tma_family().supports(FormatSpec::parse("w4a4-int4-ch"), 90).supported);
+  const KernelConfig config = KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0", "tma");
+  EXPECT_THROW(tma_family().instantiation_source(config, FormatSpec::parse("w8a8-fp8-ch"), "sm_90"), UnsupportedError);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
 #include "kernels/reference.hpp"
@@ -229,6 +230,72 @@ TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {
     cases.push_back({format, 77, 2048, 4096, "bm=32,bn=64,bk=64,stages=3,split=3,raster=0,overlap=1"});
   }
   expect_all_pass(run_cases(cases, wgmma_family()));
+}
+
+// The tma family (sm_90a only): W8A8 fp8 (e4m3, e5m2; tensor, channel x token, 128x128 blocks), W8A8 int8, W4A8
+// (int4 and fp4 weights converted in registers) and weight-only formats; token counts inside and across tiles, split-K
+// with flushes that span splits, persistence, clusters with multicast of either operand (a pair's second tile past M
+// included), rasterization, bias, N = 5120 with K = 13824 and N = K = 8192.
+TEST(TmaGpu, FormatsShapesAndConfigs) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  if (!tma_family().supports(FormatSpec::parse("w8a8-fp8-ch"), limits.sm).supported) {
+    GTEST_SKIP() << "sm_" << limits.sm << " has no wgmma (the tma family runs on sm_90 only)";
+  }
+  std::vector<Case> cases;
+  const char* quantized[] = {"w8a8-fp8-ch",        "w8a8-fp8-tensor",    "w8a8-fp8-block128x128", "w8a8-e5m2-e5m2",
+                             "w8a8-fp8-e5m2",      "w8a8-int8-ch",       "w8a8-int8-tensor",      "w8a8-int8-block128x128",
+                             "w4a8-int4-fp8",      "w4a8-fp4-fp8",       "w4a8-int4-int8",        "w4a8-int4-g128-int8",
+                             "w4a8-fp4-g32-fp8",   "w8a8-int8-g256",     "w8a8-fp8-ch:out=bf16",  "w6a8-e3m2-g32-fp8"};
+  // A config the family's rules refuse for a format (registers of its flushes) is left out for that format only.
+  auto add_if_valid = [&](const Case& c) {
+    const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
+    if (tma_family().check(KernelConfig::parse(c.config, "tma"), problem, limits).valid) cases.push_back(c);
+  };
+  for (const char* spec : quantized) {
+    cases.push_back({spec, 1, 1024, 2048, ""});
+    cases.push_back({spec, 77, 2048, 4096, "", true});
+    cases.push_back({spec, 77, 2048, 4096, "bm=32,bn=64,bk=128,stages=3,split=3,raster=0,cluster=1,multicast=0,persistent=1"});
+    add_if_valid({spec, 300, 2048, 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=2,multicast=1,persistent=0"});
+    cases.push_back({spec, 300, 2048, 4096, "bm=128,bn=64,bk=128,stages=6,split=1,raster=0,cluster=2,multicast=2,persistent=0", true});
+  }
+  for (const char* spec : {"w4a16-int4-ch", "w4a16-int4-g128-zp", "w4a16-int4-ch:out=bf16", "w4a16-fp4-g32", "nvfp4",
+                           "w8a16-fp8-ch", "w4a16-int4-g128-bf16"}) {
+    cases.push_back({spec, 1, 1024, 2048, ""});
+    cases.push_back({spec, 77, 2048, 4096, "", true});
+    cases.push_back({spec, 200, 4096, 4096, "bm=256,bn=128,bk=64,stages=4,split=1,raster=0,cluster=2,multicast=1,persistent=0"});
+    cases.push_back({spec, 200, 4096, 4096, "bm=64,bn=128,bk=128,stages=5,split=2,raster=0,cluster=1,multicast=0,persistent=1"});
+    // A wgmma group in flight while the next slot is converted: one and several pairs of K tiles per unit.
+    cases.push_back({spec, 200, 4096, 4096, "bm=128,bn=128,bk=128,stages=4,split=8,raster=2,cluster=1,multicast=0,persistent=1,overlap=1"});
+    cases.push_back({spec, 300, 2048, 4096, "bm=128,bn=64,bk=64,stages=6,split=2,raster=0,cluster=2,multicast=2,persistent=1,overlap=1", true});
+  }
+  for (const char* spec : {"w8a8-int8-ch", "w8a8-int8-tensor", "w4a8-int4-int8"}) {
+    cases.push_back({spec, 77, 2048, 4096, "bm=128,bn=128,bk=128,stages=4,split=8,raster=0,cluster=1,multicast=0,persistent=0,overlap=1"});
+    cases.push_back({spec, 300, 4096, 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=2,multicast=1,persistent=0,overlap=1", true});
+  }
+  const char* fp8 = "w8a8-fp8-ch";
+  for (int64_t m : {16, 64, 256}) cases.push_back({fp8, m, 8192, 8192, ""});
+  for (int64_t m : {45, 128}) cases.push_back({fp8, m, 5120, 13824, ""});
+  for (int64_t m : {64, 256}) cases.push_back({"w4a8-int4-fp8", m, 8192, 8192, ""});
+  cases.push_back({"w8a8-fp8-block128x128", 256, 5120, 13824, ""});
+  cases.push_back({"w8a8-int8-ch", 256, 5120, 13824, ""});
+  for (const char* config : {"bm=16,bn=128,bk=128,stages=8,split=4,raster=0,cluster=1,multicast=0,persistent=1",
+                             "bm=64,bn=128,bk=256,stages=4,split=6,raster=0,cluster=2,multicast=1,persistent=1",
+                             "bm=32,bn=64,bk=128,stages=7,split=2,raster=1,cluster=2,multicast=2,persistent=0",
+                             "bm=64,bn=64,bk=128,stages=8,split=3,raster=0,cluster=1,multicast=0,persistent=1"}) {
+    cases.push_back({fp8, 40, 5120, 13824, config, true});
+    cases.push_back({fp8, 300, 4096, 4096, config});
+  }
+  for (const char* config : {"bm=128,bn=128,bk=128,stages=2,split=1,raster=3,cluster=2,multicast=2,persistent=0",
+                             "bm=64,bn=128,bk=128,stages=6,split=2,raster=2,cluster=1,multicast=0,persistent=1",
+                             "bm=64,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=2,persistent=1",
+                             "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=1,persistent=0"}) {
+    cases.push_back({fp8, 300, 4096, 4096, config});
+  }
+  // Clusters along M whose second tile lies partly (M = 20) or wholly (M = 40: rows 48-63) past M.
+  cases.push_back({fp8, 40, 2048, 2048, "bm=16,bn=128,bk=128,stages=4,split=1,raster=0,cluster=2,multicast=2,persistent=0"});
+  cases.push_back({"w4a8-int4-fp8", 20, 2048, 2048, "bm=16,bn=64,bk=128,stages=4,split=2,raster=0,cluster=2,multicast=2,persistent=0"});
+  expect_all_pass(run_cases(cases, tma_family()));
 }
 
 // Every weight-only preset and the extra types: M = 1 at the smallest K the group allows, M not a multiple of 16,

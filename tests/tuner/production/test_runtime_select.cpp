@@ -16,6 +16,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/quantize.hpp"
 #include "tests/tuner/production/production_test_support.hpp"
@@ -132,22 +133,26 @@ TEST(RuntimeSelectWithoutTable, HeuristicForTheArchitecturesLimits) {
   EXPECT_EQ(runtime.arch(), "sm_80");
 }
 
-// On Hopper the heuristic is the wgmma family from M = 16 on and the mma family below (heuristic_family); the weights
-// are packed once, for the mma layout both read.
-TEST(RuntimeSelectWithoutTable, HopperHeuristicIsWgmmaFromSixteenRows) {
+// On Hopper the heuristic for weight-only formats is the wgmma family from M = 16 on, the tma family from M = 256 on
+// and the mma family below 16 (heuristic_family); quantized activations go to the tma family from M = 32 on. The
+// weights are packed once, for the mma layout all three read.
+TEST(RuntimeSelectWithoutTable, HopperHeuristicIsWgmmaFromSixteenRowsAndTmaFromTwoHundredFiftySix) {
   RuntimeOptions options;
   options.arch = "sm_90a";
   const Runtime runtime(options);
-  for (const std::int64_t m : {1, 8, 16, 300, 4096}) {
+  for (const std::int64_t m : {1, 8, 16, 255, 256, 300, 4096}) {
     const Problem problem{FormatSpec::parse(kFormat), m, 8192, 8192};
     const runtime_api::Choice choice = runtime.select(kFormat, m, 8192, 8192);
     EXPECT_EQ(choice.source, ConfigSource::Heuristic);
-    const KernelFamily& expected = m >= 16 ? static_cast<const KernelFamily&>(wgmma_family()) : mma_family();
+    const KernelFamily& expected = m >= 256  ? static_cast<const KernelFamily&>(tma_family())
+                                   : m >= 16 ? static_cast<const KernelFamily&>(wgmma_family())
+                                             : mma_family();
     EXPECT_EQ(choice.family, expected.name()) << "M=" << m;
     EXPECT_EQ(choice.config, expected.default_config(problem, hopper()).to_string()) << "M=" << m;
   }
-  // A format wgmma cannot run keeps the mma heuristic at every M.
-  EXPECT_EQ(runtime.select("w8a8-fp8-ch", 300, 8192, 8192).family, "mma");
+  // A format wgmma cannot run: the mma heuristic below M = 32, the tma family from there.
+  EXPECT_EQ(runtime.select("w8a8-fp8-ch", 16, 8192, 8192).family, "mma");
+  EXPECT_EQ(runtime.select("w8a8-fp8-ch", 300, 8192, 8192).family, "tma");
   EXPECT_EQ(packing_family(FormatSpec::parse(kFormat), 90).name(), "mma");
 }
 

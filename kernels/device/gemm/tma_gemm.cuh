@@ -1,0 +1,475 @@
+#pragma once
+// C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on Hopper (sm_90a): a TMA-fed, warp-specialized, persistent wgmma GEMM
+// for every format of the prepacked weight layout, quantized activations (fp8, int8) included.
+//
+// Roles. The last warpgroup is the producer: one warp of it waits until a slot of the STAGES-deep shared-memory ring is
+// free (its "empty" mbarrier), then fills it with the bulk copy engine and signals its "full" mbarrier through the
+// transaction count: the activation tile through a TMA tensor map (128-byte swizzled K slabs, rows past M zero-filled),
+// each 16-column weight strip as one contiguous cp.async.bulk (the prepacked layout keeps a strip's K range in one
+// run), the tile's K-group scale rows likewise, activation group scales with cp.async. The other BLOCK_N / 64
+// warpgroups are consumers: warp w of consumer warpgroup g owns weight strip 4 g + w, turns its words into wgmma's
+// register A operand (dequantized f16/bf16, or 8-bit operands of the activation type: int4 -> s8 or fp8, e2m1 ->
+// e4m3, raw 8-bit codes as they are) and multiplies the swizzled activation slabs as the shared-memory B operand
+// (swap-AB: the tokens are wgmma's N). Registers move from the producer to the consumers (setmaxnreg).
+//
+// Accumulation follows mma_gemm.cuh: with K-group scales (weight groups or blocks, activation groups), and for fp8
+// every 128 K (the fp8 tensor cores do not accumulate in full f32), each group's partial sums (s32 or f32) are scaled
+// and added to f32 accumulators once the group's wgmmas have completed.
+//
+// Schedule. Work units (tile, K split) are numbered as in tile_schedule.cuh; a grid smaller than the unit count is
+// persistent: each CTA (each cluster) walks units with the grid's stride, and the ring runs on across units, so the
+// producer loads the next tile while the consumers store this one. Split-K partial tiles meet in the workspace
+// (split_k.cuh). With CLUSTER = 2 the two CTAs of a cluster take neighbouring tiles that share one operand, loaded
+// once for both with the copy engine's multicast: the activations (MULTICAST = 1, tiles side by side along N) or the
+// weights (MULTICAST = 2, along M). A slot is then free only when the consumers of both CTAs have released it.
+#include "gemm/async_ptx.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/split_k.cuh"
+#include "gemm/tile_schedule.cuh"
+#include "gemm/weight_vectors.cuh"
+#include "gemm/wgmma_ptx.cuh"
+
+namespace qtune {
+namespace device {
+
+enum MulticastMode : int {
+  kMulticastNone = 0,
+  kMulticastActivations = 1,  // cluster along N: the CTAs share the activation tile
+  kMulticastWeights = 2,      // cluster along M: the CTAs share the weight strips
+};
+
+// Block tile, pipeline depth, split-K, rasterization and clusters of the tma family. Persistence is not a template
+// parameter: the same kernel runs one unit per CTA or persistently, as the launch grid decides.
+template <int BM, int BN, int BK, int STAGES_, int SPLIT, int RASTER_, int CLUSTER_, int MULTICAST_, int OVERLAP_ = 0>
+struct TmaTiles {
+  static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = BK;
+  static constexpr int STAGES = STAGES_, SPLIT_K = SPLIT, RASTER = RASTER_, CLUSTER = CLUSTER_, MULTICAST = MULTICAST_;
+  // 1: the wgmmas of one slot run while the consumers convert the next slot's weights (two fragment register sets).
+  static constexpr bool OVERLAP = OVERLAP_ != 0;
+  static constexpr int CONSUMERS = BN / 64;              // consumer warpgroups, one per 64 weight columns
+  static constexpr int THREADS = 128 * (CONSUMERS + 1);  // and the producer warpgroup
+  static constexpr int CLUSTER_M = MULTICAST == kMulticastWeights ? CLUSTER : 1;  // tiles of a cluster along M
+  static constexpr int CLUSTER_N = MULTICAST == kMulticastWeights ? 1 : CLUSTER;  // and along N
+
+  static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BLOCK_M (wgmma N, the tokens) must be 16, 32, 64, 128 or 256");
+  static_assert(BN == 64 || BN == 128, "BLOCK_N must be 64 or 128: one consumer warpgroup per 64 weight columns, at most two");
+  static_assert(BK % 64 == 0, "BLOCK_K must be a multiple of 64");
+  static_assert(STAGES_ >= 2 && STAGES_ <= 8, "STAGES must be between 2 and 8 (slots of the shared-memory ring)");
+  static_assert(SPLIT >= 1 && SPLIT <= 64, "SPLIT_K must be between 1 and 64");
+  static_assert(RASTER_ >= 0 && RASTER_ <= 5, "RASTER is 0 (N-fastest order) or log2 of the M-band width, at most 5");
+  static_assert(CLUSTER_ == 1 || CLUSTER_ == 2, "CLUSTER must be 1 or 2 CTAs");
+  static_assert(MULTICAST_ >= kMulticastNone && MULTICAST_ <= kMulticastWeights, "MULTICAST is 0 (none), 1 (activations) or 2 (weights)");
+  static_assert((CLUSTER_ == 1) == (MULTICAST_ == kMulticastNone), "a cluster of 2 shares one operand by multicast, and multicast needs the cluster");
+  static_assert(OVERLAP_ == 0 || OVERLAP_ == 1, "OVERLAP (a wgmma group in flight while the next slot is converted) is 0 or 1");
+};
+
+template <class F, class T>
+struct TmaGemm {
+  static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
+  static constexpr int THREADS = T::THREADS;
+  static constexpr int STRIPS = BN / 16;               // 16-column weight strips: one per consumer warp
+  static constexpr int ACT_BYTES = F::ACT_BITS / 8;    // bytes per activation element
+  static constexpr int SLAB_K = 128 / ACT_BYTES;       // K elements in one 128-byte swizzled row
+  static constexpr int SLABS = BK / SLAB_K;
+  static constexpr int STEPS_PER_SLAB = SLAB_K / F::KSTEP;  // wgmma k-steps per slab (4: 32 bytes each)
+  static constexpr int A_SLAB_BYTES = BM * 128;
+  static constexpr int A_STAGE_BYTES = SLABS * A_SLAB_BYTES;
+  static constexpr int KA = BK / F::ATOM_K;            // weight atoms along K per stage
+  static constexpr int W_STRIP_BYTES = KA * F::ATOM_BYTES;
+  static constexpr int W_STAGE_BYTES = STRIPS * W_STRIP_BYTES;
+  static constexpr int GROUP_K = F::STAGE_GROUP_K;     // K elements per row of the staged vectors (0: none)
+  static constexpr int GROUP_ROWS = GROUP_K > 0 ? (GROUP_K < BK ? BK / GROUP_K : 1) : 0;
+  static constexpr int S_ROW_BYTES = BN * F::SCALE_BYTES;
+  static constexpr int Z_ROW_BYTES = BN * 2;
+  static constexpr int SA_ROW_BYTES = BM * 4;
+  static constexpr int S_STAGE_BYTES = F::STAGED_SCALES ? GROUP_ROWS * S_ROW_BYTES : 0;
+  static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * Z_ROW_BYTES : 0;
+  static constexpr int SA_STAGE_BYTES = F::STAGED_ACT_SCALES ? GROUP_ROWS * SA_ROW_BYTES : 0;
+  // Every slot starts 1024-byte aligned: the 128-byte swizzle is a function of the shared address.
+  static constexpr int STAGE_BYTES =
+      (A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + SA_STAGE_BYTES + 1023) / 1024 * 1024;
+  static constexpr int ALIGNMENT_SLACK = 1024;  // the dynamic shared window is aligned up to 1024 bytes at run time
+  static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
+  // What the copy engine delivers to each CTA per slot (activation group scales come by cp.async, counted as arrivals).
+  static constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES;
+  static constexpr bool FLUSHES = F::FLUSH_K > 0;
+  // K elements multiplied per wgmma batch: a flush group when it is shorter than the slot, else the whole slot.
+  static constexpr int CHUNK_K = FLUSHES && F::FLUSH_K < BK ? F::FLUSH_K : BK;
+  static constexpr int CHUNKS = BK / CHUNK_K;
+  static constexpr int CHUNK_STEPS = CHUNK_K / F::KSTEP;
+  static constexpr int ACCUMULATORS = BM / 2;  // m64 x nBM per warpgroup: BM / 2 per thread
+  // The "full" barrier of a slot: the producer's arrival with the transaction count, and with staged activation scales
+  // one cp.async arrival per producer lane; the "empty" one: every consumer warp of every CTA of the cluster.
+  static constexpr int FULL_ARRIVALS = 1 + (F::STAGED_ACT_SCALES ? 32 : 0);
+  static constexpr int EMPTY_ARRIVALS = T::CONSUMERS * 4 * T::CLUSTER;
+  static constexpr int PRODUCER_REGISTERS = 56;
+  static constexpr int CONSUMER_REGISTERS = T::CONSUMERS == 1 ? 240 : 224;
+  static constexpr int CONSUMER_THREADS = T::CONSUMERS * 128;
+
+  static_assert(F::LANE_BITS == 16 || F::LANE_BITS == 8, "the tma family runs f16/bf16 and 8-bit tensor-core operands (wgmma has no 4-bit ones)");
+  static_assert(BK % F::ATOM_K == 0, "BLOCK_K must be a multiple of the weight atom (64 K for f16/bf16, 128 K for 8-bit operands)");
+  static_assert(BK % SLAB_K == 0, "BLOCK_K must be whole 128-byte activation slabs (64 K of f16/bf16, 128 K of 8-bit activations)");
+  static_assert(STEPS_PER_SLAB == 4, "a wgmma k-step reads 32 bytes of each activation row");
+  static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
+  static_assert(!FLUSHES || F::FLUSH_K % BK == 0 || BK % F::FLUSH_K == 0, "BLOCK_K must divide the flush group or be a multiple of it");
+  static_assert(CHUNK_K % F::KSTEP == 0, "a flush group is whole wgmma k-steps");
+  static_assert(ACCUMULATORS * (FLUSHES ? 2 : 1) <= 128, "too many accumulators per consumer thread: BLOCK_M <= 128 when partial sums are flushed, <= 256 otherwise");
+  static_assert(BM * 4 % 16 == 0, "activation scale rows are whole 16-byte chunks");
+  static_assert(CONSUMER_THREADS * CONSUMER_REGISTERS + 128 * PRODUCER_REGISTERS <= 65536, "the register file holds the consumers' and the producer's registers");
+};
+
+// Descriptor of a K-major, 128-byte-swizzled B tile: 8-row core groups 1024 bytes apart (SBO); LBO is unused.
+__device__ __forceinline__ u64 swizzled_slab_descriptor(u32 shared) {
+  return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// Calls body(work, m0, n0) for the work units first, first + stride, ... of the schedule, with the tile of CTA `rank`
+// of each unit's cluster (CLUSTER_M or CLUSTER_N tiles side by side).
+template <class T, int BM, int BN, class Schedule, class Body>
+__device__ __forceinline__ void for_each_cluster_unit(const GemmParams& p, const Schedule& schedule, int first, int stride, u32 rank,
+                                                      const Body& body) {
+  for (int unit = first; unit < schedule.units(); unit += stride) {
+    const TileWork work = schedule.work(p, unit);
+    const int m0 = work.m0 + (T::CLUSTER_M > 1 ? static_cast<int>(rank) * BM : 0);
+    const int n0 = work.n0 + (T::CLUSTER_N > 1 ? static_cast<int>(rank) * BN : 0);
+    body(work, m0, n0);
+  }
+}
+
+template <class F, class T>
+__device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& activation_map) {
+  using G = TmaGemm<F, T>;
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(sizeof(F) == 0, "the tma family needs sm_90a (wgmma and setmaxnreg are architecture-specific)");
+#endif
+  using Mma = WgmmaRs<G::BM, F::COMPUTE_TYPE, F::ACTIVATION>;
+  using Partial = typename Mma::Accumulator;
+  static_assert(Mma::K == F::KSTEP, "the wgmma k-step is the format's k-step");
+  constexpr int BM = G::BM, BN = G::BN, BK = G::BK;
+  constexpr int CLUSTER = T::CLUSTER;
+
+  extern __shared__ __align__(1024) unsigned char shared[];
+  __shared__ __align__(8) u64 full_barriers[T::STAGES];
+  __shared__ __align__(8) u64 empty_barriers[T::STAGES];
+  __shared__ int last_split_flag;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
+  const int warp_in_group = (tid / 32) % 4;
+  const u32 smem = (shared_address(shared) + 1023u) & ~1023u;
+  const u32 full0 = shared_address(&full_barriers[0]);
+  const u32 empty0 = shared_address(&empty_barriers[0]);
+  const u32 rank = CLUSTER > 1 ? cluster_rank() : 0;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < T::STAGES; ++s) {
+      mbarrier_init(full0 + s * 8, G::FULL_ARRIVALS);
+      mbarrier_init(empty0 + s * 8, G::EMPTY_ARRIVALS);
+    }
+    fence_barrier_init();
+  }
+  if constexpr (CLUSTER > 1) {
+    cluster_sync();  // the peer's barriers are initialised before anyone arrives on them
+  } else {
+    __syncthreads();
+  }
+
+  // Super tiles: the CLUSTER tiles of a cluster; this CTA takes tile `rank` of each.
+  const TileSchedule<BM * T::CLUSTER_M, BN * T::CLUSTER_N, BK, T::RASTER, T::SPLIT_K> schedule(p);
+  const int clusters = gridDim.x / CLUSTER;
+  const int first_unit = blockIdx.x / CLUSTER;
+
+  if (warpgroup == T::CONSUMERS) {
+    // ---------------- producer ----------------
+    release_registers<G::PRODUCER_REGISTERS>();
+    if (warp_in_group == 0) {
+      if (lane == 0) prefetch_tensor_map(activation_map);
+      const char* w_global = reinterpret_cast<const char*>(p.weights);
+      const char* s_global = reinterpret_cast<const char*>(p.scales);
+      const char* z_global = reinterpret_cast<const char*>(p.zeros);
+      const char* sa_global = reinterpret_cast<const char*>(p.a_scales);
+      const long long atoms_per_strip = p.k / F::ATOM_K;
+      constexpr unsigned short cluster_mask = (1u << CLUSTER) - 1u;
+      int stage = 0;
+      u32 phase = 0;
+      for_each_cluster_unit<T, BM, BN>(p, schedule, first_unit, clusters, rank, [&](const TileWork& work, int m0, int n0) {
+        for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
+          const u32 full = full0 + stage * 8;
+          mbarrier_wait(empty0 + stage * 8, phase ^ 1);
+          if (lane == 0) mbarrier_arrive_expect_tx(full, G::STAGE_TX_BYTES);
+          __syncwarp();
+          const u32 a_dst = smem + stage * G::STAGE_BYTES;
+          const u32 w_dst = a_dst + G::A_STAGE_BYTES;
+          const u32 s_dst = w_dst + G::W_STAGE_BYTES;
+          const u32 z_dst = s_dst + G::S_STAGE_BYTES;
+          const u32 sa_dst = z_dst + G::Z_STAGE_BYTES;
+          // Weight strips on lanes 0.., activation slabs after them; a shared operand is issued by one CTA per copy.
+          for (int i = lane; i < G::STRIPS; i += 32) {
+            const char* source = w_global + ((n0 / 16 + i) * atoms_per_strip + static_cast<long long>(kt) * G::KA) * F::ATOM_BYTES;
+            if constexpr (T::MULTICAST == kMulticastWeights) {
+              if (i % CLUSTER == static_cast<int>(rank)) bulk_copy_multicast(w_dst + i * G::W_STRIP_BYTES, source, G::W_STRIP_BYTES, full, cluster_mask);
+            } else {
+              bulk_copy(w_dst + i * G::W_STRIP_BYTES, source, G::W_STRIP_BYTES, full);
+            }
+          }
+          for (int i = lane - G::STRIPS; i >= 0 && i < G::SLABS; i += 32) {
+            const int x = kt * BK + i * G::SLAB_K;
+            if constexpr (T::MULTICAST == kMulticastActivations) {
+              if (i % CLUSTER == static_cast<int>(rank)) {
+                tensor_copy_2d_multicast(a_dst + i * G::A_SLAB_BYTES, activation_map, x, m0, full, cluster_mask);
+              }
+            } else {
+              tensor_copy_2d(a_dst + i * G::A_SLAB_BYTES, activation_map, x, m0, full);
+            }
+          }
+          const int first_group = G::GROUP_K > 0 ? kt * BK / G::GROUP_K : 0;
+          if constexpr (F::STAGED_SCALES) {
+            for (int r = lane; r < G::GROUP_ROWS; r += 32) {
+              bulk_copy(s_dst + r * G::S_ROW_BYTES, s_global + (static_cast<long long>(first_group + r) * p.n + n0) * F::SCALE_BYTES,
+                        G::S_ROW_BYTES, full);
+            }
+          }
+          if constexpr (F::STAGED_ZEROS) {
+            for (int r = lane; r < G::GROUP_ROWS; r += 32) {
+              bulk_copy(z_dst + r * G::Z_ROW_BYTES, z_global + (static_cast<long long>(first_group + r) * p.n + n0) * 2, G::Z_ROW_BYTES,
+                        full);
+            }
+          }
+          if constexpr (F::STAGED_ACT_SCALES) {
+            // Rows past M read nothing and stage 0: their activations are zero, so their partial sums are too.
+            const int rows_valid = min(BM, p.m - m0);
+            for (int i = lane; i < G::GROUP_ROWS * BM; i += 32) {
+              const int row = i % BM;
+              const int source_row = max(0, min(m0 + row, p.m - 1));
+              cp_async_4_zfill(sa_dst + i * 4, sa_global + (static_cast<long long>(first_group + i / BM) * p.m + source_row) * 4,
+                               row < rows_valid);
+            }
+            cp_async_mbarrier_arrive(full);
+          }
+          if (++stage == T::STAGES) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      });
+    }
+  } else {
+    // ---------------- consumers ----------------
+    claim_registers<G::CONSUMER_REGISTERS>();
+    const int strip = warpgroup * 4 + warp_in_group;  // this warp's 16 weight columns
+    const int group = lane >> 2;
+    const int quad = lane & 3;
+    Partial part[G::ACCUMULATORS];
+    float acc[G::ACCUMULATORS];
+#pragma unroll
+    for (int i = 0; i < G::ACCUMULATORS; ++i) {
+      part[i] = 0;
+      acc[i] = 0.0f;
+    }
+    const float global_scale = ld_global_f32(reinterpret_cast<const void*>(p.global_scale));
+    int stage = 0;
+    u32 phase = 0;
+    for_each_cluster_unit<T, BM, BN>(p, schedule, first_unit, clusters, rank, [&](const TileWork& work, int m0, int n0) {
+      const int rows_valid = min(BM, p.m - m0);
+      const StripVectors<F> channel = channel_vectors<F>(p, n0 + strip * 16 + group * 2);
+      // ---- one batch of wgmmas: the k-steps of a chunk of one slot (a flush group, or the whole slot) ----
+      // This warp's A fragments of the chunk's k-steps, from the slot at `base`.
+      auto build = [&](u32 base, int chunk, u32 (&fragment)[G::CHUNK_STEPS][4]) {
+        const u32 w_smem = base + G::A_STAGE_BYTES;
+        const u32 s_smem = w_smem + G::W_STAGE_BYTES;
+        const u32 z_smem = s_smem + G::S_STAGE_BYTES;
+        u32 words[F::THREAD_WORDS];
+        StripVectors<F> vectors = channel;
+#pragma unroll
+        for (int i = 0; i < G::CHUNK_STEPS; ++i) {
+          const int step = chunk * G::CHUNK_STEPS + i;  // k-step within the slot
+          const int atom = step / 4, ks = step % 4;
+          if (i == 0 || ks == 0) {
+            load_atom_words<F>(words, w_smem + (strip * G::KA + atom) * F::ATOM_BYTES, lane);
+            vectors = channel;
+          }
+          if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0) {
+            const bool reload = i == 0 || ks == 0 || (G::GROUP_K < F::ATOM_K && (ks * F::KSTEP) % G::GROUP_K == 0);
+            if (reload) {
+              const int row = G::GROUP_K >= BK ? 0 : (step * F::KSTEP) / G::GROUP_K;
+              load_staged_vectors<F, G::S_ROW_BYTES, G::Z_ROW_BYTES>(vectors, s_smem, z_smem, row, (strip * 16 + group * 2) * 2);
+            }
+          }
+          u32 b[2][2];  // [n8 half of the strip = fragment row half][register]
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int slot = (ks * 2 + half) * 2;
+            if constexpr (F::QUANTIZED_ACT) {
+              b[half][0] = operand_slot<F>(words, slot);
+              b[half][1] = operand_slot<F>(words, slot + 1);
+            } else {
+              dequant_pair<F>(b[half][0], b[half][1], words, slot, vectors, half);
+            }
+          }
+          fragment[i][0] = b[0][0];
+          fragment[i][1] = b[1][0];
+          fragment[i][2] = b[0][1];
+          fragment[i][3] = b[1][1];
+        }
+        // The fragments are complete here, not sunk past the next wgmma fence (ptxas then injects fences, C7519).
+#pragma unroll
+        for (int i = 0; i < G::CHUNK_STEPS; ++i)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(fragment[i][r])::"memory");
+      };
+      // Issues the chunk's wgmmas as one group: k-step s reads 32 bytes at (s % 4) * 32 of every row of slab s / 4.
+      auto issue = [&](u32 base, int chunk, const u32 (&fragment)[G::CHUNK_STEPS][4], bool fresh) {
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < G::CHUNK_STEPS; ++i) {
+          const int step = chunk * G::CHUNK_STEPS + i;
+          const u64 descriptor = swizzled_slab_descriptor(base + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
+          Mma::run(part, fragment[i], descriptor, i == 0 && fresh ? 0 : 1);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
+      };
+      // Waits for the group in flight; where a flush group ends (or the unit's K range) scales its partial sums into
+      // the f32 accumulators. Returns whether the next group starts a new partial sum.
+      auto complete = [&](u32 base, int chunk, int kt) {
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
+        if constexpr (G::FLUSHES) {
+          const bool ends = F::FLUSH_K <= BK || (kt + 1) * BK % F::FLUSH_K == 0 || kt == work.kt_end - 1;
+          if (ends) {
+            const u32 s_smem = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+            const u32 sa_smem = s_smem + G::S_STAGE_BYTES + G::Z_STAGE_BYTES;
+            const int row = G::GROUP_K > 0 && G::GROUP_K < BK ? chunk * G::CHUNK_K / G::GROUP_K : 0;
+            float column_scale[2] = {1.0f, 1.0f};
+            if constexpr (F::SCALES == kScaleAccumulator) {
+              column_scale[0] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (strip * 16 + group) * 4);
+              column_scale[1] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (strip * 16 + group + 8) * 4);
+            }
+#pragma unroll
+            for (int j = 0; j < BM / 8; ++j) {
+              float token_scale[2] = {1.0f, 1.0f};
+              if constexpr (F::STAGED_ACT_SCALES) ld_shared_f32x2(token_scale, sa_smem + row * G::SA_ROW_BYTES + (j * 8 + quad * 2) * 4);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float sum = static_cast<float>(part[4 * j + e]);
+                if constexpr (F::SCALES == kScaleAccumulator || F::STAGED_ACT_SCALES) {
+                  acc[4 * j + e] = __fmaf_rn(sum, token_scale[e % 2] * column_scale[e / 2], acc[4 * j + e]);
+                } else {
+                  acc[4 * j + e] += sum;
+                }
+              }
+            }
+            return true;
+          }
+        }
+        return false;
+      };
+      // The slot is read (weights, scales, and by the completed wgmmas the activations): release it to the producer of
+      // every CTA that writes into it.
+      auto release = [&](int slot) {
+        __syncwarp();
+        if (lane < CLUSTER) {
+          if constexpr (CLUSTER > 1) {
+            mbarrier_arrive_cluster(empty0 + slot * 8, lane);
+          } else {
+            mbarrier_arrive(empty0 + slot * 8);
+          }
+        }
+      };
+      auto next_slot = [](int& slot, u32& parity) {
+        if (++slot == T::STAGES) {
+          slot = 0;
+          parity ^= 1;
+        }
+      };
+      if constexpr (!T::OVERLAP) {
+        bool fresh = true;  // the next wgmma starts a new partial sum
+        for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
+          mbarrier_wait(full0 + stage * 8, phase);
+          const u32 base = smem + stage * G::STAGE_BYTES;
+#pragma unroll
+          for (int chunk = 0; chunk < G::CHUNKS; ++chunk) {
+            u32 fragment[G::CHUNK_STEPS][4];
+            build(base, chunk, fragment);
+            issue(base, chunk, fragment, fresh);
+            fresh = complete(base, chunk, kt);
+          }
+          release(stage);
+          next_slot(stage, phase);
+        }
+      } else {
+        // One group in flight: slot kt + 1 is converted while the wgmmas of slot kt run. Two slots per trip name the
+        // two fragment sets at compile time. The unit's K tiles are an even count (the family's rule), so no branch
+        // merges the accumulators; a conditional issue, or a flush reading the partial sums inside the loop, makes
+        // ptxas serialize every wgmma (C7514, sm_90a, CUDA 13.0).
+        static_assert(!G::FLUSHES, "a group in flight takes formats without flushed partial sums (int8, f16/bf16)");
+        u32 fragment_even[G::CHUNK_STEPS][4];
+        u32 fragment_odd[G::CHUNK_STEPS][4];
+        int read = stage;  // the slot of the group built next
+        u32 read_phase = phase;
+        auto build_next = [&](u32 (&fragment)[G::CHUNK_STEPS][4]) {
+          mbarrier_wait(full0 + read * 8, read_phase);
+          const u32 base = smem + read * G::STAGE_BYTES;
+          build(base, 0, fragment);
+          next_slot(read, read_phase);
+          return base;
+        };
+        auto retire = [&](u32 base, int kt) {  // the group of slot `stage` (tile kt) has run: flush, release
+          const bool fresh = complete(base, 0, kt);
+          release(stage);
+          next_slot(stage, phase);
+          return fresh;
+        };
+        const int pairs = (work.kt_end - work.kt_begin) / 2;
+        int kt = work.kt_begin;
+        u32 base_even = build_next(fragment_even);
+        issue(base_even, 0, fragment_even, true);
+        for (int pair = 1; pair < pairs; ++pair, kt += 2) {
+          const u32 base_odd = build_next(fragment_odd);
+          bool fresh = retire(base_even, kt);
+          issue(base_odd, 0, fragment_odd, fresh);
+          base_even = build_next(fragment_even);
+          fresh = retire(base_odd, kt + 1);
+          issue(base_even, 0, fragment_even, fresh);
+        }
+        const u32 base_odd = build_next(fragment_odd);
+        const bool fresh = retire(base_even, kt);
+        issue(base_odd, 0, fragment_odd, fresh);
+        retire(base_odd, kt + 1);
+      }
+      if constexpr (!G::FLUSHES) {
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = static_cast<float>(part[i]);
+      }
+
+      // Accumulator acc[4 j + e] is D[column strip * 16 + group + 8 (e / 2)][token 8 j + 2 quad + e % 2].
+      constexpr int OCTETS = BM / 8;
+      bool holds_sum = true;
+      if constexpr (T::SPLIT_K > 1) {
+        holds_sum = reduce_split_k<T::SPLIT_K, OCTETS>(
+            reinterpret_cast<float*>(p.workspace), schedule.tiles * CLUSTER, work.tile * CLUSTER + static_cast<int>(rank), work.split,
+            BM * BN, strip * OCTETS, lane, true, tid == 0, last_split_flag, [&](int j) -> float* { return acc + 4 * j; },
+            [&](int j) { return j * 8 < rows_valid; }, [] { named_barrier_sync(1, G::CONSUMER_THREADS); });
+      }
+      if (holds_sum) {
+        // ---- epilogue: channel, token and global scales, bias, convert, store (C is [M][N]) ----
+        store_swap_ab_tile<F, OCTETS>(p, acc, m0, n0 + strip * 16 + group, quad, global_scale);
+      }
+      if constexpr (G::FLUSHES) {
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
+      }
+    });
+  }
+  // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
+  if constexpr (CLUSTER > 1) cluster_sync();
+}
+
+}  // namespace device
+}  // namespace qtune

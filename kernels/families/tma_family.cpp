@@ -1,0 +1,363 @@
+#include "kernels/families/tma_family.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/device/gemm/abi.cuh"
+#include "kernels/error.hpp"
+#include "kernels/families/mma_layout.hpp"
+
+namespace qtune {
+
+namespace dv = qtune::device;
+using mma::DeviceFormat;
+
+namespace {
+
+constexpr const char* kKernelName = "qtune_tma_gemm";
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Static shared memory of the kernel: full and empty barriers (8 bytes per slot each) and the split-K flag, after the
+// 1024 bytes ptxas reserves for the 1024-byte alignment of the dynamic window.
+int static_shared_bytes(int stages) { return 1024 + 16 * stages + 16; }
+
+// device::MulticastMode
+constexpr int kMulticastNone = 0;
+constexpr int kMulticastActivations = 1;
+constexpr int kMulticastWeights = 2;
+
+// Configs recorded before "overlap" existed ran without a wgmma group in flight.
+constexpr int kOverlapWhenAbsent = 0;
+
+struct TmaTiles {
+  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap;
+
+  static TmaTiles from(const KernelConfig& config) {
+    const auto overlap = config.params.find("overlap");
+    return {config.get("bm"),     config.get("bn"),      config.get("bk"),        config.get("stages"),     config.get("split"),
+            config.get("raster"), config.get("cluster"), config.get("multicast"), config.get("persistent"),
+            overlap == config.params.end() ? kOverlapWhenAbsent : overlap->second};
+  }
+  int consumers() const { return bn / 64; }
+  int threads() const { return 128 * (consumers() + 1); }
+  int cluster_m() const { return multicast == kMulticastWeights ? cluster : 1; }
+  int cluster_n() const { return multicast == kMulticastWeights ? 1 : cluster; }
+  // Tiles including the padding of a cluster along M (its second tile may lie past M).
+  int64_t tiles(const Problem& problem) const {
+    return (problem.n / (bn * cluster_n())) * ceil_div(problem.m, bm * cluster_m()) * cluster;
+  }
+  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST, OVERLAP>
+  std::string template_arguments() const {
+    return std::to_string(bm) + ", " + std::to_string(bn) + ", " + std::to_string(bk) + ", " + std::to_string(stages) + ", " +
+           std::to_string(split) + ", " + std::to_string(raster) + ", " + std::to_string(cluster) + ", " + std::to_string(multicast) +
+           ", " + std::to_string(overlap);
+  }
+};
+
+// K elements between flushes of the partial sums, and the K per wgmma batch (device::TmaGemm::CHUNK_K).
+int chunk_k(const DeviceFormat& device, int bk) {
+  const int flush = device.flush_k();
+  return flush > 0 && flush < bk ? flush : bk;
+}
+
+std::string number(int64_t value) { return std::to_string(value); }
+
+}  // namespace
+
+std::string TmaFamily::description() const {
+  return "quantized GEMM on Hopper wgmma (sm_90a) with a TMA-fed, warp-specialized, persistent main loop: W8A8 fp8/int8, "
+         "W4A8 and weight-only formats, mbarrier ring, split-K, clusters with TMA multicast";
+}
+
+std::vector<ParameterDomain> TmaFamily::parameter_space() const {
+  return {
+      {"bm", {16, 32, 64, 128, 256}, "BLOCK_M: rows of C (tokens, the wgmma N) per tile"},
+      {"bn", {64, 128}, "BLOCK_N: columns of C per tile: one consumer warpgroup per 64"},
+      {"bk", {64, 128, 256}, "BLOCK_K: depth of one shared-memory slot (a multiple of the weight atom: 64 K for f16/bf16, "
+                             "128 K for 8-bit activations)"},
+      {"stages", {2, 3, 4, 5, 6, 7, 8}, "STAGES: slots of the shared-memory ring the producer fills ahead"},
+      {"split", {1, 2, 3, 4, 6, 8}, "SPLIT_K: K ranges per tile, reduced deterministically by the last to finish"},
+      {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
+      {"cluster", {1, 2}, "CLUSTER: CTAs per thread-block cluster; two share one operand by TMA multicast"},
+      {"multicast", {0, 1, 2}, "MULTICAST: the operand a cluster loads once for both CTAs: 0 none, 1 activations (tiles "
+                               "side by side along N), 2 weights (along M)"},
+      {"persistent", {0, 1}, "PERSISTENT: 1 = one CTA per SM walks the work units (the next tile loads while this one "
+                             "is stored); 0 = one CTA per unit"},
+      {"overlap", {0, 1}, "OVERLAP: 1 = a slot's wgmmas run while the next slot's weights are converted (two fragment "
+                          "register sets; formats without flushed partial sums, an even K-tile count per split)",
+       kOverlapWhenAbsent},
+  };
+}
+
+ArchSupport TmaFamily::supports(const FormatSpec& format, int sm) const {
+  ArchSupport support = MmaFamily::supports(format, sm);
+  if (!support.supported) return support;
+  const std::string prefix = format.to_string() + " is unsupported on sm_" + std::to_string(sm) + " by the tma family: ";
+  if (sm != 90) {
+    support.supported = false;
+    support.reason = prefix + "wgmma, setmaxnreg and this TMA pipeline exist only on sm_90 (Hopper, compiled for sm_90a)";
+  } else if (mma::device_format(format).compute_bits() == 4) {
+    support.supported = false;
+    support.reason = prefix + "wgmma has no 4-bit operands";
+  }
+  return support;
+}
+
+int TmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format) {
+  const TmaTiles t = TmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(format);
+  const int a_stage = t.bm * t.bk * device.act_bits() / 8;
+  const int w_stage = (t.bn / 16) * (t.bk / device.atom_k()) * device.atom_bytes();
+  const int group = device.stage_group_k();
+  const int group_rows = group > 0 ? (group < t.bk ? t.bk / group : 1) : 0;
+  const int s_stage = device.staged_scales() ? group_rows * t.bn * device.scale_bytes() : 0;
+  const int z_stage = device.staged_zeros() ? group_rows * t.bn * 2 : 0;
+  const int sa_stage = device.staged_activation_scales() ? group_rows * t.bm * 4 : 0;
+  const int stage = (a_stage + w_stage + s_stage + z_stage + sa_stage + 1023) / 1024 * 1024;
+  return t.stages * stage + 1024;  // + the run-time alignment of the window to 1024 bytes
+}
+
+int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const FormatSpec& format) {
+  const TmaTiles t = TmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(format);
+  const bool flushes = device.flush_k() > 0;
+  const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
+  const int fragments = chunk_k(device, t.bk) / device.kstep() * 4 * (t.overlap ? 2 : 1);
+  constexpr int addressing = 48;  // pointers, indices, barrier state, vectors, temporaries
+  const int split_k = t.split > 1 ? 32 : 0;  // the reduction's addresses and loaded partial tiles (ptxas, sm_90a)
+  // Flushes that scale by staged group vectors hold column and token scales and their addresses.
+  const bool scaled_flush = device.scale_mode == dv::kScaleAccumulator || device.staged_activation_scales();
+  return accumulators + fragments + device.thread_words() + addressing + split_k + (scaled_flush ? 8 : 0);
+}
+
+RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
+  if (const RuleVerdict shared = check_config_and_shape(config, problem, limits); !shared.valid) return shared;
+  const TmaTiles t = TmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(problem.format);
+  for (const int group : {device.group_k, device.stage_group_k(), device.flush_k()}) {
+    if (group > 0 && group % t.bk != 0 && t.bk % group != 0) {
+      return RuleVerdict::fail("bk-divides-group", "bk=" + number(t.bk) + " neither divides nor is a multiple of the scale group " +
+                                                       number(group));
+    }
+  }
+  const int slab_k = 128 * 8 / device.act_bits();
+  if (t.bk % slab_k != 0) {
+    return RuleVerdict::fail("bk-slab", "bk=" + number(t.bk) + " is not a whole number of 128-byte activation rows (" +
+                                            number(slab_k) + " K)");
+  }
+  if (device.flush_k() > 0 && t.bm > 128) {
+    return RuleVerdict::fail("accumulators-per-thread", "bm=" + number(t.bm) + " with flushed partial sums needs " + number(t.bm) +
+                                                            " accumulators per thread (at most 128: bm <= 128)");
+  }
+  if (t.overlap != 0 && t.overlap != 1) {
+    return RuleVerdict::fail("overlap-range", "overlap=" + number(t.overlap) + ": expected 0 or 1");
+  }
+  if (t.overlap == 1 && device.flush_k() != 0) {
+    return RuleVerdict::fail("overlap-flush", "overlap=1 takes formats without flushed partial sums: ptxas serializes the "
+                                              "wgmmas when the loop scales them every " + number(device.flush_k()) + " K (fp8 "
+                                              "operands, K-group scales)");
+  }
+  if (t.overlap == 1 && ((problem.k / t.bk) % t.split != 0 || (problem.k / t.bk / t.split) % 2 != 0)) {
+    return RuleVerdict::fail("overlap-even-k-tiles", "overlap=1 runs K tiles in pairs: the " + number(problem.k / t.bk) +
+                                                         " K tiles of bk=" + number(t.bk) + " must split into split=" +
+                                                         number(t.split) + " equal even ranges");
+  }
+  if ((t.cluster == 1) != (t.multicast == kMulticastNone)) {
+    return RuleVerdict::fail("cluster-multicast", t.cluster == 1 ? "multicast=" + number(t.multicast) + " needs cluster=2"
+                                                                 : "cluster=2 without multicast shares nothing: same as cluster=1");
+  }
+  if (t.multicast == kMulticastActivations && problem.n % (2 * t.bn) != 0) {
+    return RuleVerdict::fail("cluster-divides-n", "multicast=1 pairs tiles along N: N=" + number(problem.n) +
+                                                      " is not a multiple of 2 * bn=" + number(2 * t.bn));
+  }
+  if (t.multicast == kMulticastWeights && ceil_div(problem.m, t.bm) < 2) {
+    return RuleVerdict::fail("cluster-single-m-tile", "multicast=2 pairs tiles along M but M=" + number(problem.m) +
+                                                          " has one tile of bm=" + number(t.bm) + ": the second CTA would idle");
+  }
+  // s32 partial sums of |a| <= 128 times |b| <= 128 stay exact up to 2^31 / 2^14 = 131072 products.
+  if (device.integer_mma() && device.flush_k() == 0 && problem.k > 131072) {
+    return RuleVerdict::fail("int32-accumulator-range", "K=" + number(problem.k) +
+                                                            " could overflow the s32 partial sums of the integer MMA (at most 131072)");
+  }
+  const int64_t k_tiles = problem.k / t.bk;
+  if (t.split > k_tiles) {
+    return RuleVerdict::fail("split-exceeds-k", "split=" + number(t.split) + " exceeds the " + number(k_tiles) +
+                                                    " K tiles of bk=" + number(t.bk));
+  }
+  const int64_t units = t.tiles(problem) / t.cluster * t.split;
+  if (t.persistent == 1 && units <= limits.sm_count / t.cluster) {
+    return RuleVerdict::fail("persistent-one-wave", "persistent=1 with " + number(units) + " work units of " + number(t.cluster) +
+                                                        " CTAs: at most one per SM already, same as persistent=0");
+  }
+  const int shared = shared_bytes(config, problem.format) + static_shared_bytes(t.stages);
+  if (shared > limits.max_shared_per_block) {
+    return RuleVerdict::fail("smem-per-block", number(shared) + " bytes of shared memory exceed the " +
+                                                   number(limits.max_shared_per_block) + " a block may use on sm_" + number(limits.sm));
+  }
+  const int registers = estimated_consumer_registers(config, problem.format);
+  if (registers > consumer_registers(t.bn)) {
+    return RuleVerdict::fail("registers-per-thread", "about " + number(registers) + " registers per consumer thread needed, " +
+                                                         number(consumer_registers(t.bn)) + " available: it would spill");
+  }
+  return check_m_tiling(t.bm, t.raster, problem);
+}
+
+std::string TmaFamily::kernel_name(const KernelConfig&, const FormatSpec&) const { return kKernelName; }
+
+std::string TmaFamily::instantiation_source(const KernelConfig& config, const FormatSpec& format, const std::string& arch) const {
+  const int sm = sm_of_arch(arch);
+  const ArchSupport support = supports(format, sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  if (arch != "sm_90a") QTUNE_THROW(UnsupportedError, "the tma family compiles for sm_90a only (wgmma and setmaxnreg are architecture-specific), not " + arch);
+  const DeviceFormat device = mma::device_format(format);
+  const TmaTiles tiles = TmaTiles::from(config);
+  std::string source;
+  source += "// qtune tma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
+  source += "#include \"gemm/tma_gemm.cuh\"\n";
+  source += "namespace qd = qtune::device;\n";
+  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
+  source += "using QtuneTiles = qd::TmaTiles<" + tiles.template_arguments() + ">;\n";
+  source += "static_assert(qd::TmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " + number(shared_bytes(config, format)) +
+            ", \"host and device disagree on the shared memory size\");\n";
+  source += "static_assert(QtuneTiles::THREADS == " + number(tiles.threads()) + ", \"host and device disagree on the block size\");\n";
+  const std::string cluster = tiles.cluster > 1 ? "__cluster_dims__(" + number(tiles.cluster) + ", 1, 1) " : "";
+  source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + cluster + kKernelName +
+            "(const qd::GemmParams params, const __grid_constant__ qd::TensorMap activation_map) {\n";
+  source += "  qd::tma_gemm<QtuneFormat, QtuneTiles>(params, activation_map);\n";
+  source += "}\n";
+  return source;
+}
+
+LaunchGeometry TmaFamily::launch_geometry(const KernelConfig& config, const Problem& problem) const {
+  const TmaTiles t = TmaTiles::from(config);
+  const int64_t tiles = t.tiles(problem);
+  LaunchGeometry geometry;
+  geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
+  geometry.block = {static_cast<uint32_t>(t.threads()), 1, 1};
+  geometry.dynamic_shared_bytes = static_cast<uint32_t>(shared_bytes(config, problem.format));
+  if (t.split > 1) {
+    geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
+    geometry.workspace_starts_zeroed = true;
+  }
+  geometry.persistent_ctas_per_sm = t.persistent ? 1 : 0;
+  geometry.cluster_ctas = static_cast<uint32_t>(t.cluster);
+  return geometry;
+}
+
+KernelArguments TmaFamily::pack_arguments(const KernelConfig& config, const Problem& problem,
+                                          const std::map<std::string, uint64_t>& device_addresses) const {
+  KernelArguments arguments = MmaFamily::pack_arguments(config, problem, device_addresses);
+  const TmaTiles t = TmaTiles::from(config);
+  const DeviceFormat device = mma::device_format(problem.format);
+  TensorMapRequest map;
+  map.offset = (arguments.storage.size() + 63) / 64 * 64;
+  map.address = device_addresses.at("a");
+  map.element_bytes = static_cast<uint32_t>(device.act_bits() / 8);
+  map.rows = static_cast<uint64_t>(problem.m);
+  map.columns = static_cast<uint64_t>(problem.k);
+  map.box_rows = static_cast<uint32_t>(t.bm);
+  map.box_columns = 128 / map.element_bytes;
+  arguments.storage.resize(map.offset + 128, 0);
+  arguments.offsets.push_back(map.offset);
+  arguments.tensor_maps.push_back(map);
+  return arguments;
+}
+
+std::map<std::string, std::vector<int>> TmaFamily::curated_ranges(int64_t m) {
+  // From the H200 sweeps of 2026-12-02 (docs/perf.md): at M <= 64 the weights stream (deep rings, one or two consumer
+  // warpgroups, split-K); from M = 256 on 128- or 256-token tiles, rasterized, persistent, with or without a cluster;
+  // bk = 256 won for fp8 (fewer barriers per flush), bk = 64 for f16 (a group in flight). check() drops what a
+  // format's atom, flushes or registers rule out, so the ranges serve every format.
+  if (m <= 64) {
+    const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {128, 256}}, {"stages", {4, 8}},     {"split", {1, 2}},
+            {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}}, {"persistent", {0, 1}}, {"overlap", {0, 1}}};
+  }
+  if (m <= 256) {
+    return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {3, 5}},  {"split", {1}},
+            {"raster", {2}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}}};
+  }
+  return {{"bm", {128, 256}}, {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
+          {"raster", {2}},    {"cluster", {1, 2}}, {"multicast", {0, 2}},  {"persistent", {1}}, {"overlap", {0, 1}}};
+}
+
+KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
+  const ArchSupport support = supports(problem.format, limits.sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  const DeviceFormat device = mma::device_format(problem.format);
+  // Hand rules from the H200 sweeps of 2026-12-02 (docs/perf.md), kept general through the SM count and check():
+  //   - M <= 64: the weights stream. One token tile (16..64), 64 weight columns first (twice the CTAs: fp8 M = 64
+  //     21.5 us against 24.7 with 128 and split 2), as many slots as fit about 200 KB, split-K while the units fill
+  //     less than half the SMs and each split keeps 4 K tiles.
+  //   - 64 < M <= 256: 128x128 tiles, 128 K deep, no split, one wave.
+  //   - M > 256: persistent and rasterized; 256-token tiles where the partial sums need no flush (int8, f16/bf16:
+  //     int8 98.7 us at M = 1024, W4A16 166.5), 128 with flushes (fp8); slots 256 K deep for fp8 (three of them),
+  //     64 K for 16-bit activations; a wgmma group in flight where the format allows it.
+  // Shapes are tried best-first; a split or a second fragment set the registers cannot hold falls back.
+  const int64_t m = problem.m;
+  const int64_t sms = std::max(1, limits.sm_count);
+  const bool flushes = device.flush_k() > 0;
+  const bool wide_activations = !device.quantized_activations();
+  struct Shape {
+    int bm, bn, bk;
+  };
+  std::vector<Shape> shapes;
+  if (m <= 64) {
+    const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    shapes = {{bm, 64, 128}, {bm, 128, 128}, {bm, 64, 256}, {bm, 64, 64}};
+  } else if (m <= 256) {
+    shapes = {{128, 128, 128}, {128, 128, 64}, {128, 64, 128}, {64, 64, 128}};
+  } else {
+    const int bk = wide_activations ? 64 : flushes ? 256 : 128;
+    if (!flushes) shapes.push_back({256, 128, bk});
+    shapes.push_back({128, 128, bk});
+    shapes.push_back({128, 128, 128});
+    shapes.push_back({128, 64, 128});
+    shapes.push_back({64, 64, 128});
+  }
+  std::string last_failure;
+  for (const Shape& shape : shapes) {
+    if (problem.n % shape.bn != 0 || problem.k % shape.bk != 0) continue;
+    KernelConfig config;
+    config.family = name();
+    config.params = {{"bm", shape.bm}, {"bn", shape.bn}, {"bk", shape.bk}, {"stages", 2},      {"split", 1},
+                     {"raster", 0},     {"cluster", 1},   {"multicast", 0},  {"persistent", 0}, {"overlap", 0}};
+    const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
+    const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, 8);
+    const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);
+    int split = 1;
+    for (int candidate : {2, 4, 8}) {
+      if (m > 64 || 2 * tiles * split >= sms || problem.k / shape.bk / candidate < 4) break;
+      split = candidate;
+    }
+    if (ceil_div(m, shape.bm) >= 2) config.params["raster"] = 2;
+    for (; split >= 1; split /= 2) {
+      config.params["split"] = split;
+      config.params["persistent"] = tiles * split > sms ? 1 : 0;
+      for (int overlap : {m > 256 ? 1 : 0, 0}) {
+        config.params["overlap"] = overlap;
+        for (int depth = stages; depth >= 2; --depth) {
+          config.params["stages"] = depth;
+          const RuleVerdict verdict = check(config, problem, limits);
+          if (verdict.valid) return config;
+          last_failure = verdict.rule + ": " + verdict.detail;
+        }
+      }
+    }
+  }
+  QTUNE_THROW(UnsupportedError, "tma family: no configuration fits " + problem.to_string() + " (" + last_failure + ")");
+}
+
+bool TmaFamily::preferred_for(const Problem& problem, int) const {
+  // Quantized activations from kPreferredFromM on (the mma family's swap-AB and small tiles below); weight-only formats
+  // from kPreferredFromMWeightOnly on (the wgmma family below: 23.9 against 24.2 us at M = 64).
+  return problem.m >= (problem.format.activation_is_quantized() ? kPreferredFromM : kPreferredFromMWeightOnly);
+}
+
+const TmaFamily& tma_family() {
+  static const TmaFamily family;
+  return family;
+}
+
+}  // namespace qtune
