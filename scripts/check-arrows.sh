@@ -18,8 +18,9 @@ rules=(
   "reports/selection_table|kernels/ reports/selection_table"
   "reports/|kernels/ search/ db/ reports/"
   "tuner/production/|kernels/ tuner/jit/ tuner/runtime/ tuner/gemm/gemm_runner reports/selection_table tuner/production/"
-  "tuner/|kernels/ search/ db/ tuner/ !tuner/cli/ !tuner/production/ !tuner/bench/ !tuner/main/"
-  "tuner/cli/|kernels/ search/ db/ reports/ tuner/ !tuner/bench/ !tuner/main/"
+  "tuner/|kernels/ search/ db/ tuner/ !tuner/cli/ !tuner/production/ !tuner/bench/ !tuner/main/ !tuner/peers/"
+  "tuner/peers/|kernels/ search/ db/ tuner/ !tuner/cli/ !tuner/production/ !tuner/bench/ !tuner/main/"
+  "tuner/cli/|kernels/ search/ db/ reports/ tuner/ !tuner/bench/ !tuner/main/ !tuner/peers/"
   "tuner/bench/|kernels/ search/ db/ reports/ tuner/ !tuner/main/"
   "tuner/main/|tuner/cli/"
 )

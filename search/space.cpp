@@ -102,29 +102,32 @@ std::vector<std::string> cost_feature_names(const KernelFamily& family) {
   return names;
 }
 
+std::vector<double> tiling_features(const Problem& problem, double units, double slots, double m_tile_efficiency) {
+  slots = std::max(slots, 1.0);
+  const double waves = units / slots;
+  const double weight_bytes = double(problem.n) * double(problem.k) * problem.format.bits_per_weight() / 8.0;
+  const double activation_bytes = double(problem.m) * double(problem.k) * problem.format.activation_bits() / 8.0;
+  const double flops = 2.0 * double(problem.m) * double(problem.n) * double(problem.k);
+  return {std::log2(double(problem.m)),
+          std::log2(double(problem.n)),
+          std::log2(double(problem.k)),
+          std::log2(std::max(units, 1.0)),
+          waves,
+          units / (std::ceil(waves) * slots),
+          m_tile_efficiency,
+          std::log2((weight_bytes + activation_bytes) / flops)};
+}
+
 std::vector<double> cost_features(const KernelFamily& family, const KernelConfig& config, const Problem& problem,
                                   const ArchLimits& limits) {
   const LaunchGeometry geometry = family.launch_geometry(config, problem);
   const double ctas = double(geometry.grid[0]) * geometry.grid[1] * geometry.grid[2];
-  const double sms = std::max(1, limits.sm_count);
-  const double waves = ctas / sms;
-  const double wave_efficiency = ctas / (std::ceil(waves) * sms);
   double m_tile_efficiency = 1.0;
   if (auto it = config.params.find("bm"); it != config.params.end() && it->second > 0) {
     const double bm = it->second;
     m_tile_efficiency = double(problem.m) / (std::ceil(double(problem.m) / bm) * bm);
   }
-  const double weight_bytes = double(problem.n) * double(problem.k) * problem.format.bits_per_weight() / 8.0;
-  const double activation_bytes = double(problem.m) * double(problem.k) * problem.format.activation_bits() / 8.0;
-  const double flops = 2.0 * double(problem.m) * double(problem.n) * double(problem.k);
-  std::vector<double> features = {std::log2(double(problem.m)),
-                                  std::log2(double(problem.n)),
-                                  std::log2(double(problem.k)),
-                                  std::log2(std::max(ctas, 1.0)),
-                                  waves,
-                                  wave_efficiency,
-                                  m_tile_efficiency,
-                                  std::log2((weight_bytes + activation_bytes) / flops)};
+  std::vector<double> features = tiling_features(problem, ctas, limits.sm_count, m_tile_efficiency);
   for (const auto& domain : family.parameter_space()) {
     features.push_back(std::log2(double(std::max(config.get(domain.name), 0)) + 1.0));
   }

@@ -49,6 +49,10 @@ RuleVerdict check_compiled(const KernelConfig& config, const Problem& problem, c
 // Blocks of this kernel that fit on one SM (0: none), from registers, shared memory and threads.
 int resident_blocks_per_sm(const ArchLimits& limits, const LaunchGeometry& geometry, const CompiledResources& resources);
 
+// The part of the cost features every space shares: log2 M, N, K, log2 of the work units (CTAs, or output tiles),
+// waves of units over `slots`, their efficiency, the M tile's efficiency, and log2 of bytes per flop.
+std::vector<double> tiling_features(const Problem& problem, double units, double slots, double m_tile_efficiency);
+
 // Features for cost models; comparable across problems and GPUs of a family, so a model can carry over.
 // Problem size (log m, n, k), each parameter (log2), waves and wave efficiency, tile padding efficiency, bytes per FLOP.
 std::vector<double> cost_features(const KernelFamily& family, const KernelConfig& config, const Problem& problem,

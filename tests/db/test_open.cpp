@@ -12,7 +12,7 @@
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
-#include "tests/common/input_error.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/db/db_test_support.hpp"
 
 namespace qtune::db {

@@ -10,7 +10,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
-#include "tests/common/input_error.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kernels/error.hpp"
-#include "tests/common/input_error.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/common/temp_dir.hpp"
 
 namespace qtune {

@@ -6,7 +6,7 @@
 
 #include "kernels/error.hpp"
 #include "reports/external_import.hpp"
-#include "tests/common/input_error.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/reports/report_test_support.hpp"
 #include "tuner/cli/cli.hpp"
 

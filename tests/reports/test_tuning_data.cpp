@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/error.hpp"
-#include "tests/common/input_error.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune::reports {
 namespace {

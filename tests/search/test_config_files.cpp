@@ -15,10 +15,10 @@
 
 #include "kernels/error.hpp"
 #include "search/config_files.hpp"
-#include "tests/common/input_error.hpp"
 #include "search/gpu_profile.hpp"
 #include "search/m_buckets.hpp"
 #include "search/model_shapes.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune::search {
 namespace {
@@ -59,7 +59,6 @@ json read(const fs::path& file) {
   return json::parse(stream);
 }
 
-// Runs `load`, expecting an InputError whose one-line message contains every piece of `expected`.
 using test_support::expect_input_error;
 
 // ------------------------------------------------------------------------------------------------ config dir

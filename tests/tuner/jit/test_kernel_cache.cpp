@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "kernels/error.hpp"
+#include "tests/common/scoped_environment.hpp"
 #include "tests/tuner/jit/jit_test_support.hpp"
 #include "tuner/jit/sha256.hpp"
 
@@ -230,31 +231,7 @@ TEST(KernelCache, ConcurrentProcessesLeaveOneValidEntry) {
   EXPECT_LT(final_entry->cubin.front(), 'k' + kChildren);
 }
 
-// Sets an environment variable for one scope and puts the old value back.
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnvironment() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnvironment(const ScopedEnvironment&) = delete;
-  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test_support::ScopedEnvironment;
 
 TEST(KernelCache, DefaultDirectoryFollowsEnvironment) {
   {

@@ -13,7 +13,7 @@
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
 #include "reports/selection_table.hpp"
-#include "tests/common/input_error.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune::production::testing {
 

@@ -1,0 +1,176 @@
+// Each peer provider on the GPU: qtune's operands packed by the peer, launched on qtune's stream, verified against
+// qtune's CPU reference and measured by qtune. A provider whose peer is not installed skips with the reason the
+// worker gives (and what to install). Point qtune at the peers with QTUNE_PYTHON and QTUNE_PEER_PATH (README).
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "reports/humming_table.hpp"
+#include "search/humming_space.hpp"
+#include "tests/tuner/peers/peer_test_support.hpp"
+#include "tests/tuner/runtime/gpu_test_support.hpp"
+#include "tuner/gemm/gemm_runner.hpp"
+#include "tuner/peers/peer_host.hpp"
+
+namespace qtune::peers {
+namespace {
+
+constexpr double kDescribeTimeout = 600;
+
+// One host for the whole suite: the packed weights and the peers' JIT caches live in its worker.
+PeerHost& shared_host(const PeerEnvironment& environment) {
+  static PeerHost* host = new PeerHost(environment);
+  return *host;
+}
+
+measure::MeasureOptions brief_measurement() {
+  measure::MeasureOptions options;
+  options.time_budget_s = 1.0;
+  return options;
+}
+
+std::string skip_reason(PeerHost& host, const ProviderId& provider) {
+  for (const PeerInfo& peer : host.describe(kDescribeTimeout)) {
+    if (peer.peer != provider.peer) continue;
+    if (!peer.available) return peer.peer + " is not available: " + peer.problem + "; " + peer.install;
+    return "";
+  }
+  return "no peer " + provider.peer;
+}
+
+class PeerProviderOnGpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PeerProviderOnGpu, VerifiesAndMeasuresAsQtunesKernels) {
+  QTUNE_REQUIRE_GPU();
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost& host = shared_host(environment);
+  const ProviderId provider = parse_provider_id(GetParam());
+  if (const std::string why = skip_reason(host, provider); !why.empty()) GTEST_SKIP() << why;
+  host.require(provider, kDescribeTimeout);
+  PeerRunOptions options;
+  options.measure = brief_measurement();
+  // One M: a peer that compiles per configuration (Humming, DeepGEMM) compiles once here.
+  for (const std::int64_t m : {16}) {
+    const PeerProblem problem{m, 4096, 4096, 1, 0};
+    const std::vector<nlohmann::json> configs = host.configurations(provider, problem, kDescribeTimeout);
+    ASSERT_FALSE(configs.empty());
+    const PeerResult result = host.run(provider, problem, configs.front(), options);
+    ASSERT_EQ(result.outcome, PeerOutcome::Measured)
+        << provider.text() << " M=" << m << ": " << to_string(result.outcome) << ": " << result.error;
+    ASSERT_TRUE(result.verification && result.verification->passed);
+    ASSERT_TRUE(result.measurement.has_value());
+    EXPECT_GT(result.measurement->median_us, 0);
+    EXPECT_GE(result.measurement->kernels_per_repetition, 1);
+    EXPECT_FALSE(result.peer_version.empty());
+    std::cout << "  " << provider.text() << " M=" << m << " N=K=4096: " << std::fixed << std::setprecision(1)
+              << result.measurement->median_us << " us, rel err " << std::scientific << std::setprecision(2)
+              << result.verification->relative_error << ", kernels " << result.measurement->kernels_per_repetition
+              << ", config " << result.config.dump() << std::defaultfloat << "\n";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Peers, PeerProviderOnGpu,
+    ::testing::Values("torch-f16", "torch-bf16", "torch-w8a8-fp8-ch:out=bf16", "marlin-w4a16-int4-ch",
+                      "marlin-w4a16-int4-g128", "gptq_marlin-w4a16-int4-ch", "gptq_marlin-w4a16-int4-g128",
+                      "humming-w4a16-int4-ch", "humming-w4a16-int4-g128", "humming-w4a8-int4-fp8:scale=f16",
+                      "humming-w4a8-int4-int8:scale=f16", "humming-w8a8-fp8-ch:scale=f16",
+                      "humming-w8a8-int8-ch:scale=f16", "deepgemm-w8a8-fp8-block128x128:out=bf16"),
+    [](const ::testing::TestParamInfo<std::string>& provider) {
+      std::string name;
+      for (char c : provider.param) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return name;
+    });
+
+// Points of qtune's Humming space run through Humming: what the space calls valid, Humming compiles and runs right,
+// and a table of them, passed as forward_layer's list, gives the same outputs.
+TEST(HummingSpaceOnGpu, CuratedPointsRunAndATableOfThemToo) {
+  QTUNE_REQUIRE_GPU();
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost& host = shared_host(environment);
+  const ProviderId provider = parse_provider_id("humming-w4a16-int4-ch");
+  if (const std::string why = skip_reason(host, provider); !why.empty()) GTEST_SKIP() << why;
+  const ArchLimits limits = gemm::device_limits(0);
+  PeerRunOptions options;
+  options.measure = brief_measurement();
+  // Two points per M (the first and the last of the curated space: the smallest and the largest tiles, fewest and
+  // most stages); each compiles once, and the table below reuses them.
+  std::vector<reports::HummingCell> cells;
+  for (const std::int64_t m : {16, 256}) {
+    const Problem problem{FormatSpec::parse(provider.operands), m, 4096, 4096};
+    const search::SpaceEnumeration space = search::HummingSpace::enumerate(problem, limits);
+    ASSERT_FALSE(space.candidates.empty()) << "M=" << m;
+    for (const std::size_t index : {std::size_t{0}, space.candidates.size() - 1}) {
+      const KernelConfig& config = space.candidates[index];
+      const nlohmann::json tuning{{"tuning_config", search::HummingSpace::tuning_config(config)}};
+      const PeerResult result = host.run(provider, {m, 4096, 4096, 1, 0}, tuning, options);
+      ASSERT_EQ(result.outcome, PeerOutcome::Measured)
+          << "M=" << m << " " << config.to_string() << ": " << to_string(result.outcome) << ": " << result.error;
+      std::cout << "  humming M=" << m << " " << config.to_string() << ": " << result.measurement->median_us << " us\n";
+      if (index == 0) cells.push_back({provider.operands, m, 4096, 4096, config, result.measurement->median_us});
+    }
+  }
+  const reports::HummingTable table = reports::build_humming_table("gpu", "", limits.sm, cells);
+  ASSERT_EQ(table.layers.size(), 1u);
+  const nlohmann::json list{{"tuning_config", table.layers[0].tuning_config()}};
+  for (const std::int64_t m : {7, 16, 100, 1000}) {
+    const PeerResult result = host.run(provider, {m, 4096, 4096, 1, 0}, list, options);
+    EXPECT_EQ(result.outcome, PeerOutcome::Measured) << "table at M=" << m << ": " << result.error;
+  }
+}
+
+// The side-by-side figures of issue 15 (N = K = 8192, M = 1 ... 4096) for every provider present; printed, not
+// asserted (targets live in docs/perf.md). Runs only with QTUNE_PEER_FIGURES set: "1" for the providers below, or a
+// comma-separated list of providers (it takes minutes: Humming and DeepGEMM compile a kernel per heuristic choice).
+TEST(PeerFiguresOnGpu, NEqualsKEquals8192) {
+  const char* wanted = std::getenv("QTUNE_PEER_FIGURES");
+  if (wanted == nullptr) GTEST_SKIP() << "set QTUNE_PEER_FIGURES=1 (or a list of providers) to print the figures";
+  QTUNE_REQUIRE_GPU();
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost& host = shared_host(environment);
+  PeerRunOptions options;
+  options.measure = measure::benchmark_measure_options();
+  std::vector<std::string> providers = {"humming-w4a16-int4-ch", "marlin-w4a16-int4-ch", "torch-f16",
+                                        "humming-w4a8-int4-fp8:scale=f16", "torch-w8a8-fp8-ch:out=bf16",
+                                        "deepgemm-w8a8-fp8-block128x128:out=bf16"};
+  if (std::string(wanted) != "1") {
+    providers.clear();
+    std::string name;
+    for (const char c : std::string(wanted) + ",") {
+      if (c != ',') {
+        name += c;
+      } else if (!name.empty()) {
+        providers.push_back(name);
+        name.clear();
+      }
+    }
+  }
+  for (const std::string& name : providers) {
+    const ProviderId provider = parse_provider_id(name);
+    if (const std::string why = skip_reason(host, provider); !why.empty()) {
+      std::cout << "  " << name << ": skipped: " << why << "\n";
+      continue;
+    }
+    std::cout << "  " << name;
+    for (const std::int64_t m : {1, 16, 64, 256, 1024, 4096}) {
+      const PeerResult result = host.run(provider, {m, 8192, 8192, 1, 0}, nlohmann::json::object(), options);
+      std::cout << " | M=" << m << " ";
+      if (result.outcome == PeerOutcome::Measured) {
+        std::cout << std::fixed << std::setprecision(1) << result.measurement->median_us << " us"
+                  << (result.measurement->throttled ? " (throttled)" : "") << std::defaultfloat;
+      } else {
+        std::cout << to_string(result.outcome) << ": " << result.error.substr(0, 120);
+      }
+      std::cout << std::flush;
+    }
+    std::cout << "\n";
+  }
+}
+
+}  // namespace
+}  // namespace qtune::peers

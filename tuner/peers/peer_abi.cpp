@@ -1,0 +1,374 @@
+#include "tuner/peers/peer_abi.h"
+
+#include <Eigen/Core>
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/codec.hpp"
+#include "kernels/error.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/quantize.hpp"
+#include "kernels/reference.hpp"
+#include "tuner/gemm/gemm_runner.hpp"
+#include "tuner/measure/measure.hpp"
+#include "tuner/runtime/device.hpp"
+#include "tuner/runtime/driver.hpp"
+
+namespace {
+
+using qtune::FormatSpec;
+using qtune::OutputType;
+
+thread_local std::string last_error = "{}";
+thread_local std::string returned_text;
+
+// The protocol's name of the error in flight (tuner/measure/worker.hpp's error_type), with its library if any.
+nlohmann::json error_in_flight() {
+  nlohmann::json error;
+  try {
+    throw;
+  } catch (const qtune::runtime::DriverError& caught) {
+    error = {{"error", caught.what()}, {"error_type", "DriverError"}, {"library", caught.library()}};
+  } catch (const qtune::LibraryError& caught) {
+    error = {{"error", caught.what()}, {"error_type", "LibraryError"}, {"library", caught.library()}};
+  } catch (const qtune::NoGpuError& caught) {
+    error = {{"error", caught.what()}, {"error_type", "NoGpuError"}};
+  } catch (const qtune::InputError& caught) {
+    error = {{"error", caught.what()}, {"error_type", "InputError"}};
+  } catch (const qtune::UnsupportedError& caught) {
+    error = {{"error", caught.what()}, {"error_type", "UnsupportedError"}};
+  } catch (const qtune::Error& caught) {
+    error = {{"error", caught.what()}, {"error_type", "Error"}};
+  } catch (const std::exception& caught) {
+    error = {{"error", caught.what()}, {"error_type", "exception"}};
+  } catch (...) {
+    error = {{"error", "an exception that is no std::exception"}, {"error_type", "exception"}};
+  }
+  return error;
+}
+
+// Runs `body`, turning an exception into last_error and `failed`.
+template <typename Result, typename Body>
+Result guarded(Result failed, Body&& body) {
+  try {
+    last_error = "{}";
+    return body();
+  } catch (...) {
+    last_error = error_in_flight().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return failed;
+  }
+}
+
+const char* returned(const nlohmann::json& json) {
+  returned_text = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return returned_text.c_str();
+}
+
+struct Buffer {
+  std::string dtype;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+template <typename T>
+Buffer buffer_of(const char* dtype, int64_t rows, int64_t cols, const std::vector<T>& values) {
+  return Buffer{dtype, rows, cols, values.data(), values.size() * sizeof(T)};
+}
+
+nlohmann::json scale_layout(const qtune::ScaleGrid& grid) {
+  return {{"type", qtune::to_string(grid.type)},
+          {"rows", grid.rows},
+          {"cols", grid.cols},
+          {"rows_per_scale", grid.rows_per_scale},
+          {"cols_per_scale", grid.cols_per_scale}};
+}
+
+template <typename T>
+T request_field(const nlohmann::json& request, const char* name) {
+  if (!request.contains(name)) QTUNE_INPUT_ERROR(std::string("problem.") + name + ": missing");
+  try {
+    return request.at(name).get<T>();
+  } catch (const nlohmann::json::exception& error) {
+    QTUNE_INPUT_ERROR(std::string("problem.") + name + ": " + error.what());
+  }
+}
+
+}  // namespace
+
+// One problem's operands, the buffers that expose them, and its reference once computed.
+struct qtune_peer_problem {
+  std::string operands;
+  int64_t m = 0, n = 0, k = 0;
+  uint64_t seed = 1;
+  std::optional<FormatSpec> format;  // nullopt: a dense f16/bf16 problem
+  OutputType output = OutputType::F16;
+  double tolerance = 0;
+  qtune::gemm::GemmData data;                    // quantized problems
+  std::vector<uint16_t> dense_activation_bits;   // dense problems: [M][K]
+  std::vector<uint16_t> dense_weight_bits;       // [N][K]
+  std::vector<float> activation_values;          // dequantized, made on first request (or for a dense reference)
+  std::vector<float> weight_values;
+  std::optional<qtune::ReferenceResult> reference;
+  std::map<std::string, Buffer> buffers;
+
+  float decode16(uint16_t bits) const {
+    return output == OutputType::F16 ? qtune::f16_bits_to_float(bits) : qtune::bf16_bits_to_float(bits);
+  }
+
+  void make_values() {
+    if (!activation_values.empty()) return;
+    if (format) {
+      activation_values = qtune::dequantize(data.activations);
+      weight_values = qtune::dequantize(data.weights);
+    } else {
+      activation_values.resize(dense_activation_bits.size());
+      weight_values.resize(dense_weight_bits.size());
+      for (size_t i = 0; i < activation_values.size(); ++i) activation_values[i] = decode16(dense_activation_bits[i]);
+      for (size_t i = 0; i < weight_values.size(); ++i) weight_values[i] = decode16(dense_weight_bits[i]);
+    }
+    buffers["activation_values"] = buffer_of("float32", m, k, activation_values);
+    buffers["weight_values"] = buffer_of("float32", n, k, weight_values);
+  }
+
+  const qtune::ReferenceResult& reference_result() {
+    if (reference) return *reference;
+    if (format) {
+      reference = qtune::gemm::reference_for(data);
+      return *reference;
+    }
+    // Dense: C = A W^T in f32 from the 16-bit values, row blocks in parallel.
+    make_values();
+    qtune::ReferenceResult result;
+    result.m = m;
+    result.n = n;
+    result.unrounded.assign(static_cast<size_t>(m * n), 0.0f);
+    using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const Eigen::Map<const Matrix> weights(weight_values.data(), n, k);
+    qtune::parallel_for(m, [&](int64_t begin, int64_t end) {
+      const Eigen::Map<const Matrix> rows(activation_values.data() + begin * k, end - begin, k);
+      Eigen::Map<Matrix> out(result.unrounded.data() + begin * n, end - begin, n);
+      out.noalias() = rows * weights.transpose();
+    });
+    reference = std::move(result);
+    return *reference;
+  }
+
+  nlohmann::json verify(const std::vector<uint16_t>& output_bits) {
+    const qtune::gemm::Verification check =
+        qtune::gemm::verify_output(output_bits, output, reference_result(), tolerance);
+    return {{"passed", check.passed},           {"relative_error", check.relative_error},
+            {"tolerance", check.tolerance},     {"nan_count", check.nan_count},
+            {"bad_count", check.bad_count},     {"summary", check.summary()}};
+  }
+};
+
+namespace {
+
+qtune_peer_problem* make_problem(const nlohmann::json& request) {
+  auto problem = std::make_unique<qtune_peer_problem>();
+  problem->operands = request_field<std::string>(request, "operands");
+  problem->m = request_field<int64_t>(request, "m");
+  problem->n = request_field<int64_t>(request, "n");
+  problem->k = request_field<int64_t>(request, "k");
+  problem->seed = request.contains("seed") ? request_field<uint64_t>(request, "seed") : 1;
+  if (problem->m <= 0 || problem->n <= 0 || problem->k <= 0) QTUNE_INPUT_ERROR("problem: M, N and K must be positive");
+  const int64_t m = problem->m, n = problem->n, k = problem->k;
+  if (problem->operands == "f16" || problem->operands == "bf16") {
+    problem->output = problem->operands == "f16" ? OutputType::F16 : OutputType::BF16;
+    problem->tolerance = problem->output == OutputType::F16 ? 5e-3 : 1e-2;
+    const auto round16 = [&](const std::vector<float>& values) {
+      std::vector<uint16_t> bits(values.size());
+      for (size_t i = 0; i < values.size(); ++i) {
+        bits[i] = problem->output == OutputType::F16 ? qtune::float_to_f16_bits(values[i])
+                                                     : qtune::float_to_bf16_bits(values[i]);
+      }
+      return bits;
+    };
+    problem->dense_weight_bits = round16(qtune::random_normal(static_cast<size_t>(n * k), problem->seed, 0.0f, 0.02f));
+    problem->dense_activation_bits =
+        round16(qtune::random_normal(static_cast<size_t>(m * k), problem->seed + 1, 0.0f, 1.0f));
+    problem->buffers["weight_bits16"] = buffer_of("uint16", n, k, problem->dense_weight_bits);
+    problem->buffers["activation_bits16"] = buffer_of("uint16", m, k, problem->dense_activation_bits);
+    return problem.release();
+  }
+  problem->format = FormatSpec::parse(problem->operands);
+  problem->output = problem->format->output;
+  problem->tolerance = qtune::default_tolerance(*problem->format);
+  problem->data = qtune::gemm::make_gemm_data(qtune::Problem{*problem->format, m, n, k}, problem->seed);
+  const qtune::QuantizedWeights& weights = problem->data.weights;
+  const qtune::QuantizedActivations& activations = problem->data.activations;
+  auto& buffers = problem->buffers;
+  buffers["weight_codes"] = buffer_of("uint8", n, k, weights.codes);
+  buffers["weight_scale_bits"] = buffer_of("uint32", weights.scales.rows, weights.scales.cols, weights.scales.bits);
+  buffers["weight_scale_values"] = buffer_of("float32", weights.scales.rows, weights.scales.cols, weights.scales.values);
+  if (!weights.zero_point_bits.empty()) {
+    buffers["weight_zero_bits"] = buffer_of("uint32", weights.scales.rows, weights.scales.cols, weights.zero_point_bits);
+    buffers["weight_zero_values"] = buffer_of("float32", weights.scales.rows, weights.scales.cols, weights.zero_points);
+  }
+  if (problem->format->activation_is_quantized()) {
+    buffers["activation_codes"] = buffer_of("uint8", m, k, activations.codes);
+    if (!activations.scales.empty()) {
+      buffers["activation_scale_values"] =
+          buffer_of("float32", activations.scales.rows, activations.scales.cols, activations.scales.values);
+    }
+  } else {
+    buffers["activation_bits16"] = buffer_of("uint16", m, k, activations.bits16);
+  }
+  return problem.release();
+}
+
+nlohmann::json describe(qtune_peer_problem& problem) {
+  nlohmann::json buffers = nlohmann::json::object();
+  for (const auto& [name, buffer] : problem.buffers) {
+    buffers[name] = {{"dtype", buffer.dtype}, {"shape", {buffer.rows, buffer.cols}}, {"bytes", buffer.bytes}};
+  }
+  nlohmann::json json{{"operands", problem.operands},
+                      {"m", problem.m},
+                      {"n", problem.n},
+                      {"k", problem.k},
+                      {"seed", problem.seed},
+                      {"format", problem.format ? problem.format->to_json() : nlohmann::json()},
+                      {"output_type", qtune::to_string(problem.output)},
+                      {"tolerance", problem.tolerance},
+                      {"buffers", buffers}};
+  if (problem.format) {
+    json["weight_scales"] = scale_layout(problem.data.weights.scales);
+    json["global_scale"] = problem.data.weights.global_scale;
+    if (!problem.data.activations.scales.empty()) json["activation_scales"] = scale_layout(problem.data.activations.scales);
+  }
+  return json;
+}
+
+// The [M][N] output of a buffer whose rows lie `row_stride` elements apart.
+std::vector<uint16_t> packed_rows(const uint16_t* strided, const qtune_peer_problem& problem, int64_t row_stride) {
+  std::vector<uint16_t> rows(static_cast<size_t>(problem.m * problem.n));
+  for (int64_t r = 0; r < problem.m; ++r) {
+    std::memcpy(rows.data() + r * problem.n, strided + r * row_stride, static_cast<size_t>(problem.n) * 2);
+  }
+  return rows;
+}
+
+void check_stride(const qtune_peer_problem& problem, int64_t row_stride) {
+  if (row_stride < problem.n) QTUNE_INPUT_ERROR("row_stride: " + std::to_string(row_stride) + " < N");
+}
+
+}  // namespace
+
+extern "C" {
+
+int qtune_peer_abi_version(void) { return QTUNE_PEER_ABI_VERSION; }
+
+const char* qtune_peer_last_error(void) { return last_error.c_str(); }
+
+qtune_peer_problem* qtune_peer_problem_create(const char* request_json) {
+  return guarded<qtune_peer_problem*>(nullptr, [&] {
+    if (request_json == nullptr) QTUNE_INPUT_ERROR("problem: no request");
+    nlohmann::json request;
+    try {
+      request = nlohmann::json::parse(request_json);
+    } catch (const nlohmann::json::exception& error) {
+      QTUNE_INPUT_ERROR(std::string("problem: not JSON: ") + error.what());
+    }
+    return make_problem(request);
+  });
+}
+
+void qtune_peer_problem_destroy(qtune_peer_problem* problem) { delete problem; }
+
+const char* qtune_peer_problem_describe(qtune_peer_problem* problem) {
+  return guarded<const char*>(nullptr, [&] {
+    if (problem == nullptr) QTUNE_INPUT_ERROR("problem: null");
+    return returned(describe(*problem));
+  });
+}
+
+int qtune_peer_problem_buffer(qtune_peer_problem* problem, const char* name, const void** data, size_t* bytes) {
+  return guarded(-1, [&] {
+    if (problem == nullptr || name == nullptr || data == nullptr || bytes == nullptr) {
+      QTUNE_INPUT_ERROR("buffer: null argument");
+    }
+    const std::string wanted(name);
+    if (wanted == "activation_values" || wanted == "weight_values") problem->make_values();
+    const auto found = problem->buffers.find(wanted);
+    if (found == problem->buffers.end()) QTUNE_INPUT_ERROR("buffer: this problem has no buffer '" + wanted + "'");
+    *data = found->second.data;
+    *bytes = found->second.bytes;
+    return 0;
+  });
+}
+
+int qtune_peer_poison_device(uint64_t device_address, size_t bytes, int device) {
+  return guarded(-1, [&] {
+    qtune::runtime::Device::get(device).make_current();
+    QTUNE_CU(cuMemsetD8, static_cast<CUdeviceptr>(device_address), 0xFF, bytes);
+    return 0;
+  });
+}
+
+const char* qtune_peer_verify_device(qtune_peer_problem* problem, uint64_t device_address, int64_t row_stride,
+                                     int device) {
+  return guarded<const char*>(nullptr, [&] {
+    if (problem == nullptr) QTUNE_INPUT_ERROR("problem: null");
+    check_stride(*problem, row_stride);
+    qtune::runtime::Device& gpu = qtune::runtime::Device::get(device);
+    gpu.make_current();
+    gpu.synchronize();  // the launch was asynchronous; a fault shows here
+    std::vector<uint16_t> strided(static_cast<size_t>((problem->m - 1) * row_stride + problem->n));
+    QTUNE_CU(cuMemcpyDtoH, strided.data(), static_cast<CUdeviceptr>(device_address), strided.size() * 2);
+    return returned(problem->verify(packed_rows(strided.data(), *problem, row_stride)));
+  });
+}
+
+const char* qtune_peer_verify_host(qtune_peer_problem* problem, const void* output, int64_t row_stride) {
+  return guarded<const char*>(nullptr, [&] {
+    if (problem == nullptr || output == nullptr) QTUNE_INPUT_ERROR("verify: null argument");
+    check_stride(*problem, row_stride);
+    return returned(problem->verify(packed_rows(static_cast<const uint16_t*>(output), *problem, row_stride)));
+  });
+}
+
+const char* qtune_peer_measure(const char* options_json, qtune_peer_launch launch, void* user_data) {
+  return guarded<const char*>(nullptr, [&] {
+    if (launch == nullptr) QTUNE_INPUT_ERROR("measure: no launch function");
+    nlohmann::json options = nlohmann::json::object();
+    if (options_json != nullptr && *options_json != '\0') {
+      try {
+        options = nlohmann::json::parse(options_json);
+      } catch (const nlohmann::json::exception& error) {
+        QTUNE_INPUT_ERROR(std::string("measure: not JSON: ") + error.what());
+      }
+    }
+    const qtune::measure::MeasureOptions parsed = qtune::measure::measure_options_from_json(options);
+    const qtune::measure::Measurement measurement = qtune::measure::measure(
+        [&](CUstream stream) {
+          if (launch(user_data, reinterpret_cast<uint64_t>(stream)) != 0) {
+            QTUNE_THROW(qtune::Error, "the provider's launch failed (its adapter says why)");
+          }
+        },
+        parsed);
+    return returned(nlohmann::json(measurement));
+  });
+}
+
+const char* qtune_peer_sticky_error(void) {
+  return guarded<const char*>(nullptr, [&]() -> const char* {
+    const std::optional<std::string> sticky = qtune::runtime::sticky_context_error();
+    if (!sticky) return nullptr;
+    returned_text = *sticky;
+    return returned_text.c_str();
+  });
+}
+
+const char* qtune_peer_device_info(int device) {
+  return guarded<const char*>(nullptr, [&] { return returned(nlohmann::json(qtune::runtime::Device::get(device).info())); });
+}
+
+}  // extern "C"

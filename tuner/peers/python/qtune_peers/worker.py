@@ -1,0 +1,126 @@
+"""The peer worker's jobs:
+
+    describe        {} -> {"peers": [{"peer", "available", "version", "problem", "install", "providers"}], "python"}
+    configurations  {"provider", "problem"} -> {"configurations": [config, ...]}   (the peer's defaults first)
+    run             {"provider", "problem": {"operands", "m", "n", "k", "seed", "device"}, "config", "measure",
+                     "measure_time"} -> {"provider", "peer_version", "config", "verification", "measurement"?}
+
+``run`` is qtune's measuring sequence with the adapter's pack and launch in the middle: qtune's operands (cached per
+problem), the adapter's prepare (packed weights cached per weight matrix), poison, one launch, verification against
+qtune's CPU reference, and qtune's measure() when the output was right. A wrong answer is a result (passed: false),
+not an error, and is never measured.
+"""
+import argparse
+import sys
+
+from qtune_peers import adapters as adapter_registry
+from qtune_peers.abi import Abi
+from qtune_peers.errors import InputError
+from qtune_peers.protocol import serve
+
+
+def split_provider(provider):
+    peer, dash, operands = provider.partition("-")
+    if not dash or not peer or not operands:
+        raise InputError(f"provider: {provider!r} is no provider; write <peer>-<operands>")
+    return peer, operands
+
+
+class PeerWorker:
+    def __init__(self, library, test_peers=False):
+        self._library = library
+        self._abi = None
+        self._abi_error = None
+        self.adapters = adapter_registry.adapters(test_peers)
+        self._problem_key = None
+        self._problem = None
+
+    @property
+    def abi(self):
+        if self._abi is None:
+            if self._abi_error is not None:
+                raise self._abi_error
+            try:
+                self._abi = Abi(self._library)
+            except InputError as error:
+                self._abi_error = error
+                raise
+        return self._abi
+
+    def sticky_error(self):
+        return self._abi.sticky_error() if self._abi is not None else None
+
+    def adapter(self, peer):
+        adapter = self.adapters.get(peer)
+        if adapter is None:
+            raise InputError(f"provider: no peer {peer!r} (known: {', '.join(sorted(self.adapters))})")
+        return adapter
+
+    def describe(self, _params):
+        peers = []
+        for name in sorted(self.adapters):
+            peers.append(self.adapters[name].describe())
+        return {"peers": peers, "python": sys.version.split()[0], "executable": sys.executable}
+
+    def _available_adapter(self, provider):
+        peer, operands = split_provider(provider)
+        adapter = self.adapter(peer)
+        adapter.require()
+        if operands not in adapter.operands():
+            offered = ", ".join(f"{peer}-{name}" for name in adapter.operands())
+            raise InputError(f"provider {provider!r}: {peer} offers {offered}")
+        return adapter, operands
+
+    def configurations(self, params):
+        adapter, operands = self._available_adapter(params["provider"])
+        problem = params.get("problem", {})
+        return {"configurations": adapter.configurations(operands, problem.get("m", 1), problem.get("n", 0),
+                                                         problem.get("k", 0))}
+
+    def _problem_for(self, operands, spec):
+        key = (operands, spec["m"], spec["n"], spec["k"], spec.get("seed", 1))
+        if self._problem_key != key:
+            if self._problem is not None:
+                self._problem.close()
+                self._problem = None
+            self._problem = self.abi.problem(operands, spec["m"], spec["n"], spec["k"], spec.get("seed", 1))
+            self._problem_key = key
+        return self._problem
+
+    def run(self, params):
+        adapter, operands = self._available_adapter(params["provider"])
+        spec = params["problem"]
+        device = spec.get("device", 0)
+        if adapter.uses_gpu:
+            self.abi.device_info(device)  # opens the device first, so that a fault in the peer is seen as one
+        problem = self._problem_for(operands, spec)
+        prepared = adapter.prepare(problem, operands, params.get("config") or {}, device)
+        output = prepared.output
+        if output.on_device:
+            self.abi.poison_device(output.address, output.nbytes, device)
+        else:
+            output.poison()
+        prepared.launch(None)
+        if output.on_device:
+            verification = problem.verify_device(output.address, output.row_stride, device)
+        else:
+            verification = problem.verify_host(output.host, output.row_stride)
+        result = {"provider": params["provider"], "peer_version": adapter.version(), "config": prepared.config,
+                  "verification": verification}
+        if verification.get("passed") and params.get("measure_time", True):
+            result["measurement"] = self.abi.measure(params.get("measure") or {}, prepared.launch)
+        return result
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(prog="qtune_peer_worker.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--library", required=True, help="libqtune_peer_abi.so")
+    parser.add_argument("--peer-path", action="append", default=[], help="a folder to import peers from")
+    parser.add_argument("--test-peers", action="store_true", help="also offer the tests' fake peers")
+    parser.add_argument("--fd", type=int, required=True, help="the socket to qtune (started by qtune, not by hand)")
+    options = parser.parse_args(argv)
+    for path in reversed(options.peer_path):
+        sys.path.insert(0, path)
+    worker = PeerWorker(options.library, options.test_peers)
+    handlers = {"describe": worker.describe, "configurations": worker.configurations, "run": worker.run}
+    return serve(options.fd, handlers, worker.sticky_error)
