@@ -29,15 +29,32 @@ constexpr int kMulticastWeights = 2;
 
 // Configs recorded before "overlap" existed ran without a wgmma group in flight.
 constexpr int kOverlapWhenAbsent = 0;
+// Configs recorded before "promote" existed promoted fp8 partial sums every 128 K (the fp8 weight atom).
+constexpr int kPromoteWhenAbsent = 128;
+// Configs recorded before "pingpong" existed let the consumer warpgroups issue independently.
+constexpr int kPingpongWhenAbsent = 0;
+// What the hand rules choose for fp8 without K-group scales.
+constexpr int kDefaultPromote = 128;
 
 struct TmaTiles {
-  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap;
+  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap, promote, pingpong;
 
   static TmaTiles from(const KernelConfig& config) {
     const auto overlap = config.params.find("overlap");
-    return {config.get("bm"),     config.get("bn"),      config.get("bk"),        config.get("stages"),     config.get("split"),
-            config.get("raster"), config.get("cluster"), config.get("multicast"), config.get("persistent"),
-            overlap == config.params.end() ? kOverlapWhenAbsent : overlap->second};
+    const auto promote = config.params.find("promote");
+    const auto pingpong = config.params.find("pingpong");
+    return {config.get("bm"),
+            config.get("bn"),
+            config.get("bk"),
+            config.get("stages"),
+            config.get("split"),
+            config.get("raster"),
+            config.get("cluster"),
+            config.get("multicast"),
+            config.get("persistent"),
+            overlap == config.params.end() ? kOverlapWhenAbsent : overlap->second,
+            promote == config.params.end() ? kPromoteWhenAbsent : promote->second,
+            pingpong == config.params.end() ? kPingpongWhenAbsent : pingpong->second};
   }
   int consumers() const { return bn / 64; }
   int threads() const { return 128 * (consumers() + 1); }
@@ -47,18 +64,28 @@ struct TmaTiles {
   int64_t tiles(const Problem& problem) const {
     return (problem.n / (bn * cluster_n())) * ceil_div(problem.m, bm * cluster_m()) * cluster;
   }
-  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST, OVERLAP>
+  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST, OVERLAP, PROMOTE, PINGPONG>
   std::string template_arguments() const {
     return std::to_string(bm) + ", " + std::to_string(bn) + ", " + std::to_string(bk) + ", " + std::to_string(stages) + ", " +
            std::to_string(split) + ", " + std::to_string(raster) + ", " + std::to_string(cluster) + ", " + std::to_string(multicast) +
-           ", " + std::to_string(overlap);
+           ", " + std::to_string(overlap) + ", " + std::to_string(promote) + ", " + std::to_string(pingpong);
   }
 };
 
-// K elements between flushes of the partial sums, and the K per wgmma batch (device::TmaGemm::CHUNK_K).
-int chunk_k(const DeviceFormat& device, int bk) {
-  const int flush = device.flush_k();
-  return flush > 0 && flush < bk ? flush : bk;
+// The format flushes its partial sums only to promote fp8 sums (no K-group scales), so `promote` decides how often
+// (device::TmaGemm::PROMOTION_ONLY).
+bool promotion_only(const DeviceFormat& device) {
+  const bool fp8 = device.compute == dv::kElementE4M3 || device.compute == dv::kElementE5M2;
+  return fp8 && device.scale_mode != dv::kScaleAccumulator && !device.staged_activation_scales();
+}
+
+// K elements between flushes of the partial sums (0: none; device::TmaGemm::FLUSH_K).
+int flush_k(const DeviceFormat& device, const TmaTiles& t) { return promotion_only(device) ? t.promote : device.flush_k(); }
+
+// The K per wgmma batch (device::TmaGemm::CHUNK_K).
+int chunk_k(const DeviceFormat& device, const TmaTiles& t) {
+  const int flush = flush_k(device, t);
+  return flush > 0 && flush < t.bk ? flush : t.bk;
 }
 
 std::string number(int64_t value) { return std::to_string(value); }
@@ -87,6 +114,13 @@ std::vector<ParameterDomain> TmaFamily::parameter_space() const {
       {"overlap", {0, 1}, "OVERLAP: 1 = a slot's wgmmas run while the next slot's weights are converted (two fragment "
                           "register sets; formats without flushed partial sums, an even K-tile count per split)",
        kOverlapWhenAbsent},
+      {"promote", {128, 256, 512, 0}, "PROMOTE: K elements between promotions of fp8 partial sums into f32 accumulators "
+                                      "(fp8 without K-group scales; the tensor cores add fp8 products with less than f32 "
+                                      "precision); 0 = never: the wgmma accumulators are the result; other formats: 128",
+       kPromoteWhenAbsent},
+      {"pingpong", {0, 1}, "PINGPONG: 1 = the two consumer warpgroups (bn=128) take turns on the tensor cores batch by "
+                           "batch, each flushing and converting while the other's wgmmas run (not with overlap=1)",
+       kPingpongWhenAbsent},
   };
 }
 
@@ -121,21 +155,33 @@ int TmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format
 int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const FormatSpec& format) {
   const TmaTiles t = TmaTiles::from(config);
   const DeviceFormat device = mma::device_format(format);
-  const bool flushes = device.flush_k() > 0;
+  const bool flushes = flush_k(device, t) > 0;
   const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
-  const int fragments = chunk_k(device, t.bk) / device.kstep() * 4 * (t.overlap ? 2 : 1);
+  const int fragments = chunk_k(device, t) / device.kstep() * 4 * (t.overlap ? 2 : 1);
   constexpr int addressing = 48;  // pointers, indices, barrier state, vectors, temporaries
   const int split_k = t.split > 1 ? 32 : 0;  // the reduction's addresses and loaded partial tiles (ptxas, sm_90a)
   // Flushes that scale by staged group vectors hold column and token scales and their addresses.
   const bool scaled_flush = device.scale_mode == dv::kScaleAccumulator || device.staged_activation_scales();
-  return accumulators + fragments + device.thread_words() + addressing + split_k + (scaled_flush ? 8 : 0);
+  // The int4 -> fp8 lookup keeps its four table registers live through the conversion.
+  const bool fp8 = device.compute == dv::kElementE4M3 || device.compute == dv::kElementE5M2;
+  const bool lookup = device.quantized_activations() && fp8 && !device.is_float() && device.weight_bits == 4 && device.offset_codes();
+  return accumulators + fragments + device.thread_words() + addressing + split_k + (scaled_flush ? 8 : 0) + (lookup ? 4 : 0);
 }
 
 RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
   if (const RuleVerdict shared = check_config_and_shape(config, problem, limits); !shared.valid) return shared;
   const TmaTiles t = TmaTiles::from(config);
   const DeviceFormat device = mma::device_format(problem.format);
-  for (const int group : {device.group_k, device.stage_group_k(), device.flush_k()}) {
+  if (t.promote != 0 && t.promote != 128 && t.promote != 256 && t.promote != 512) {
+    return RuleVerdict::fail("promote-range", "promote=" + number(t.promote) + ": expected 128, 256, 512 or 0 (none)");
+  }
+  if (!promotion_only(device) && t.promote != kPromoteWhenAbsent) {
+    return RuleVerdict::fail("promote-fixed-flush", "promote=" + number(t.promote) + " has no effect on " + problem.format.to_string() +
+                                                        ": only fp8 operands without K-group scales choose their promotion "
+                                                        "interval (others flush per group or never): use promote=128");
+  }
+  const int flush = flush_k(device, t);
+  for (const int group : {device.group_k, device.stage_group_k(), flush}) {
     if (group > 0 && group % t.bk != 0 && t.bk % group != 0) {
       return RuleVerdict::fail("bk-divides-group", "bk=" + number(t.bk) + " neither divides nor is a multiple of the scale group " +
                                                        number(group));
@@ -146,17 +192,24 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("bk-slab", "bk=" + number(t.bk) + " is not a whole number of 128-byte activation rows (" +
                                             number(slab_k) + " K)");
   }
-  if (device.flush_k() > 0 && t.bm > 128) {
+  if (flush > 0 && t.bm > 128) {
     return RuleVerdict::fail("accumulators-per-thread", "bm=" + number(t.bm) + " with flushed partial sums needs " + number(t.bm) +
                                                             " accumulators per thread (at most 128: bm <= 128)");
   }
   if (t.overlap != 0 && t.overlap != 1) {
     return RuleVerdict::fail("overlap-range", "overlap=" + number(t.overlap) + ": expected 0 or 1");
   }
-  if (t.overlap == 1 && device.flush_k() != 0) {
+  if (t.overlap == 1 && flush != 0) {
     return RuleVerdict::fail("overlap-flush", "overlap=1 takes formats without flushed partial sums: ptxas serializes the "
-                                              "wgmmas when the loop scales them every " + number(device.flush_k()) + " K (fp8 "
-                                              "operands, K-group scales)");
+                                              "wgmmas when the loop scales them every " + number(flush) + " K (fp8 "
+                                              "operands with promote > 0, K-group scales)");
+  }
+  if (t.pingpong == 1 && t.bn != 128) {
+    return RuleVerdict::fail("pingpong-two-warpgroups", "pingpong=1 needs two consumer warpgroups to take turns: bn=128, not bn=" +
+                                                            number(t.bn));
+  }
+  if (t.pingpong == 1 && t.overlap == 1) {
+    return RuleVerdict::fail("pingpong-overlap", "pingpong=1 and overlap=1 hide the same work two ways: choose one");
   }
   if (t.overlap == 1 && ((problem.k / t.bk) % t.split != 0 || (problem.k / t.bk / t.split) % 2 != 0)) {
     return RuleVerdict::fail("overlap-even-k-tiles", "overlap=1 runs K tiles in pairs: the " + number(problem.k / t.bk) +
@@ -272,14 +325,17 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
     return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {128, 256}}, {"stages", {4, 8}},     {"split", {1, 2}},
-            {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}}, {"persistent", {0, 1}}, {"overlap", {0, 1}}};
+            {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}}, {"persistent", {0, 1}}, {"overlap", {0, 1}},
+            {"promote", {128, 0}}, {"pingpong", {0}}};
   }
   if (m <= 256) {
     return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {3, 5}},  {"split", {1}},
-            {"raster", {2}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}}};
+            {"raster", {2}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}},
+            {"promote", {128, 0}}, {"pingpong", {0, 1}}};
   }
   return {{"bm", {128, 256}}, {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
-          {"raster", {2}},    {"cluster", {1, 2}}, {"multicast", {0, 2}},  {"persistent", {1}}, {"overlap", {0, 1}}};
+          {"raster", {2}},    {"cluster", {1, 2}}, {"multicast", {0, 2}},  {"persistent", {1}}, {"overlap", {0, 1}},
+          {"promote", {128, 0}}, {"pingpong", {0, 1}}};
 }
 
 KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
@@ -297,7 +353,8 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   // Shapes are tried best-first; a split or a second fragment set the registers cannot hold falls back.
   const int64_t m = problem.m;
   const int64_t sms = std::max(1, limits.sm_count);
-  const bool flushes = device.flush_k() > 0;
+  const int promote = promotion_only(device) ? kDefaultPromote : kPromoteWhenAbsent;
+  const bool flushes = promotion_only(device) ? promote > 0 : device.flush_k() > 0;
   const bool wide_activations = !device.quantized_activations();
   struct Shape {
     int bm, bn, bk;
@@ -321,8 +378,9 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     if (problem.n % shape.bn != 0 || problem.k % shape.bk != 0) continue;
     KernelConfig config;
     config.family = name();
-    config.params = {{"bm", shape.bm}, {"bn", shape.bn}, {"bk", shape.bk}, {"stages", 2},      {"split", 1},
-                     {"raster", 0},     {"cluster", 1},   {"multicast", 0},  {"persistent", 0}, {"overlap", 0}};
+    config.params = {{"bm", shape.bm}, {"bn", shape.bn}, {"bk", shape.bk}, {"stages", 2},      {"split", 1},       {"raster", 0},
+                     {"cluster", 1},    {"multicast", 0}, {"persistent", 0}, {"overlap", 0},     {"promote", promote},
+                     {"pingpong", 0}};
     const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
     const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, 8);
     const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);

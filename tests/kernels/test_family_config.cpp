@@ -118,6 +118,25 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
   EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=4,split=3,raster=0,cluster=1,multicast=0,persistent=0,overlap=1", int4),
             "overlap-even-k-tiles");  // 64 K tiles in 3 ranges
   EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,wn=4", fp8), "parameter-unknown");
+  // promote: fp8 without K-group scales only; 0 (never) lifts the flush rules, a longer interval keeps them.
+  const std::string plain = ",cluster=1,multicast=0,persistent=0";
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",overlap=1,promote=0", fp8), "");
+  EXPECT_EQ(verdict("bm=256," + base + plain + ",overlap=1,promote=0", fp8), "");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=256", fp8), "");  // one flush per two slots
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",overlap=1,promote=512", fp8), "overlap-flush");
+  EXPECT_EQ(verdict("bm=256," + base + plain + ",promote=256", fp8), "accumulators-per-thread");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=64", fp8), "parameter-domain");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=0", int4), "promote-fixed-flush");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=128", int4), "");
+  const Problem block{FormatSpec::parse("w8a8-fp8-block128x128"), 256, 8192, 8192, false};
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=0", block), "promote-fixed-flush");
+  const Problem w4a8{FormatSpec::parse("w4a8-int4-fp8"), 256, 8192, 8192, false};
+  EXPECT_EQ(verdict("bm=256," + base + plain + ",overlap=1,promote=0", w4a8), "");
+  // pingpong: two consumer warpgroups, and not with a group in flight.
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",pingpong=1", fp8), "");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",pingpong=1", block), "");
+  EXPECT_EQ(verdict("bm=128,bn=64,bk=128,stages=4,split=1,raster=0" + plain + ",pingpong=1", fp8), "pingpong-two-warpgroups");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",overlap=1,promote=0,pingpong=1", fp8), "pingpong-overlap");
   EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0", fp8), "smem-per-block");
   EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0", Problem{FormatSpec::parse("w4a4-int4-ch"), 256, 8192, 8192, false}),
             "format-unsupported-on-arch");
@@ -207,13 +226,13 @@ TEST(TmaFamilyRules, DefaultConfigFollowsTheH200Sweeps) {
     return tma_family().default_config(Problem{FormatSpec::parse(spec), m, 8192, 8192, false}, hopper);
   };
   EXPECT_EQ(default_for("w8a8-fp8-ch", 64).to_string(),
-            "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=0");
+            "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0");
   EXPECT_EQ(default_for("w8a8-fp8-ch", 4096).to_string(),
-            "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0");
+            "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0");
   EXPECT_EQ(default_for("w8a8-int8-ch", 1024).to_string(),
-            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0");
   EXPECT_EQ(default_for("w4a16-int4-ch", 1024).to_string(),
-            "bm=256,bn=128,bk=64,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1");
+            "bm=256,bn=128,bk=64,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0");
   EXPECT_EQ(default_for("w4a16-int4-ch", 256).get("bm"), 128);
 }
 

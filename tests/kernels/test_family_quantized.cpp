@@ -397,6 +397,35 @@ TEST(MmaQuantizedLayout, Fp4IntoE4m3IsExact) {
   EXPECT_EQ(mma::device_format(FormatSpec::parse("w4a8-fp4-fp8")).value_factor(), 64.0);
 }
 
+// int4 on fp8 by byte permutation (the tma family's conversion, int4_fp8_pair with prmt emulated): every pair of codes
+// in every byte of a word becomes the exact fp8 value q = code - 8 in the lane of its register, e4m3 and e5m2.
+TEST(MmaQuantizedLayout, Int4OnFp8ByLookupIsExact) {
+  const ElementType e4m3 = ElementType::floating(4, 3), e5m2 = ElementType::floating(5, 2);
+  auto permute = [](uint32_t a, uint32_t b, uint32_t selector) { return dv::operand_bits::byte_permute(a, b, selector); };
+  EXPECT_EQ(dv::operand_bits::byte_permute(0x33221100u, 0x77665544u, 0x7140u), 0x77114400u);
+  EXPECT_EQ(dv::operand_bits::byte_permute(0x00800000u, 0u, 0x0a29u), 0x00FF8000u);  // top selector bit: sign of the byte
+  for (int value = -8; value <= 8; ++value) {
+    EXPECT_EQ(decode(e4m3, dv::operand_bits::fp8_byte_of_integer(value, false)), value) << value;
+    EXPECT_EQ(decode(e5m2, dv::operand_bits::fp8_byte_of_integer(value, true)), value) << value;
+  }
+  for (const bool to_e5m2 : {false, true}) {
+    for (uint32_t low = 0; low < 16; ++low) {
+      for (uint32_t high = 0; high < 16; ++high) {
+        // Byte i of the word: codes (low + i) % 16 and (high + 3 i) % 16, so every lane sees every pair.
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i) word |= (((low + i) % 16) | ((high + 3 * i) % 16) << 4) << (8 * i);
+        uint32_t r0 = 0, r1 = 0;
+        dv::operand_bits::int4_fp8_pair(word, to_e5m2, permute, r0, r1);
+        for (int i = 0; i < 4; ++i) {
+          const ElementType& type = to_e5m2 ? e5m2 : e4m3;
+          EXPECT_EQ(decode(type, (r0 >> (8 * i)) & 0xFF), static_cast<double>((low + i) % 16) - 8) << word << " lane " << i;
+          EXPECT_EQ(decode(type, (r1 >> (8 * i)) & 0xFF), static_cast<double>((high + 3 * i) % 16) - 8) << word << " lane " << i;
+        }
+      }
+    }
+  }
+}
+
 // Activations: int8/fp8 codes as bytes, int4 two per byte (lower k low), scales f32 per row or [group][row].
 TEST(MmaQuantizedLayout, Activations) {
   const int64_t m = 3, k = 256;

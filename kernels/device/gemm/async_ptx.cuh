@@ -95,6 +95,10 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Counts this warp's threads towards barrier `id` without waiting (the waiting side calls named_barrier_sync).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 template <int REGISTERS>
 __device__ __forceinline__ void release_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));

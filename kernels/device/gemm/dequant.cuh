@@ -173,6 +173,27 @@ __device__ __forceinline__ u32 operand_slot(const u32* words, int rho) {
   }
 }
 
+// Whether operand_pair converts int4 codes on fp8 operands with a byte-permutation lookup.
+template <class F>
+struct Int4Fp8Lookup {
+  static constexpr bool value = F::QUANTIZED_ACT && F::FP8_MMA && !F::IS_FLOAT && F::WEIGHT_BITS == 4 && F::OFFSET_CODES &&
+                                F::LANE_BITS == 8 && F::VALUES_PER_REGISTER == 4;
+};
+
+// Register slots `rho` and `rho + 1` (rho even) as two B registers of the 8-bit operand. Int4 codes on fp8 share one
+// word and are looked up with prmt (operand_bits::int4_fp8_pair) instead of the f16 magic number and two conversions
+// per register.
+template <class F>
+__device__ __forceinline__ void operand_pair(u32& r0, u32& r1, const u32* words, int rho) {
+  if constexpr (Int4Fp8Lookup<F>::value) {
+    auto permute = [](u32 a, u32 b, u32 selector) { return prmt(a, b, selector); };
+    operand_bits::int4_fp8_pair(words[rho / 2], F::COMPUTE_TYPE == kElementE5M2, permute, r0, r1);
+  } else {
+    r0 = operand_slot<F>(words, rho);
+    r1 = operand_slot<F>(words, rho + 1);
+  }
+}
+
 // One mma.sync of the format's operand types into its partial accumulators.
 template <class F>
 __device__ __forceinline__ void mma_step(typename F::Accumulator (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {

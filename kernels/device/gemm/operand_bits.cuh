@@ -30,6 +30,57 @@ QTUNE_OPERAND_FUNCTION unsigned int float_operand(unsigned int codes, int bits, 
   return ((codes << (8 - bits)) & 0x80808080u) | ((codes << shift) & magnitude_mask);
 }
 
+// The fp8 byte (e4m3 or e5m2) of a small integer, exact while |value| <= 2^(mantissa bits + 1): lookup-table entries.
+QTUNE_OPERAND_FUNCTION unsigned int fp8_byte_of_integer(int value, bool e5m2) {
+  const int magnitude = value < 0 ? -value : value;
+  const int mantissa_bits = e5m2 ? 2 : 3;
+  const int bias = e5m2 ? 15 : 7;
+  int exponent = 0;  // floor(log2(magnitude))
+  while ((2 << exponent) <= magnitude) ++exponent;
+  const unsigned int bits =
+      magnitude == 0 ? 0u
+                     : static_cast<unsigned int>(((exponent + bias) << mantissa_bits) | (((magnitude - (1 << exponent)) << mantissa_bits) >> exponent));
+  return (value < 0 ? 0x80u : 0u) | bits;
+}
+
+// Four table bytes, the fp8 magnitudes of first, first + step, ..., packed as one byte-permutation source register.
+QTUNE_OPERAND_FUNCTION unsigned int fp8_magnitude_table(int first, int step, bool e5m2) {
+  unsigned int table = 0;
+  for (int i = 0; i < 4; ++i) table |= fp8_byte_of_integer(first + step * i, e5m2) << (8 * i);
+  return table;
+}
+
+// prmt.b32 (default mode) in plain C++, for host tests: selector nibble i picks byte (nibble & 7) of {b, a} (0-3 from
+// a) into byte i, or with the nibble's top bit set that byte's sign replicated.
+QTUNE_OPERAND_FUNCTION unsigned int byte_permute(unsigned int a, unsigned int b, unsigned int selector) {
+  const unsigned long long bytes = (static_cast<unsigned long long>(b) << 32) | a;
+  unsigned int result = 0;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned int nibble = (selector >> (4 * i)) & 0xFu;
+    unsigned int byte = static_cast<unsigned int>(bytes >> (8 * (nibble & 7u))) & 0xFFu;
+    if (nibble & 8u) byte = (byte & 0x80u) ? 0xFFu : 0x00u;
+    result |= byte << (8 * i);
+  }
+  return result;
+}
+
+// Offset-binary int4 codes (c = q + 8) of two 8-bit-lane registers sharing one word (register 0 in the low nibble of
+// every byte, register 1 in the high one) -> the fp8 operands q, exact, by byte permutation instead of arithmetic:
+// nibble by nibble, selector c ^ 8 picks |q| from the table of 0..7 and selector c picks 8 - c from the table of
+// 8..1; a selector's top bit set gives its byte's sign replicated, 0 for these tables, so OR-ing the two lookups keeps
+// the one that applies. The sign (c < 8) is the code's top bit inverted, moved to bit 7 of its byte. `permute` is prmt.
+template <class Permute>
+QTUNE_OPERAND_FUNCTION void int4_fp8_pair(unsigned int word, bool e5m2, const Permute& permute, unsigned int& r0, unsigned int& r1) {
+  const unsigned int positive_low = fp8_magnitude_table(0, 1, e5m2), positive_high = fp8_magnitude_table(4, 1, e5m2);
+  const unsigned int negative_low = fp8_magnitude_table(8, -1, e5m2), negative_high = fp8_magnitude_table(4, -1, e5m2);
+  const unsigned int flipped = word ^ 0x88888888u;
+  // Nibbles 0-3 (bytes 0-1 of the word) and 4-7 (bytes 2-3): bytes [r0 lane i, r1 lane i, r0 lane i + 1, r1 lane i + 1].
+  const unsigned int low = permute(positive_low, positive_high, flipped) | permute(negative_low, negative_high, word);
+  const unsigned int high = permute(positive_low, positive_high, flipped >> 16) | permute(negative_low, negative_high, word >> 16);
+  r0 = permute(low, high, 0x6420u) | (~(word << 4) & 0x80808080u);
+  r1 = permute(low, high, 0x7531u) | (~word & 0x80808080u);
+}
+
 }  // namespace operand_bits
 }  // namespace device
 }  // namespace qtune

@@ -13,8 +13,9 @@
 // (swap-AB: the tokens are wgmma's N). Registers move from the producer to the consumers (setmaxnreg).
 //
 // Accumulation follows mma_gemm.cuh: with K-group scales (weight groups or blocks, activation groups), and for fp8
-// every 128 K (the fp8 tensor cores do not accumulate in full f32), each group's partial sums (s32 or f32) are scaled
-// and added to f32 accumulators once the group's wgmmas have completed.
+// every PROMOTE K (the fp8 tensor cores do not accumulate in full f32; 128 as in mma_gemm.cuh, longer or never by
+// choice), each group's partial sums (s32 or f32) are scaled and added to f32 accumulators once the group's wgmmas
+// have completed.
 //
 // Schedule. Work units (tile, K split) are numbered as in tile_schedule.cuh; a grid smaller than the unit count is
 // persistent: each CTA (each cluster) walks units with the grid's stride, and the ring runs on across units, so the
@@ -32,6 +33,9 @@
 namespace qtune {
 namespace device {
 
+// Named barriers of the consumers: 1 for the split-K reduction, 2 + g for consumer warpgroup g's turn (PINGPONG).
+constexpr int kTurnBarrier = 2;
+
 enum MulticastMode : int {
   kMulticastNone = 0,
   kMulticastActivations = 1,  // cluster along N: the CTAs share the activation tile
@@ -40,12 +44,20 @@ enum MulticastMode : int {
 
 // Block tile, pipeline depth, split-K, rasterization and clusters of the tma family. Persistence is not a template
 // parameter: the same kernel runs one unit per CTA or persistently, as the launch grid decides.
-template <int BM, int BN, int BK, int STAGES_, int SPLIT, int RASTER_, int CLUSTER_, int MULTICAST_, int OVERLAP_ = 0>
+template <int BM, int BN, int BK, int STAGES_, int SPLIT, int RASTER_, int CLUSTER_, int MULTICAST_, int OVERLAP_ = 0,
+          int PROMOTE_ = 128, int PINGPONG_ = 0>
 struct TmaTiles {
   static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = BK;
   static constexpr int STAGES = STAGES_, SPLIT_K = SPLIT, RASTER = RASTER_, CLUSTER = CLUSTER_, MULTICAST = MULTICAST_;
   // 1: the wgmmas of one slot run while the consumers convert the next slot's weights (two fragment register sets).
   static constexpr bool OVERLAP = OVERLAP_ != 0;
+  // K elements between promotions of fp8 partial sums into the f32 accumulators where only the fp8 tensor cores'
+  // narrower accumulation asks for them (no K-group scales); 0: never, the wgmma accumulators are the result.
+  static constexpr int PROMOTE = PROMOTE_;
+  // 1: the two consumer warpgroups take turns on the tensor cores, batch by batch: one issues its wgmmas only once the
+  // other's have completed, so each one's flush (and conversion) runs under the other's wgmmas instead of both
+  // flushing at once while the tensor cores idle.
+  static constexpr bool PINGPONG = PINGPONG_ != 0;
   static constexpr int CONSUMERS = BN / 64;              // consumer warpgroups, one per 64 weight columns
   static constexpr int THREADS = 128 * (CONSUMERS + 1);  // and the producer warpgroup
   static constexpr int CLUSTER_M = MULTICAST == kMulticastWeights ? CLUSTER : 1;  // tiles of a cluster along M
@@ -61,6 +73,10 @@ struct TmaTiles {
   static_assert(MULTICAST_ >= kMulticastNone && MULTICAST_ <= kMulticastWeights, "MULTICAST is 0 (none), 1 (activations) or 2 (weights)");
   static_assert((CLUSTER_ == 1) == (MULTICAST_ == kMulticastNone), "a cluster of 2 shares one operand by multicast, and multicast needs the cluster");
   static_assert(OVERLAP_ == 0 || OVERLAP_ == 1, "OVERLAP (a wgmma group in flight while the next slot is converted) is 0 or 1");
+  static_assert(PROMOTE_ == 0 || PROMOTE_ == 128 || PROMOTE_ == 256 || PROMOTE_ == 512, "PROMOTE is 128, 256 or 512 K between fp8 promotions, or 0 (none)");
+  static_assert(PINGPONG_ == 0 || PINGPONG_ == 1, "PINGPONG (consumer warpgroups take turns on the tensor cores) is 0 or 1");
+  static_assert(!PINGPONG || BN == 128, "PINGPONG needs two consumer warpgroups to take turns: BLOCK_N = 128");
+  static_assert(!(PINGPONG && OVERLAP), "PINGPONG and OVERLAP are two ways to hide the same work: choose one");
 };
 
 template <class F, class T>
@@ -92,9 +108,12 @@ struct TmaGemm {
   static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
   // What the copy engine delivers to each CTA per slot (activation group scales come by cp.async, counted as arrivals).
   static constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES;
-  static constexpr bool FLUSHES = F::FLUSH_K > 0;
+  // The format flushes only to promote fp8 partial sums (no K-group scales): how often is the tiles' PROMOTE.
+  static constexpr bool PROMOTION_ONLY = F::FP8_MMA && F::SCALES != kScaleAccumulator && !F::STAGED_ACT_SCALES;
+  static constexpr int FLUSH_K = PROMOTION_ONLY ? T::PROMOTE : F::FLUSH_K;
+  static constexpr bool FLUSHES = FLUSH_K > 0;
   // K elements multiplied per wgmma batch: a flush group when it is shorter than the slot, else the whole slot.
-  static constexpr int CHUNK_K = FLUSHES && F::FLUSH_K < BK ? F::FLUSH_K : BK;
+  static constexpr int CHUNK_K = FLUSHES && FLUSH_K < BK ? FLUSH_K : BK;
   static constexpr int CHUNKS = BK / CHUNK_K;
   static constexpr int CHUNK_STEPS = CHUNK_K / F::KSTEP;
   static constexpr int ACCUMULATORS = BM / 2;  // m64 x nBM per warpgroup: BM / 2 per thread
@@ -111,7 +130,8 @@ struct TmaGemm {
   static_assert(BK % SLAB_K == 0, "BLOCK_K must be whole 128-byte activation slabs (64 K of f16/bf16, 128 K of 8-bit activations)");
   static_assert(STEPS_PER_SLAB == 4, "a wgmma k-step reads 32 bytes of each activation row");
   static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
-  static_assert(!FLUSHES || F::FLUSH_K % BK == 0 || BK % F::FLUSH_K == 0, "BLOCK_K must divide the flush group or be a multiple of it");
+  static_assert(PROMOTION_ONLY || T::PROMOTE == 128, "PROMOTE applies to fp8 without K-group scales; other formats flush as they must (leave it 128)");
+  static_assert(!FLUSHES || FLUSH_K % BK == 0 || BK % FLUSH_K == 0, "BLOCK_K must divide the flush group or be a multiple of it");
   static_assert(CHUNK_K % F::KSTEP == 0, "a flush group is whole wgmma k-steps");
   static_assert(ACCUMULATORS * (FLUSHES ? 2 : 1) <= 128, "too many accumulators per consumer thread: BLOCK_M <= 128 when partial sums are flushed, <= 256 otherwise");
   static_assert(BM * 4 % 16 == 0, "activation scale rows are whole 16-byte chunks");
@@ -269,6 +289,10 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       acc[i] = 0.0f;
     }
     const float global_scale = ld_global_f32(reinterpret_cast<const void*>(p.global_scale));
+    // Turns: warpgroup 0 goes first (warpgroup 1 hands it the first turn); each batch ends by handing the turn over.
+    if constexpr (T::PINGPONG) {
+      if (warpgroup == 1) named_barrier_arrive(kTurnBarrier, G::CONSUMER_THREADS);
+    }
     int stage = 0;
     u32 phase = 0;
     for_each_cluster_unit<T, BM, BN>(p, schedule, first_unit, clusters, rank, [&](const TileWork& work, int m0, int n0) {
@@ -302,8 +326,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
           for (int half = 0; half < 2; ++half) {
             const int slot = (ks * 2 + half) * 2;
             if constexpr (F::QUANTIZED_ACT) {
-              b[half][0] = operand_slot<F>(words, slot);
-              b[half][1] = operand_slot<F>(words, slot + 1);
+              operand_pair<F>(b[half][0], b[half][1], words, slot);
             } else {
               dequant_pair<F>(b[half][0], b[half][1], words, slot, vectors, half);
             }
@@ -340,8 +363,9 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
+        if constexpr (T::PINGPONG) named_barrier_arrive(kTurnBarrier + (warpgroup ^ 1), G::CONSUMER_THREADS);  // its turn
         if constexpr (G::FLUSHES) {
-          const bool ends = F::FLUSH_K <= BK || (kt + 1) * BK % F::FLUSH_K == 0 || kt == work.kt_end - 1;
+          const bool ends = G::FLUSH_K <= BK || (kt + 1) * BK % G::FLUSH_K == 0 || kt == work.kt_end - 1;
           if (ends) {
             const u32 s_smem = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
             const u32 sa_smem = s_smem + G::S_STAGE_BYTES + G::Z_STAGE_BYTES;
@@ -397,6 +421,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
           for (int chunk = 0; chunk < G::CHUNKS; ++chunk) {
             u32 fragment[G::CHUNK_STEPS][4];
             build(base, chunk, fragment);
+            if constexpr (T::PINGPONG) named_barrier_sync(kTurnBarrier + warpgroup, G::CONSUMER_THREADS);  // my turn
             issue(base, chunk, fragment, fresh);
             fresh = complete(base, chunk, kt);
           }
@@ -466,6 +491,9 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
       }
     });
+  }
+  if constexpr (T::PINGPONG) {
+    if (warpgroup == 0) named_barrier_sync(kTurnBarrier, G::CONSUMER_THREADS);  // the last turn warpgroup 1 handed over
   }
   // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
   if constexpr (CLUSTER > 1) cluster_sync();

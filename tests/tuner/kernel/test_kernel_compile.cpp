@@ -259,6 +259,23 @@ TEST(TmaCompile, FormatsAndConfigurationsOnSm90a) {
   add("w4a16-int4-ch", 4096, "bm=128,bn=128,bk=64,stages=6,split=1,raster=2,cluster=2,multicast=1,persistent=1,overlap=1");
   add("w8a8-fp8-block128x128", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=2,persistent=1");
   add("w8a8-fp8-block128x128", 4096, "bm=64,bn=128,bk=128,stages=6,split=3,raster=2,cluster=1,multicast=0,persistent=1");
+  // fp8 promotion intervals: never (a group in flight, 256 tokens), every two slots, every 512 K within a slot; the int4
+  // -> fp8 lookup with and without a group in flight, e5m2 tables included.
+  add("w8a8-fp8-ch", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0");
+  add("w8a8-fp8-ch", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=2,multicast=2,persistent=1,overlap=1,promote=0");
+  add("w8a8-fp8-tensor", 256, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=0");
+  add("w8a8-fp8-e5m2", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=2,persistent=1,promote=256");
+  add("w8a8-fp8-ch", 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,promote=512");
+  add("w4a8-int4-fp8", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0");
+  add("w4a8-int4-fp8", 1024, "bm=128,bn=64,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0");
+  add("w4a8-int4-fp8", 64, "bm=64,bn=64,bk=128,stages=8,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0");
+  add("w4a8-int4-e5m2", 256, "");
+  // Consumer warpgroups taking turns: with flushes (promotions, block scales), split-K, clusters, a weight-only format.
+  add("w8a8-fp8-ch", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=2,persistent=1,pingpong=1");
+  add("w8a8-fp8-block128x128", 4096, "bm=128,bn=128,bk=128,stages=6,split=2,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
+  add("w4a8-int4-fp8", 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
+  add("w4a16-int4-ch", 4096, "bm=256,bn=128,bk=64,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
+  add("w4a8-int4-e5m2", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0");
   const std::vector<jit::CompileOutcome> outcomes = jit::Compiler().compile_all(requests);
   ASSERT_EQ(outcomes.size(), requests.size());
   for (size_t i = 0; i < outcomes.size(); ++i) {

@@ -246,7 +246,8 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
   const char* quantized[] = {"w8a8-fp8-ch",        "w8a8-fp8-tensor",    "w8a8-fp8-block128x128", "w8a8-e5m2-e5m2",
                              "w8a8-fp8-e5m2",      "w8a8-int8-ch",       "w8a8-int8-tensor",      "w8a8-int8-block128x128",
                              "w4a8-int4-fp8",      "w4a8-fp4-fp8",       "w4a8-int4-int8",        "w4a8-int4-g128-int8",
-                             "w4a8-fp4-g32-fp8",   "w8a8-int8-g256",     "w8a8-fp8-ch:out=bf16",  "w6a8-e3m2-g32-fp8"};
+                             "w4a8-fp4-g32-fp8",   "w8a8-int8-g256",     "w8a8-fp8-ch:out=bf16",  "w6a8-e3m2-g32-fp8",
+                             "w4a8-int4-e5m2",     "w4a8-int4-g128-fp8"};
   // A config the family's rules refuse for a format (registers of its flushes) is left out for that format only.
   auto add_if_valid = [&](const Case& c) {
     const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
@@ -292,6 +293,29 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
                              "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=1,persistent=0"}) {
     cases.push_back({fp8, 300, 4096, 4096, config});
   }
+  // fp8 promotion intervals at K = 8192 and 13824 (the tolerance decides whether fewer promotions are exact enough):
+  // never (the wgmma accumulators are the result, with a group in flight), every 256 K across two slots or within one,
+  // every 512 K; split-K ranges that end inside a promotion interval.
+  for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-tensor", "w8a8-fp8-e5m2", "w8a8-e5m2-e5m2", "w4a8-int4-fp8", "w4a8-int4-e5m2"}) {
+    for (const char* config : {"bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,promote=0",
+                               "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=0",
+                               "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,promote=256",
+                               "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=0,promote=512"}) {
+      add_if_valid({spec, 256, 8192, 8192, config});
+    }
+    add_if_valid({spec, 45, 5120, 13824, "bm=64,bn=64,bk=128,stages=8,split=3,raster=0,cluster=1,multicast=0,persistent=1,promote=512", true});
+    add_if_valid({spec, 300, 5120, 13824, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=0,promote=256"});
+    add_if_valid({spec, 300, 5120, 13824, "bm=256,bn=128,bk=128,stages=4,split=2,raster=2,cluster=2,multicast=2,persistent=1,overlap=1,promote=0", true});
+    add_if_valid({spec, 1000, 4096, 8192, "bm=128,bn=64,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0"});
+  }
+  // Consumer warpgroups taking turns on the tensor cores: flushes every batch or none, chunks within a slot, split-K
+  // (the reduction's barrier between turns), clusters, persistence over several units.
+  for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-block128x128", "w4a8-int4-fp8", "w8a8-int8-ch", "w4a16-int4-ch", "w8a8-fp8-e5m2"}) {
+    add_if_valid({spec, 300, 4096, 4096, "bm=128,bn=128,bk=128,stages=4,split=2,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1", true});
+    add_if_valid({spec, 300, 5120, 13824, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=2,multicast=2,persistent=0,pingpong=1"});
+    add_if_valid({spec, 1000, 8192, 8192, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1"});
+  }
+  cases.push_back({fp8, 256, 8192, 8192, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=0,promote=256,pingpong=1"});
   // Clusters along M whose second tile lies partly (M = 20) or wholly (M = 40: rows 48-63) past M.
   cases.push_back({fp8, 40, 2048, 2048, "bm=16,bn=128,bk=128,stages=4,split=1,raster=0,cluster=2,multicast=2,persistent=0"});
   cases.push_back({"w4a8-int4-fp8", 20, 2048, 2048, "bm=16,bn=64,bk=128,stages=4,split=2,raster=0,cluster=2,multicast=2,persistent=0"});
