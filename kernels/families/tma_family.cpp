@@ -33,8 +33,10 @@ constexpr int kOverlapWhenAbsent = 0;
 constexpr int kPromoteWhenAbsent = 128;
 // Configs recorded before "pingpong" existed let the consumer warpgroups issue independently.
 constexpr int kPingpongWhenAbsent = 0;
-// What the hand rules choose for fp8 without K-group scales.
-constexpr int kDefaultPromote = 128;
+// What the hand rules choose for fp8 without K-group scales: never promote (H200, 2026-12-02: W8A8 fp8 M = 1024
+// 103.6 us with 256-token tiles and a group in flight against 124.2 promoting every 128 K; the CPU-reference check
+// at K = 8192 and 13824 passes).
+constexpr int kDefaultPromote = 0;
 
 struct TmaTiles {
   int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap, promote, pingpong;
@@ -320,8 +322,10 @@ KernelArguments TmaFamily::pack_arguments(const KernelConfig& config, const Prob
 ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
   // From the H200 sweeps of 2026-12-02 (docs/perf.md): at M <= 64 the weights stream (deep rings, one or two consumer
   // warpgroups, split-K); from M = 256 on 128- or 256-token tiles, rasterized, persistent, with or without a cluster;
-  // bk = 256 won for fp8 (fewer barriers per flush), bk = 64 for f16 (a group in flight). check() drops what a
-  // format's atom, flushes or registers rule out, so the ranges serve every format.
+  // bk = 256 won for fp8 (fewer barriers per flush), bk = 64 for f16 (a group in flight). fp8 without K-group scales
+  // wins by never promoting (promote = 0: 256-token tiles, a group in flight); taking turns (pingpong = 1) lost
+  // everywhere it was timed (3-18% slower; 2026-12-02, docs/perf.md), so the curated search leaves it off. check()
+  // drops what a format's atom, flushes or registers rule out, so the ranges serve every format.
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
     return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {128, 256}}, {"stages", {4, 8}},     {"split", {1, 2}},
@@ -329,13 +333,13 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
             {"promote", {128, 0}}, {"pingpong", {0}}};
   }
   if (m <= 256) {
-    return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {3, 5}},  {"split", {1}},
+    return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {4, 5, 6}}, {"split", {1}},
             {"raster", {2}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}},
-            {"promote", {128, 0}}, {"pingpong", {0, 1}}};
+            {"promote", {128, 0}}, {"pingpong", {0}}};
   }
   return {{"bm", {128, 256}}, {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
           {"raster", {2}},    {"cluster", {1, 2}}, {"multicast", {0, 2}},  {"persistent", {1}}, {"overlap", {0, 1}},
-          {"promote", {128, 0}}, {"pingpong", {0, 1}}};
+          {"promote", {128, 0}}, {"pingpong", {0}}};
 }
 
 KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
@@ -347,15 +351,21 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   //     21.5 us against 24.7 with 128 and split 2), as many slots as fit about 200 KB, split-K while the units fill
   //     less than half the SMs and each split keeps 4 K tiles.
   //   - 64 < M <= 256: 128x128 tiles, 128 K deep, no split, one wave.
-  //   - M > 256: persistent and rasterized; 256-token tiles where the partial sums need no flush (int8, f16/bf16:
-  //     int8 98.7 us at M = 1024, W4A16 166.5), 128 with flushes (fp8); slots 256 K deep for fp8 (three of them),
-  //     64 K for 16-bit activations; a wgmma group in flight where the format allows it.
+  //   - M > 256: persistent and rasterized; 256-token tiles where the partial sums need no flush (int8, f16/bf16,
+  //     fp8 without K-group scales promoting never: int8 98.7 us at M = 1024, W4A16 166.5, fp8 103.6, W4A8 108.3),
+  //     128 with flushes (block-scaled fp8); slots 256 K deep with flushes (three of them), 128 K for 8-bit
+  //     activations without, 64 K for 16-bit activations; a wgmma group in flight where the format allows it.
+  //   - fp8 without K-group scales never promotes (kDefaultPromote) and keeps a wgmma group in flight at every M;
+  //     int4 weights on fp8 take 256-deep slots first at M <= 256 (W4A8 M = 64 19.8 us against 22.9 with 128,
+  //     M = 256 37.2 against 41.7).
   // Shapes are tried best-first; a split or a second fragment set the registers cannot hold falls back.
   const int64_t m = problem.m;
   const int64_t sms = std::max(1, limits.sm_count);
   const int promote = promotion_only(device) ? kDefaultPromote : kPromoteWhenAbsent;
   const bool flushes = promotion_only(device) ? promote > 0 : device.flush_k() > 0;
   const bool wide_activations = !device.quantized_activations();
+  const bool fp8_operands = device.compute == dv::kElementE4M3 || device.compute == dv::kElementE5M2;
+  const bool narrow_on_8bit = device.quantized_activations() && fp8_operands && !device.is_float() && device.weight_bits == 4;
   struct Shape {
     int bm, bn, bk;
   };
@@ -363,8 +373,10 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
     shapes = {{bm, 64, 128}, {bm, 128, 128}, {bm, 64, 256}, {bm, 64, 64}};
+    if (narrow_on_8bit) shapes.insert(shapes.begin(), {bm, 64, 256});
   } else if (m <= 256) {
     shapes = {{128, 128, 128}, {128, 128, 64}, {128, 64, 128}, {64, 64, 128}};
+    if (narrow_on_8bit) shapes.insert(shapes.begin(), {128, 128, 256});
   } else {
     const int bk = wide_activations ? 64 : flushes ? 256 : 128;
     if (!flushes) shapes.push_back({256, 128, bk});
@@ -393,7 +405,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     for (; split >= 1; split /= 2) {
       config.params["split"] = split;
       config.params["persistent"] = tiles * split > sms ? 1 : 0;
-      for (int overlap : {m > 256 ? 1 : 0, 0}) {
+      for (int overlap : {m > 256 || (promotion_only(device) && !flushes) ? 1 : 0, 0}) {
         config.params["overlap"] = overlap;
         for (int depth = stages; depth >= 2; --depth) {
           config.params["stages"] = depth;

@@ -272,7 +272,7 @@ TEST(TmaCompile, FormatsAndConfigurationsOnSm90a) {
   add("w4a8-int4-e5m2", 256, "");
   // Consumer warpgroups taking turns: with flushes (promotions, block scales), split-K, clusters, a weight-only format.
   add("w8a8-fp8-ch", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=2,persistent=1,pingpong=1");
-  add("w8a8-fp8-block128x128", 4096, "bm=128,bn=128,bk=128,stages=6,split=2,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
+  add("w8a8-fp8-block128x128", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
   add("w4a8-int4-fp8", 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
   add("w4a16-int4-ch", 4096, "bm=256,bn=128,bk=64,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
   add("w4a8-int4-e5m2", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0");

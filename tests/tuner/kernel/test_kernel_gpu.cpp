@@ -313,7 +313,7 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
   for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-block128x128", "w4a8-int4-fp8", "w8a8-int8-ch", "w4a16-int4-ch", "w8a8-fp8-e5m2"}) {
     add_if_valid({spec, 300, 4096, 4096, "bm=128,bn=128,bk=128,stages=4,split=2,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1", true});
     add_if_valid({spec, 300, 5120, 13824, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=2,multicast=2,persistent=0,pingpong=1"});
-    add_if_valid({spec, 1000, 8192, 8192, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1"});
+    add_if_valid({spec, 1000, 4096, 8192, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1"});
   }
   cases.push_back({fp8, 256, 8192, 8192, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=0,promote=256,pingpong=1"});
   // Clusters along M whose second tile lies partly (M = 20) or wholly (M = 40: rows 48-63) past M.
