@@ -55,8 +55,8 @@ struct TmaTiles {
   // narrower accumulation asks for them (no K-group scales); 0: never, the wgmma accumulators are the result.
   static constexpr int PROMOTE = PROMOTE_;
   // 1: the two consumer warpgroups take turns on the tensor cores, batch by batch: one issues its wgmmas only once the
-  // other's have completed, so each one's flush (and conversion) runs under the other's wgmmas instead of both
-  // flushing at once while the tensor cores idle.
+  // other's have completed, so each one's flush (and conversion) runs under the other's wgmmas. Slower on the H200
+  // wherever timed (3-18%, docs/perf.md 2026-12-02 H5): kept as a searchable choice, off by default.
   static constexpr bool PINGPONG = PINGPONG_ != 0;
   static constexpr int CONSUMERS = BN / 64;              // consumer warpgroups, one per 64 weight columns
   static constexpr int THREADS = 128 * (CONSUMERS + 1);  // and the producer warpgroup
