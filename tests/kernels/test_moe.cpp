@@ -13,6 +13,8 @@
 
 #include "kernels/codec.hpp"
 #include "kernels/error.hpp"
+#include "kernels/families/mma_layout.hpp"
+#include "kernels/families/mma_moe.hpp"
 #include "kernels/moe.hpp"
 #include "kernels/moe_layout.hpp"
 #include "kernels/moe_reference.hpp"
@@ -471,6 +473,120 @@ TEST(MoeReference, EmptyExpertsAreNeverReadAndWrongOperandsAreRefused) {
   expect_input_error([&] { reference_moe(problem, wrong); }, {"activations"});
   problem.top_k = 3;
   expect_input_error([&] { reference_moe(problem, operands); }, {"routing"});
+}
+
+
+// ------------------------------------------------------------------------------------------------ mma MoE host side
+
+MoeProblem small_problem(const char* spec, MoeLayout layout, MoeProjection projection) {
+  MoeProblem problem;
+  problem.format = FormatSpec::parse(spec);
+  problem.experts = 10;
+  problem.top_k = 2;
+  problem.tokens = 7;
+  problem.n = 128;
+  problem.k = 256;
+  problem.layout = layout;
+  problem.projection = projection;
+  return problem;
+}
+
+TEST(MmaMoe, TokenIndexedLaunchRowsBoundThePaddedRows) {
+  for (RoutingKind kind : {RoutingKind::Uniform, RoutingKind::Zipf, RoutingKind::Balanced}) {
+    for (int64_t tokens : {1, 16, 64, 300}) {
+      for (int bm : {16, 64}) {
+        MoeProblem problem = small_problem("w4a16-int4-g128", MoeLayout::TokenIndexed, MoeProjection::GateUp);
+        problem.experts = 32;
+        problem.top_k = 4;
+        problem.tokens = tokens;
+        problem.routing = spec_of(kind, 2, 2.0);
+        const Routing routing = problem.make_routing();
+        const MoeRowMap map = moe_row_map(MoeLayout::TokenIndexed, routing, bm);
+        const int64_t rows = mma_moe::launch_rows(problem, bm, map);
+        EXPECT_GE(rows, map.rows());
+        EXPECT_EQ(rows % bm, 0);
+        EXPECT_EQ(mma_moe::launch_rows(problem, bm, moe_row_map(MoeLayout::TokenIndexed, generate_routing(spec_of(kind, 9, 2.0), 32, 4, tokens), bm)),
+                  rows) << "the bound does not depend on the routing";
+      }
+    }
+  }
+}
+
+TEST(MmaMoe, ExpertsArePackedBackToBackAndEmptyOnesPoisoned) {
+  const MoeProblem problem = small_problem("w4a16-int4-g128-zp", MoeLayout::TokenIndexed, MoeProjection::GateUp);
+  const MoeOperands operands = make_moe_operands(problem, routing_with_empty_experts(), 3);
+  const PackedBuffers packed = mma_moe::prepack_experts(operands.experts, problem.format, problem.n, problem.k);
+  const mma_moe::ExpertStrides strides = mma_moe::expert_strides(problem.format, problem.n, problem.k);
+  ASSERT_EQ(packed.at("weights").size(), 10 * strides.weights);
+  ASSERT_EQ(packed.at("zeros").size(), 10 * strides.zeros);
+  ASSERT_EQ(packed.at("global_scale").size(), 40u);
+  const PackedBuffers expert3 = mma::prepack_weights(operands.experts[3], mma::device_format(problem.format));
+  EXPECT_TRUE(std::equal(expert3.at("weights").begin(), expert3.at("weights").end(), packed.at("weights").begin() + 3 * strides.weights));
+  EXPECT_TRUE(std::equal(expert3.at("scales").begin(), expert3.at("scales").end(), packed.at("scales").begin() + 3 * strides.scales));
+  // Expert 1 has no pairs: every byte 0xFF.
+  EXPECT_TRUE(std::all_of(packed.at("scales").begin() + strides.scales, packed.at("scales").begin() + 2 * strides.scales,
+                          [](uint8_t b) { return b == 0xFF; }));
+  std::vector<QuantizedWeights> wrong = operands.experts;
+  wrong[3] = quantize_weights(problem.format, random_normal(64 * 256, 1), 64, 256);
+  expect_input_error([&] { mma_moe::prepack_experts(wrong, problem.format, problem.n, problem.k); }, {"experts[3]"});
+}
+
+TEST(MmaMoe, LayoutTablesBuffersAndArguments) {
+  const Routing routing = routing_with_empty_experts();
+  const KernelConfig config = KernelConfig::parse("bm=16,bn=64,bk=128,wm=1,wn=2,wk=1,stages=3,split=2,raster=0");
+  for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
+    for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+      SCOPED_TRACE(std::string(moe_layout_name(layout)) + " " + std::string(moe_projection_name(projection)));
+      const MoeProblem problem = small_problem("w8a8-fp8-ch", layout, projection);
+      const MoeRowMap map = moe_row_map(layout, routing, 16);
+      const int64_t rows = mma_moe::launch_rows(problem, 16, map);
+      const PackedBuffers tables = mma_moe::pack_layout(layout, routing, 16);
+      std::map<std::string, uint64_t> addresses;
+      uint64_t next = 0x1000;
+      for (const BufferSpec& buffer : mma_moe::buffers(config, problem, rows)) {
+        addresses[buffer.name] = next;
+        next += 0x100000;
+        if (const auto found = tables.find(buffer.name); found != tables.end()) {
+          EXPECT_LE(found->second.size(), buffer.bytes) << buffer.name;  // the tables fit their buffers
+        }
+      }
+      EXPECT_EQ(addresses.count("reduced"), layout == MoeLayout::TokenIndexed && projection == MoeProjection::Down ? 1u : 0u);
+      EXPECT_EQ(addresses.count("workspace"), 1u);
+      const KernelArguments arguments = mma_moe::pack_arguments(config, problem, rows, addresses);
+      EXPECT_EQ(arguments.offsets.size(), 2u);
+      const LaunchGeometry geometry = mma_moe::launch_geometry(config, problem, rows);
+      EXPECT_EQ(geometry.grid[0], (128 / 64) * (rows / 16) * 2);
+      addresses.erase("a");
+      expect_input_error([&] { mma_moe::pack_arguments(config, problem, rows, addresses); }, {"'a'"});
+    }
+  }
+  const MoeProblem problem = small_problem("w4a16-int4-g128", MoeLayout::TokenIndexed, MoeProjection::GateUp);
+  expect_input_error([&] { mma_moe::launch_geometry(config, problem, 24); }, {"launch rows", "bm=16"});
+}
+
+TEST(MmaMoe, RulesAndInstantiationSource) {
+  const ArchLimits h100 = ArchLimits::for_sm(90);
+  const MoeProblem problem = small_problem("w4a16-int4-g128", MoeLayout::TokenIndexed, MoeProjection::Down);
+  EXPECT_TRUE(mma_moe::check(KernelConfig::parse("bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0"), problem, h100).valid);
+  // A 64-row block is allowed whatever the rows per expert (no bm-over-m), but needs a thread per row.
+  EXPECT_TRUE(mma_moe::check(KernelConfig::parse("bm=64,bn=128,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0"), problem, h100).valid);
+  EXPECT_EQ(mma_moe::check(KernelConfig::parse("bm=64,bn=32,bk=128,wm=1,wn=1,wk=1,stages=3,split=1,raster=0"), problem, h100).rule,
+            "moe-threads-rows");
+  EXPECT_EQ(mma_moe::check(KernelConfig::parse("bm=16,bn=96,bk=128,wm=1,wn=2,wk=1,stages=3,split=1,raster=0"), problem, h100).rule,
+            "parameter-domain");
+  MoeProblem bad = problem;
+  bad.top_k = 11;
+  EXPECT_EQ(mma_moe::check(KernelConfig::parse("bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0"), bad, h100).rule,
+            "moe-problem");
+  const std::string source = mma_moe::instantiation_source(
+      KernelConfig::parse("bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0"), problem, "sm_90a");
+  EXPECT_NE(source.find("qtune_mma_moe_gemm"), std::string::npos);
+  EXPECT_NE(source.find("qd::kMoeTokenIndexed, qd::kMoeDown"), std::string::npos);
+  EXPECT_NE(mma_moe::reduce_instantiation_source(problem.format, "sm_80").find("qtune_moe_reduce_top_k"), std::string::npos);
+  const MoeProblem fp8 = small_problem("w8a8-fp8-ch", MoeLayout::GroupedMasked, MoeProjection::GateUp);
+  EXPECT_THROW(mma_moe::instantiation_source(KernelConfig::parse("bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0"),
+                                             fp8, "sm_80"),
+               UnsupportedError);
 }
 
 }  // namespace
