@@ -1,9 +1,9 @@
 // GPU correctness of the mma family's MoE GEMM against the CPU reference (skipped with a reason when there is no GPU):
 // token-indexed and both grouped layouts, gate-up and down (token-indexed down: router-weighted rows, then the top-k
 // reduction), uniform, Zipf-skewed and balanced routing, empty experts, T = 1, 16, 64, 300; W4A16 int4 g128, W4A8
-// int4 x fp8 and W8A8 fp8 (fp8 from sm_89). Outputs are poisoned with NaN first; every row that reaches the output is
-// checked, padding rows of the grouped layouts must stay untouched, and experts no pair routes to are 0xFF (NaN
-// scales), so a kernel that read one would fail.
+// int4 x fp8 and W8A8 fp8 (fp8 from sm_89), and more formats (zero points, 128x128 blocks, int8, bf16 output).
+// Outputs are poisoned with NaN first; every row that reaches the output is checked, padding rows of the grouped
+// layouts must stay untouched, and experts no pair routes to are 0xFF (NaN scales), so a kernel that read one would fail.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -295,6 +295,29 @@ TEST(MoeGpu, EmptyExpertsAndSplitK) {
         c.k = 1024;
         c.config = kSplitTile;
         cases.push_back(c);
+      }
+    }
+  }
+  run_all(cases);
+}
+
+// Zero points, DeepSeek's 128x128 weight blocks with 1x128 activation groups (gathered group scales), int8, bf16 output.
+TEST(MoeGpu, MoreFormats) {
+  QTUNE_REQUIRE_GPU();
+  std::vector<MoeCase> cases;
+  for (const char* spec : {"w4a16-int4-g128-zp", "w8a8-fp8-block128x128", "w8a8-int8-ch", "w4a16-int4-g128-bf16"}) {
+    for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous}) {
+      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+        for (int64_t tokens : {16, 300}) {
+          MoeCase c;
+          c.spec = spec;
+          c.layout = layout;
+          c.projection = projection;
+          c.routing = "zipf:1.5";
+          c.tokens = tokens;
+          c.config = tokens >= 64 ? kTallTile : kSmallTile;
+          cases.push_back(c);
+        }
       }
     }
   }
