@@ -18,6 +18,7 @@ namespace {
 // Bounds that keep every flat index (pair, row, row · K) well inside 32 bits for the kernels' int indexing.
 constexpr int kMaxExperts = 1 << 16;
 constexpr int64_t kMaxTokens = 1 << 20;
+constexpr int64_t kMaxPairs = 1 << 24;  // tokens · top_k: 16M (DeepSeek-V3 at T = 4096 has 32K)
 
 std::string lower(std::string_view text) {
   std::string result(text);
@@ -185,6 +186,10 @@ void validate_routing(const Routing& routing, std::string_view context) {
   if (routing.tokens < 1 || routing.tokens > kMaxTokens) {
     fail_field(context, "tokens", "expected 1 to " + std::to_string(kMaxTokens) + ", got " + std::to_string(routing.tokens));
   }
+  if (routing.pairs() > kMaxPairs) {
+    fail_field(context, "tokens", std::to_string(routing.tokens) + " tokens x top_k " + std::to_string(routing.top_k) +
+                                      " exceed " + std::to_string(kMaxPairs) + " (token, slot) pairs");
+  }
   const size_t pairs = static_cast<size_t>(routing.pairs());
   if (routing.ids.size() != pairs) {
     fail_field(context, "ids", std::to_string(routing.ids.size()) + " ids for " + std::to_string(routing.tokens) +
@@ -240,7 +245,8 @@ Routing generate_routing(const RoutingSpec& spec, int experts, int top_k, int64_
   routing.top_k = top_k;
   routing.tokens = tokens;
   // The sizes come from the user: checked (validate_routing stops at the first bad one) before anything is allocated.
-  if (experts < 1 || experts > kMaxExperts || top_k < 1 || top_k > experts || tokens < 1 || tokens > kMaxTokens) {
+  if (experts < 1 || experts > kMaxExperts || top_k < 1 || top_k > experts || tokens < 1 || tokens > kMaxTokens ||
+      tokens * top_k > kMaxPairs) {
     validate_routing(routing);
   }
   routing.ids.assign(static_cast<size_t>(routing.pairs()), 0);
@@ -298,7 +304,7 @@ Routing routing_from_json(const nlohmann::json& document, std::string_view conte
   if (!ids.is_array() || ids.empty()) fail_field(context, "ids", "expected a non-empty array of rows of top_k expert ids");
   if (ids.size() > static_cast<size_t>(kMaxTokens)) fail_field(context, "ids", "more than " + std::to_string(kMaxTokens) + " tokens");
   routing.tokens = static_cast<int64_t>(ids.size());
-  routing.ids.reserve(ids.size() * static_cast<size_t>(routing.top_k));
+  if (routing.pairs() > kMaxPairs) fail_field(context, "ids", "more than " + std::to_string(kMaxPairs) + " (token, slot) pairs");
   for (size_t token = 0; token < ids.size(); ++token) {
     const std::string row_name = "ids[" + std::to_string(token) + "]";
     if (!ids[token].is_array() || ids[token].size() != static_cast<size_t>(routing.top_k)) {
@@ -372,6 +378,10 @@ void MoeProblem::validate() const {
   }
   if (tokens < 1 || tokens > kMaxTokens) {
     QTUNE_INPUT_ERROR("tokens: expected 1 to " + std::to_string(kMaxTokens) + ", got " + std::to_string(tokens));
+  }
+  if (tokens * top_k > kMaxPairs) {
+    QTUNE_INPUT_ERROR("tokens: " + std::to_string(tokens) + " tokens x top_k " + std::to_string(top_k) + " exceed " +
+                      std::to_string(kMaxPairs) + " (token, slot) pairs");
   }
   if (n < 1) QTUNE_INPUT_ERROR("n: expected a positive number of output features per expert, got " + std::to_string(n));
   if (k < 1) QTUNE_INPUT_ERROR("k: expected a positive number of input features per expert, got " + std::to_string(k));

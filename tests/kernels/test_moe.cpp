@@ -202,6 +202,7 @@ TEST(MoeProblem, BadProblemsNameTheField) {
   broken([](MoeProblem& p) { p.top_k = 9; }, {"top_k", "1 to experts (8)", "9"});
   broken([](MoeProblem& p) { p.tokens = 0; }, {"tokens", "got 0"});
   broken([](MoeProblem& p) { p.experts = 0; }, {"experts"});
+  broken([](MoeProblem& p) { p.experts = 4096; p.top_k = 64; p.tokens = 1 << 20; p.k = 128; p.n = 16; }, {"tokens", "pairs"});
   broken([](MoeProblem& p) { p.k = 100; }, {"group size"});  // g128 does not divide 100
   broken([](MoeProblem& p) { p.n = 0; }, {"n:"});
   broken([](MoeProblem& p) { p.routing.kind = RoutingKind::Zipf; p.routing.zipf_exponent = NAN; }, {"routing", "Zipf"});
