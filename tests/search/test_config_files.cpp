@@ -269,7 +269,8 @@ TEST(ModelShapes, EveryShippedModelLoads) {
   const auto models = load_model_shape_sets(kConfigs / "models");
   std::vector<std::string> names;
   for (const auto& model : models) names.push_back(model.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"deepseek-v3", "llama-3-70b", "llama-3-8b", "qwen2.5-72b"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"deepseek-v3", "llama-3-70b", "llama-3-8b", "mixtral-8x7b", "qwen2.5-72b",
+                                             "qwen3-235b-a22b", "qwen3-30b-a3b"}));
   for (const auto& model : models) {
     EXPECT_EQ(model.tensor_parallel, (std::vector<int>{1, 8})) << model.name;
     for (const int tp : model.tensor_parallel) EXPECT_FALSE(distinct_shapes(model, tp).empty()) << model.name;
@@ -370,6 +371,56 @@ TEST(ModelShapes, DeepSeekV3DenseAndExpertShapes) {
   const auto dense = distinct_shapes(model, 1, GemmFilter::Dense);
   EXPECT_EQ(dense.size(), 9u);
   EXPECT_EQ(distinct_shapes(model, 1, GemmFilter::All).size(), 9u);
+}
+
+// The MoE models: attention and expert shapes follow from their published hyperparameters, every layer is MoE.
+TEST(ModelShapes, MoeModelsFollowTheirHyperparameters) {
+  struct Expected {
+    const char* name;
+    const char* experts_key;
+    std::int64_t expert_intermediate;  // per expert, at TP 1
+    int experts;
+    int top_k;
+  };
+  for (const Expected& expected : {Expected{"qwen3-235b-a22b", "num_experts", 1536, 128, 8},
+                                   Expected{"qwen3-30b-a3b", "num_experts", 768, 128, 8},
+                                   Expected{"mixtral-8x7b", "num_local_experts", 14336, 8, 2}}) {
+    SCOPED_TRACE(expected.name);
+    const ModelShapes model = load_model_shapes(kConfigs / "models" / (std::string(expected.name) + ".json"));
+    const auto& h = model.hyperparameters;
+    const std::int64_t hidden = h.at("hidden_size");
+    const std::int64_t heads = h.at("num_attention_heads");
+    const std::int64_t kv_heads = h.at("num_key_value_heads");
+    const std::int64_t head_dim = h.count("head_dim") ? h.at("head_dim") : hidden / heads;
+    const std::int64_t inter = h.count("moe_intermediate_size") ? h.at("moe_intermediate_size") : h.at("intermediate_size");
+    EXPECT_EQ(inter, expected.expert_intermediate);
+    EXPECT_EQ(h.at(expected.experts_key), expected.experts);
+    EXPECT_EQ(h.at("num_experts_per_tok"), expected.top_k);
+    for (const int tp : {1, 8}) {
+      const auto gemms = sharded_gemms(model, tp);
+      EXPECT_EQ(gemms.size(), 4u);
+      expect_shape(gemms, "qkv_proj", (heads + 2 * kv_heads) * head_dim / tp, hidden);
+      expect_shape(gemms, "o_proj", hidden, heads * head_dim / tp);
+      expect_shape(gemms, "experts.gate_up_proj", 2 * inter / tp, hidden);
+      expect_shape(gemms, "experts.down_proj", hidden, inter / tp);
+      for (const char* name : {"experts.gate_up_proj", "experts.down_proj"}) {
+        const ShardedGemm experts = gemm_named(gemms, name);
+        EXPECT_EQ(experts.kind, GemmKind::MoeExpert);
+        EXPECT_EQ(experts.experts, expected.experts);
+        EXPECT_EQ(experts.top_k, expected.top_k);
+        EXPECT_EQ(experts.layers, h.at("num_hidden_layers"));
+      }
+    }
+    EXPECT_EQ(distinct_shapes(model, 1, GemmFilter::MoeExpert).size(), 2u);
+    EXPECT_EQ(distinct_shapes(model, 1, GemmFilter::Dense).size(), 2u);
+  }
+  // Known numbers: Qwen3-235B-A22B's experts at TP 1 and 8, Mixtral's at TP 1.
+  const auto qwen8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen3-235b-a22b.json"), 8);
+  expect_shape(qwen8, "experts.gate_up_proj", 384, 4096);
+  expect_shape(qwen8, "experts.down_proj", 4096, 192);
+  const auto mixtral = sharded_gemms(load_model_shapes(kConfigs / "models" / "mixtral-8x7b.json"), 1);
+  expect_shape(mixtral, "experts.gate_up_proj", 28672, 4096);
+  expect_shape(mixtral, "experts.down_proj", 4096, 14336);
 }
 
 TEST(ModelShapes, UnlistedTensorParallelIsAnInputError) {

@@ -56,5 +56,33 @@ struct GemmParams {
   int reserved;
 };
 
+// ---- MoE GEMMs (gemm/mma_moe.cuh, gemm/moe_rows.cuh) ----
+enum MoeLayoutCode : int {
+  kMoeTokenIndexed = 1,  // rows: sorted pair ids (vLLM's sorted_token_ids, padding >= pairs); expert per block
+  kMoeContiguous = 2,    // rows: the expert of each row (DeepGEMM's m_indices, -1 on padding); rows read and written in place
+  kMoeMasked = 3,        // [experts][max_rows] slabs with a count of live rows per expert; rows read and written in place
+};
+
+enum MoeProjectionCode : int {
+  kMoeGateUp = 0,  // token-indexed: reads token row pair / top_k
+  kMoeDown = 1,    // token-indexed: reads row pair, multiplies its output row by the pair's router weight
+};
+
+// The second kernel parameter of a MoE GEMM. Pointers are device addresses; unused ones are 0.
+struct MoeParams {
+  unsigned long long rows;            // int32 per launch row: sorted pair ids (token-indexed) or row experts (contiguous)
+  unsigned long long block_experts;   // token-indexed: int32 expert per block of BLOCK_M rows
+  unsigned long long counts;          // masked: int32 live rows per expert
+  unsigned long long padded_rows;     // token-indexed: device int32 num_tokens_post_padded; 0: GemmParams::m rows
+  unsigned long long router_weights;  // token-indexed down: f32 per pair
+  long long expert_weight_bytes;      // distance between two experts' prepacked weights, scales and zero points
+  long long expert_scale_bytes;
+  long long expert_zero_bytes;
+  int input_rows;  // rows of the activation matrix and of its scale grid
+  int top_k;
+  int pairs;       // tokens * top_k
+  int max_rows;    // masked: rows of each expert's slab
+};
+
 }  // namespace device
 }  // namespace qtune

@@ -14,13 +14,36 @@
 // owns a (BLOCK_M/WARPS_M) x (BLOCK_N/WARPS_N) sub-tile and a 1/WARPS_K share of every K tile's weight atoms; the
 // WARPS_K partial sums are added in shared memory in warp order, and SPLIT_K partial tiles go through a global
 // workspace where the last CTA to arrive adds them in split order, so results are bit-identical run to run.
+//
+// The same tiles serve the MoE GEMM (gemm/mma_moe.cuh): with ROWS = MoeRows<...> a CTA's BLOCK_M rows are one block of
+// a MoE layout (gemm/moe_rows.cuh): activation rows gathered through a row table, the block's expert's weights, and
+// output rows scattered. With DenseRows every MoE branch is compiled out.
 #include "gemm/epilogue.cuh"
+#include "gemm/moe_rows.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_schedule.cuh"
 #include "gemm/weight_vectors.cuh"
 
 namespace qtune {
 namespace device {
+
+// The rows of a dense GEMM: tile row r is row m0 + r of A and of C.
+struct DenseRows {
+  static constexpr int LAYOUT = 0;
+  static constexpr int PROJECTION = 0;
+  static __device__ __forceinline__ const GemmParams& params(const GemmParams& launch, const MoeParams*, int) { return launch; }
+};
+
+// The rows of a MoE GEMM: a block of a layout (MoeLayoutCode, MoeProjectionCode).
+template <int LAYOUT_CODE, int PROJECTION_CODE>
+struct MoeRows {
+  static constexpr int LAYOUT = LAYOUT_CODE;
+  static constexpr int PROJECTION = PROJECTION_CODE;
+  // The block's expert's weights, scales, zero points and global scale.
+  static __device__ __forceinline__ GemmParams params(const GemmParams& launch, const MoeParams* moe, int expert) {
+    return expert_params(launch, *moe, expert);
+  }
+};
 
 template <class F, class T>
 struct MmaGemm {
@@ -56,6 +79,8 @@ struct MmaGemm {
   static constexpr int PIPELINE_BYTES = T::STAGES * STAGE_BYTES;
   static constexpr int REDUCE_BYTES = (T::WARPS_K - 1) * BM * BN * 4;
   static constexpr int SHARED_BYTES = PIPELINE_BYTES > REDUCE_BYTES ? PIPELINE_BYTES : REDUCE_BYTES;
+  // A MoE GEMM keeps its row tables after them: source row, target row (int) and router weight (f32) per tile row.
+  static constexpr int MOE_TABLE_BYTES = BM * 12;
 
   static_assert(BK % F::ATOM_K == 0, "BLOCK_K must be a multiple of the weight atom (4 mma k-steps: 64 for f16/bf16, 128 for 8-bit, 256 for 4-bit operands)");
   static_assert(KA % T::WARPS_K == 0, "BLOCK_K / ATOM_K must be divisible by WARPS_K (each warp takes whole weight atoms)");
@@ -66,9 +91,11 @@ struct MmaGemm {
 };
 
 // SWAP: at most 8 live rows (M <= 8), weights become the m16 operand and tokens the n8 one (see CAN_SWAP).
-template <class F, class T, bool SWAP>
-__device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
+// ROWS: DenseRows, or MoeRows with `moe` its layout's tables.
+template <class F, class T, bool SWAP, class ROWS = DenseRows>
+__device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const MoeParams* moe = nullptr) {
   using G = MmaGemm<F, T>;
+  constexpr bool IS_MOE = ROWS::LAYOUT != 0;
   using Accumulator = typename F::Accumulator;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
   static_assert(!is_fp8(F::ACTIVATION) && !F::FP8_MMA, "fp8 tensor-core MMA needs sm_89 or later");
@@ -104,9 +131,21 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
   const int quad = lane & 3;     // position within the group
 
   // ---- which output tile and K range ----
-  const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(p);
-  const TileWork work = schedule.work(p, blockIdx.x);
-  const int m0 = work.m0, n0 = work.n0, rows_valid = work.rows_valid, kt_begin = work.kt_begin;
+  const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(launch);
+  const TileWork work = schedule.work(launch, blockIdx.x);
+  // MoE: the block's expert and live rows, and its row tables after the pipeline's shared memory; a block with no live
+  // rows computes nothing (all its K splits alike, so split-K counters stay untouched).
+  int* const moe_source = reinterpret_cast<int*>(shared + G::SHARED_BYTES);
+  int* const moe_target = moe_source + BM;
+  float* const moe_weight = reinterpret_cast<float*>(moe_target + BM);
+  MoeBlock block{0, work.rows_valid};
+  if constexpr (IS_MOE) {
+    block = moe_block_rows<ROWS::LAYOUT, ROWS::PROJECTION, BM, THREADS>(launch, *moe, work.tile_m, moe_source, moe_target,
+                                                                        moe_weight);
+    if (block.expert < 0) return;
+  }
+  decltype(auto) p = ROWS::params(launch, moe, block.expert);
+  const int m0 = work.m0, n0 = work.n0, rows_valid = block.live_rows, kt_begin = work.kt_begin;
   const int tile_count = work.kt_end - work.kt_begin;
 
   const u32 smem = shared_address(shared);
@@ -146,7 +185,12 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
       for (int c = 0; c < BM * CPR / THREADS; ++c) {
         const int row = a_row0 + c * ROWS_PER_PASS;
         if (row < rows_valid) {
-          cp_async_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16), a_source + c * a_pass_stride);
+          if constexpr (IS_MOE) {
+            cp_async_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16),
+                        a_global + moe_source[row] * a_row_bytes + a_chunk * 16 + static_cast<long long>(k0) * F::ACT_BITS / 8);
+          } else {
+            cp_async_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16), a_source + c * a_pass_stride);
+          }
         }
       }
     } else {
@@ -154,8 +198,9 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
         const int row = i / CPR;
         const int chunk = i % CPR;
         if (row < rows_valid) {
+          const int a_row = IS_MOE ? moe_source[row] : m0 + row;
           cp_async_16(base + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16),
-                      a_global + (static_cast<long long>(m0 + row) * p.k + k0) * F::ACT_BITS / 8 + chunk * 16);
+                      a_global + (static_cast<long long>(a_row) * p.k + k0) * F::ACT_BITS / 8 + chunk * 16);
         }
       }
     }
@@ -189,9 +234,16 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
       // Rows past M read nothing and stage 0: their activations are zero, so their partial sums are too.
       for (int i = tid; i < G::GROUP_ROWS * BM; i += THREADS) {
         const int row = i % BM;
-        const int source_row = min(m0 + row, p.m - 1);
+        int source_row, scale_rows;  // MoE: the gathered row of the activations' [k/G][input rows] grid
+        if constexpr (IS_MOE) {
+          source_row = row < rows_valid ? moe_source[row] : 0;
+          scale_rows = moe->input_rows;
+        } else {
+          source_row = min(m0 + row, p.m - 1);
+          scale_rows = p.m;
+        }
         cp_async_4_zfill(s_base + G::S_STAGE_BYTES + G::Z_STAGE_BYTES + i * 4,
-                         sa_global + (static_cast<long long>(first_group + i / BM) * p.m + source_row) * 4, row < rows_valid);
+                         sa_global + (static_cast<long long>(first_group + i / BM) * scale_rows + source_row) * 4, row < rows_valid);
       }
     }
   };
@@ -446,6 +498,18 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& p) {
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
+        if constexpr (IS_MOE) {
+          // Gathered activation scale, scattered output row, router weight (1 except token-indexed down).
+          const int r = warp_m * G::WTM + mt * 16 + group + half * 8;
+          if (r < rows_valid) {
+            float row_scale = moe_weight[r];
+            if constexpr (F::ACTIVATION_SCALES == kActivationScaleToken) row_scale *= ld_global_f32(sa_global + moe_source[r] * 4LL);
+            const float v0 = acc[mt][nt][half * 2] * scale0 * row_scale;
+            const float v1 = acc[mt][nt][half * 2 + 1] * scale1 * row_scale;
+            st_global_32(c_global + (static_cast<long long>(moe_target[r]) * p.n + column) * 2, pack_output<F>(v0, v1));
+          }
+          continue;
+        }
         const int row = m0 + warp_m * G::WTM + mt * 16 + group + half * 8;
         if (row < p.m) {
           float row_scale = 1.0f;

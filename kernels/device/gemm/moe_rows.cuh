@@ -1,0 +1,77 @@
+#pragma once
+// Which rows a CTA of a MoE GEMM computes (kernels/moe_layout.hpp describes the layouts on the host). The launch's rows
+// are cut into blocks of BLOCK_M; a block belongs to one expert, its live rows come first and padding after, so a
+// block is an expert, a count of live rows (a prefix) and, per live row, the activation row it reads and the output
+// row it writes. A block with no live rows (past the padded rows, or padding only) computes nothing.
+#include "gemm/abi.cuh"
+#include "gemm/ptx.cuh"
+
+namespace qtune {
+namespace device {
+
+__device__ __forceinline__ int load_int(const int* pointer) { return static_cast<int>(ld_global_32(pointer)); }
+
+// What one block of BLOCK_M launch rows holds.
+struct MoeBlock {
+  int expert;     // -1: nothing to compute
+  int live_rows;  // a prefix of the block
+};
+
+// Fills source[r] (activation row), target[r] (output row) and weight[r] (router weight; 1 unless token-indexed down)
+// for the block's rows in shared memory and returns the block. Every thread of the CTA calls it (it synchronises).
+template <int LAYOUT, int PROJECTION, int BM, int THREADS>
+__device__ __forceinline__ MoeBlock moe_block_rows(const GemmParams& p, const MoeParams& moe, int block, int* source,
+                                                   int* target, float* weight) {
+  static_assert(LAYOUT == kMoeTokenIndexed || LAYOUT == kMoeContiguous || LAYOUT == kMoeMasked, "unknown MoE layout");
+  static_assert(PROJECTION == kMoeGateUp || PROJECTION == kMoeDown, "unknown MoE projection");
+  static_assert(THREADS >= BM, "every row of a block is read by its own thread");
+  const int m0 = block * BM;
+  const int r = threadIdx.x;
+  int expert = -1;
+  bool live = false;
+  if constexpr (LAYOUT == kMoeTokenIndexed) {
+    const int padded = moe.padded_rows != 0 ? load_int(reinterpret_cast<const int*>(moe.padded_rows)) : p.m;
+    if (m0 < padded) {
+      expert = load_int(reinterpret_cast<const int*>(moe.block_experts) + block);
+      if (r < BM) {
+        const int pair = load_int(reinterpret_cast<const int*>(moe.rows) + m0 + r);
+        live = pair >= 0 && pair < moe.pairs;
+        if (live) {
+          source[r] = PROJECTION == kMoeGateUp ? pair / moe.top_k : pair;
+          target[r] = pair;
+          weight[r] = PROJECTION == kMoeDown ? ld_global_f32(reinterpret_cast<const float*>(moe.router_weights) + pair) : 1.0f;
+        }
+      }
+    }
+  } else if constexpr (LAYOUT == kMoeContiguous) {
+    expert = load_int(reinterpret_cast<const int*>(moe.rows) + m0);
+    if (r < BM && m0 + r < p.m) live = expert >= 0 && load_int(reinterpret_cast<const int*>(moe.rows) + m0 + r) == expert;
+  } else {
+    expert = m0 / moe.max_rows;
+    const int count = load_int(reinterpret_cast<const int*>(moe.counts) + expert);
+    live = r < BM && m0 % moe.max_rows + r < count;
+  }
+  if constexpr (LAYOUT != kMoeTokenIndexed) {
+    if (live) {
+      source[r] = m0 + r;
+      target[r] = m0 + r;
+      weight[r] = 1.0f;
+    }
+  }
+  // Live rows are a prefix of the block: their count is where the padding starts.
+  const int live_rows = __syncthreads_count(live);
+  return {live_rows > 0 ? expert : -1, live_rows};
+}
+
+// The launch parameters with the weights, scales, zero points and global scale of `expert`.
+__device__ __forceinline__ GemmParams expert_params(const GemmParams& p, const MoeParams& moe, int expert) {
+  GemmParams q = p;
+  q.weights += static_cast<unsigned long long>(expert) * moe.expert_weight_bytes;
+  q.scales += static_cast<unsigned long long>(expert) * moe.expert_scale_bytes;
+  if (q.zeros != 0) q.zeros += static_cast<unsigned long long>(expert) * moe.expert_zero_bytes;
+  q.global_scale += static_cast<unsigned long long>(expert) * 4ull;
+  return q;
+}
+
+}  // namespace device
+}  // namespace qtune

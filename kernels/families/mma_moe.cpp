@@ -1,0 +1,325 @@
+#include "kernels/families/mma_moe.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/device/gemm/abi.cuh"
+#include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_layout.hpp"
+
+namespace qtune::mma_moe {
+
+namespace dv = qtune::device;
+using mma::DeviceFormat;
+using mma::TileShape;
+
+namespace {
+
+constexpr const char* kKernelName = "qtune_mma_moe_gemm";
+constexpr const char* kReduceKernelName = "qtune_moe_reduce_top_k";
+constexpr int kTableBytesPerRow = 12;  // MmaGemm::MOE_TABLE_BYTES / BLOCK_M
+constexpr int kReduceThreads = 256;
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+const char* layout_code(MoeLayout layout) {
+  switch (layout) {
+    case MoeLayout::TokenIndexed: return "qd::kMoeTokenIndexed";
+    case MoeLayout::GroupedContiguous: return "qd::kMoeContiguous";
+    case MoeLayout::GroupedMasked: return "qd::kMoeMasked";
+  }
+  return "?";
+}
+
+template <typename T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& values) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(T));
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+// The dense problem whose rules a MoE launch obeys: an expert's N x K over the launch rows.
+Problem dense_problem(const MoeProblem& problem, int64_t launch_rows) {
+  Problem dense;
+  dense.format = problem.format;
+  dense.m = std::max<int64_t>(launch_rows, 1);
+  dense.n = problem.n;
+  dense.k = problem.k;
+  return dense;
+}
+
+}  // namespace
+
+std::string kernel_name() { return kKernelName; }
+std::string reduce_kernel_name() { return kReduceKernelName; }
+
+int64_t launch_rows(const MoeProblem& problem, int bm, const MoeRowMap& map) {
+  if (problem.layout == MoeLayout::TokenIndexed) {
+    const int64_t pairs = problem.tokens * problem.top_k;
+    return round_up(pairs + std::min<int64_t>(problem.experts, pairs) * (bm - 1), bm);
+  }
+  return map.rows();
+}
+
+RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const ArchLimits& limits) {
+  try {
+    problem.validate();
+  } catch (const InputError& error) {
+    return RuleVerdict::fail("moe-problem", error.what());
+  }
+  const int bm = config.params.count("bm") ? config.params.at("bm") : 16;
+  const int64_t pairs = problem.tokens * problem.top_k;
+  const RuleVerdict dense = mma_family().check(config, dense_problem(problem, pairs + problem.experts * int64_t{bm}), limits);
+  // A block's tile is as tall as bm whatever the rows per expert: bm-over-m does not apply to a MoE block.
+  if (!dense.valid && dense.rule != "bm-over-m" && dense.rule != "raster-single-m-tile") return dense;
+  const TileShape tiles = TileShape::from(config);
+  if (tiles.threads() < tiles.bm) {
+    return RuleVerdict::fail("moe-threads-rows", std::to_string(tiles.threads()) + " threads cannot fill the row table of bm=" +
+                                                     std::to_string(tiles.bm) + " rows (one thread per row)");
+  }
+  const mma::SharedLayout shared = mma::shared_layout(mma::device_format(problem.format), tiles);
+  const int bytes = shared.dynamic_bytes + kTableBytesPerRow * tiles.bm + shared.static_bytes;
+  if (bytes > limits.max_shared_per_block) {
+    return RuleVerdict::fail("smem-per-block", std::to_string(bytes) + " bytes of shared memory (row tables included) exceed the " +
+                                                   std::to_string(limits.max_shared_per_block) + " a block may use");
+  }
+  return RuleVerdict::ok();
+}
+
+std::string instantiation_source(const KernelConfig& config, const MoeProblem& problem, const std::string& arch) {
+  const int sm = sm_of_arch(arch);
+  const ArchSupport support = mma_family().supports(problem.format, sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  const DeviceFormat device = mma::device_format(problem.format);
+  const TileShape tiles = TileShape::from(config);
+  const mma::SharedLayout shared = mma::shared_layout(device, tiles);
+  const char* projection = problem.projection == MoeProjection::GateUp ? "qd::kMoeGateUp" : "qd::kMoeDown";
+  std::string source;
+  source += "// qtune mma MoE GEMM: " + problem.format.to_string() + " " + std::string(moe_layout_name(problem.layout)) + " " +
+            std::string(moe_projection_name(problem.projection)) + " " + config.to_string() + " for " + arch + "\n";
+  source += "#include \"gemm/mma_moe.cuh\"\n";
+  source += "namespace qd = qtune::device;\n";
+  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
+  source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
+  source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES + qd::MmaGemm<QtuneFormat, QtuneTiles>::MOE_TABLE_BYTES == " +
+            std::to_string(shared.dynamic_bytes + kTableBytesPerRow * tiles.bm) +
+            ", \"host and device disagree on the shared memory size\");\n";
+  source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +
+            "(const qd::GemmParams params, const qd::MoeParams moe) {\n";
+  source += "  qd::mma_moe_gemm<QtuneFormat, QtuneTiles, " + std::string(layout_code(problem.layout)) + ", " + projection +
+            ">(params, moe);\n";
+  source += "}\n";
+  return source;
+}
+
+std::string reduce_instantiation_source(const FormatSpec& format, const std::string& arch) {
+  sm_of_arch(arch);  // a bad target is an InputError here, as for the GEMM
+  const char* output = format.output == OutputType::F16 ? "qd::kElementF16" : "qd::kElementBF16";
+  std::string source;
+  source += "// qtune MoE top-k reduction: " + to_string(format.output) + " for " + arch + "\n";
+  source += "#include \"gemm/mma_moe.cuh\"\n";
+  source += "namespace qd = qtune::device;\n";
+  source += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kReduceThreads) + ") " + kReduceKernelName +
+            "(const unsigned short* rows, unsigned short* out, int tokens, int top_k, int n) {\n";
+  source += "  qd::moe_reduce_top_k<" + std::string(output) + ">(rows, out, tokens, top_k, n);\n";
+  source += "}\n";
+  return source;
+}
+
+LaunchGeometry launch_geometry(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows) {
+  const TileShape t = TileShape::from(config);
+  if (launch_rows % t.bm != 0) {
+    QTUNE_INPUT_ERROR("launch rows: " + std::to_string(launch_rows) + " is not a multiple of bm=" + std::to_string(t.bm) +
+                      " (build the layout with blocks of bm rows, or a multiple of it)");
+  }
+  const int64_t tiles = (problem.n / t.bn) * (launch_rows / t.bm);
+  LaunchGeometry geometry;
+  geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
+  geometry.block = {static_cast<uint32_t>(t.threads()), 1, 1};
+  geometry.dynamic_shared_bytes =
+      static_cast<uint32_t>(mma::shared_layout(mma::device_format(problem.format), t).dynamic_bytes + kTableBytesPerRow * t.bm);
+  if (t.split > 1) {
+    geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
+    geometry.workspace_starts_zeroed = true;
+  }
+  return geometry;
+}
+
+LaunchGeometry reduce_launch_geometry(const MoeProblem& problem) {
+  const int64_t threads = problem.tokens * (problem.n / 2);
+  LaunchGeometry geometry;
+  geometry.grid = {static_cast<uint32_t>((threads + kReduceThreads - 1) / kReduceThreads), 1, 1};
+  geometry.block = {kReduceThreads, 1, 1};
+  return geometry;
+}
+
+std::vector<BufferSpec> buffers(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows) {
+  const DeviceFormat device = mma::device_format(problem.format);
+  const bool token_indexed = problem.layout == MoeLayout::TokenIndexed;
+  const int64_t a_rows = token_indexed ? problem.input_rows() : launch_rows;
+  const int64_t c_rows = token_indexed ? problem.tokens * problem.top_k : launch_rows;
+  const uint64_t experts = static_cast<uint64_t>(problem.experts);
+  const ExpertStrides strides = expert_strides(problem.format, problem.n, problem.k);
+  std::vector<BufferSpec> list;
+  list.push_back({"a", mma::packed_activation_bytes(device, a_rows, problem.k), BufferRole::Activations,
+                  token_indexed ? "activations [input rows][k]" : "activations gathered into the layout's rows [rows][k]"});
+  if (const uint64_t bytes = mma::packed_activation_scale_bytes(device, a_rows, problem.k); bytes > 0) {
+    list.push_back({"a_scales", bytes, BufferRole::Activations, "f32 activation scales of those rows"});
+  }
+  list.push_back({"weights", experts * strides.weights, BufferRole::Weights, "every expert's prepacked weights, back to back"});
+  list.push_back({"scales", experts * strides.scales, BufferRole::Weights, "every expert's prepacked scales"});
+  if (device.has_zero()) list.push_back({"zeros", experts * strides.zeros, BufferRole::Weights, "every expert's zero points"});
+  list.push_back({"global_scale", experts * 4, BufferRole::Weights, "one f32 per expert"});
+  list.push_back({"rows", static_cast<uint64_t>(launch_rows) * 4, BufferRole::Activations,
+                  token_indexed ? "int32 sorted pair ids, padding = pairs" : "int32 expert of each row, -1 on padding"});
+  if (token_indexed) {
+    const TileShape t = TileShape::from(config);
+    list.push_back({"block_experts", static_cast<uint64_t>(launch_rows / t.bm) * 4, BufferRole::Activations, "int32 expert per block"});
+    list.push_back({"padded_rows", 4, BufferRole::Activations, "int32 num_tokens_post_padded"});
+    if (problem.projection == MoeProjection::Down) {
+      list.push_back({"router_weights", static_cast<uint64_t>(c_rows) * 4, BufferRole::Activations, "f32 router weight per pair"});
+    }
+  }
+  if (problem.layout == MoeLayout::GroupedMasked) list.push_back({"counts", experts * 4, BufferRole::Activations, "int32 rows per expert"});
+  list.push_back({"c", static_cast<uint64_t>(c_rows * problem.n) * 2, BufferRole::Output,
+                  token_indexed ? "output [pairs][n]" : "output [rows][n] in layout order"});
+  if (token_indexed && problem.projection == MoeProjection::Down) {
+    list.push_back({"reduced", static_cast<uint64_t>(problem.tokens * problem.n) * 2, BufferRole::Output, "output [tokens][n]"});
+  }
+  const LaunchGeometry geometry = launch_geometry(config, problem, launch_rows);
+  if (geometry.workspace_bytes > 0) {
+    list.push_back({"workspace", geometry.workspace_bytes, BufferRole::Workspace, "split-K partial tiles and counters; zeroed"});
+  }
+  return list;
+}
+
+KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows,
+                               const std::map<std::string, uint64_t>& device_addresses) {
+  auto address = [&](const std::string& buffer_name, bool required) -> unsigned long long {
+    auto found = device_addresses.find(buffer_name);
+    if (found == device_addresses.end() || found->second == 0) {
+      if (required) QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
+      return 0;
+    }
+    return found->second;
+  };
+  const DeviceFormat device = mma::device_format(problem.format);
+  const LaunchGeometry geometry = launch_geometry(config, problem, launch_rows);
+  const bool token_indexed = problem.layout == MoeLayout::TokenIndexed;
+  dv::GemmParams params{};
+  params.a = address("a", true);
+  params.a_scales = address("a_scales", device.activation_scales != dv::kActivationScaleNone);
+  params.weights = address("weights", true);
+  params.scales = address("scales", true);
+  params.zeros = address("zeros", device.has_zero());
+  params.global_scale = address("global_scale", true);
+  params.c = address("c", true);
+  params.workspace = address("workspace", geometry.workspace_bytes > 0);
+  params.m = static_cast<int>(launch_rows);
+  params.n = static_cast<int>(problem.n);
+  params.k = static_cast<int>(problem.k);
+  const ExpertStrides strides = expert_strides(problem.format, problem.n, problem.k);
+  dv::MoeParams moe{};
+  moe.rows = address("rows", problem.layout != MoeLayout::GroupedMasked);
+  moe.block_experts = address("block_experts", token_indexed);
+  moe.counts = address("counts", problem.layout == MoeLayout::GroupedMasked);
+  moe.padded_rows = address("padded_rows", false);
+  moe.router_weights = address("router_weights", token_indexed && problem.projection == MoeProjection::Down);
+  moe.expert_weight_bytes = static_cast<long long>(strides.weights);
+  moe.expert_scale_bytes = static_cast<long long>(strides.scales);
+  moe.expert_zero_bytes = static_cast<long long>(strides.zeros);
+  moe.input_rows = static_cast<int>(token_indexed ? problem.input_rows() : launch_rows);
+  moe.top_k = problem.top_k;
+  moe.pairs = static_cast<int>(problem.tokens * problem.top_k);
+  moe.max_rows = problem.layout == MoeLayout::GroupedMasked ? static_cast<int>(launch_rows / problem.experts) : 0;
+  KernelArguments arguments;
+  arguments.storage.resize(sizeof(params) + sizeof(moe));
+  std::memcpy(arguments.storage.data(), &params, sizeof(params));
+  std::memcpy(arguments.storage.data() + sizeof(params), &moe, sizeof(moe));
+  arguments.offsets = {0, sizeof(params)};
+  return arguments;
+}
+
+KernelArguments pack_reduce_arguments(const MoeProblem& problem, const std::map<std::string, uint64_t>& device_addresses) {
+  auto address = [&](const std::string& buffer_name) -> uint64_t {
+    auto found = device_addresses.find(buffer_name);
+    if (found == device_addresses.end() || found->second == 0) {
+      QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
+    }
+    return found->second;
+  };
+  const uint64_t rows = address("c"), out = address("reduced");
+  const int tokens = static_cast<int>(problem.tokens), top_k = problem.top_k, n = static_cast<int>(problem.n);
+  KernelArguments arguments;
+  arguments.offsets = {0, 8, 16, 20, 24};
+  arguments.storage.resize(28);
+  std::memcpy(arguments.storage.data(), &rows, 8);
+  std::memcpy(arguments.storage.data() + 8, &out, 8);
+  std::memcpy(arguments.storage.data() + 16, &tokens, 4);
+  std::memcpy(arguments.storage.data() + 20, &top_k, 4);
+  std::memcpy(arguments.storage.data() + 24, &n, 4);
+  return arguments;
+}
+
+ExpertStrides expert_strides(const FormatSpec& format, int64_t n, int64_t k) {
+  const DeviceFormat device = mma::device_format(format);
+  ExpertStrides strides;
+  strides.weights = mma::packed_weight_bytes(device, n, k);
+  strides.scales = mma::packed_vector_bytes(device, n, k);
+  strides.zeros = device.has_zero() ? mma::packed_zero_bytes(device, n, k) : 0;
+  return strides;
+}
+
+PackedBuffers prepack_experts(const std::vector<QuantizedWeights>& experts, const FormatSpec& format, int64_t n, int64_t k) {
+  const DeviceFormat device = mma::device_format(format);
+  const ExpertStrides strides = expert_strides(format, n, k);
+  const std::map<std::string, uint64_t> stride_of = {
+      {"weights", strides.weights}, {"scales", strides.scales}, {"zeros", strides.zeros}, {"global_scale", 4}};
+  PackedBuffers packed;
+  for (const auto& [name, stride] : stride_of) {
+    if (name == "zeros" && !device.has_zero()) continue;
+    packed[name].assign(stride * experts.size(), 0xFF);
+  }
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const QuantizedWeights& weights = experts[e];
+    if (weights.n == 0) continue;  // no pair routes to it: left as 0xFF
+    if (weights.n != n || weights.k != k || weights.format != format) {
+      QTUNE_INPUT_ERROR("experts[" + std::to_string(e) + "]: weights " + std::to_string(weights.n) + " x " +
+                        std::to_string(weights.k) + " in " + weights.format.to_string() + ", expected " + std::to_string(n) +
+                        " x " + std::to_string(k) + " in " + format.to_string());
+    }
+    const PackedBuffers one = mma::prepack_weights(weights, device);
+    for (auto& [name, bytes] : packed) {
+      const auto found = one.find(name);
+      const uint64_t stride = stride_of.at(name);
+      if (found == one.end() || found->second.size() != stride) {
+        QTUNE_THROW(Error, "prepack_experts: expert buffer '" + name + "' is not " + std::to_string(stride) + " bytes");
+      }
+      std::copy(found->second.begin(), found->second.end(), bytes.begin() + static_cast<int64_t>(e * stride));
+    }
+  }
+  return packed;
+}
+
+PackedBuffers pack_layout(MoeLayout layout, const Routing& routing, int bm) {
+  PackedBuffers packed;
+  switch (layout) {
+    case MoeLayout::TokenIndexed: {
+      const TokenIndexedLayout built = token_indexed_layout(routing, bm);
+      packed["rows"] = bytes_of(built.sorted_token_ids);
+      packed["block_experts"] = bytes_of(built.expert_ids);
+      packed["padded_rows"] = bytes_of(std::vector<int32_t>{built.num_tokens_post_padded});
+      break;
+    }
+    case MoeLayout::GroupedContiguous:
+      packed["rows"] = bytes_of(grouped_contiguous_layout(routing, bm).row_expert);
+      break;
+    case MoeLayout::GroupedMasked:
+      packed["counts"] = bytes_of(grouped_masked_layout(routing, bm).counts);
+      break;
+  }
+  return packed;
+}
+
+}  // namespace qtune::mma_moe

@@ -1,0 +1,69 @@
+#pragma once
+// The mma family's MoE GEMM (kernels/device/gemm/mma_moe.cuh, docs/moe.md): the dense family's tiles and parameters
+// (a KernelConfig of family "mma") run over the blocks of a MoE layout (kernels/moe_layout.hpp). This is the host side
+// a MoE provider needs: rules, instantiation source, launch geometry, argument packing and the experts' prepacked
+// weights. Layout blocks: a token-indexed layout is built with block_m = bm; a grouped-contiguous layout's block is a
+// multiple of bm; a grouped-masked layout's max_rows is a multiple of bm.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/family.hpp"
+#include "kernels/moe.hpp"
+#include "kernels/moe_layout.hpp"
+#include "kernels/quantize.hpp"
+
+namespace qtune::mma_moe {
+
+std::string kernel_name();         // "qtune_mma_moe_gemm"
+std::string reduce_kernel_name();  // "qtune_moe_reduce_top_k"
+
+// Rows the GEMM is launched over, known without the routing for token-indexed (so no host synchronisation: every
+// expert touched pads at most bm - 1 rows): round_up(pairs + min(E, pairs) · (bm - 1), bm). For the grouped layouts,
+// the layout's rows (contiguous: its rows; masked: E · max_rows).
+int64_t launch_rows(const MoeProblem& problem, int bm, const MoeRowMap& map);
+
+// The dense family's rules for the config on an N x K expert (with M = the launch rows), plus the MoE kernel's own:
+// one thread per row of a block (threads >= bm) and the row tables' shared memory. RuleVerdict names the rule.
+RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const ArchLimits& limits);
+
+// The translation unit of one MoE GEMM instantiation (kernel_name()), for the problem's format, layout and projection.
+// Throws UnsupportedError when the family cannot run the format on `arch`, InputError for a bad config.
+std::string instantiation_source(const KernelConfig& config, const MoeProblem& problem, const std::string& arch);
+// The top-k reduction of the token-indexed down projection (reduce_kernel_name()) for the format's output type.
+std::string reduce_instantiation_source(const FormatSpec& format, const std::string& arch);
+
+// Dynamic shared memory of the GEMM: the dense tiles' plus the row tables (12 bytes per row of a block).
+LaunchGeometry launch_geometry(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows);
+// One thread per pair of output columns of every token.
+LaunchGeometry reduce_launch_geometry(const MoeProblem& problem);
+
+// The buffers a launch reads and writes, with their sizes:
+//   "a" (and "a_scales"): the activations as the dense family packs them: [problem.input_rows()][K] for token-indexed,
+//     the gathered [launch_rows][K] for the grouped layouts;
+//   "weights", "scales", "zeros", "global_scale": every expert's prepacked buffers back to back (prepack_experts);
+//   "rows" (token-indexed: sorted_token_ids, contiguous: row_expert), "block_experts" (token-indexed), "counts"
+//   (masked), "padded_rows" (token-indexed: one int32, num_tokens_post_padded), "router_weights" (token-indexed down);
+//   "c": token-indexed [pairs][N] (down: each row times its router weight, reduced by the second kernel into
+//   "reduced" [tokens][N]); grouped layouts [launch_rows][N] in layout order, rows left unwritten on padding;
+//   "workspace" with split-K.
+std::vector<BufferSpec> buffers(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows);
+// GemmParams and MoeParams from the device address of each buffer by name. Throws InputError naming a missing one.
+KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows,
+                               const std::map<std::string, uint64_t>& device_addresses);
+// The reduction's arguments: "c" (the down GEMM's rows) into "reduced".
+KernelArguments pack_reduce_arguments(const MoeProblem& problem, const std::map<std::string, uint64_t>& device_addresses);
+
+// Every expert's prepacked weights back to back, each expert_bytes(...) apart. An expert with no weights (n = 0:
+// no pair routes to it) is filled with 0xFF bytes: NaN scales, so a kernel that read it would show NaN.
+PackedBuffers prepack_experts(const std::vector<QuantizedWeights>& experts, const FormatSpec& format, int64_t n, int64_t k);
+struct ExpertStrides {
+  uint64_t weights = 0, scales = 0, zeros = 0;
+};
+ExpertStrides expert_strides(const FormatSpec& format, int64_t n, int64_t k);
+
+// The device's row tables of a layout, as int32 bytes: "rows", "block_experts", "counts", "padded_rows".
+PackedBuffers pack_layout(MoeLayout layout, const Routing& routing, int bm);
+
+}  // namespace qtune::mma_moe

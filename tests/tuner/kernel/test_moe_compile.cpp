@@ -1,0 +1,91 @@
+// NVRTC compiles (no GPU needed) the mma family's MoE GEMM for sm_80 and sm_90a: every layout and projection, the
+// formats of the GPU tests (W4A16 int4 g128, W4A8 int4 x fp8, W8A8 fp8 and int8), two tile shapes, with no spills;
+// and the top-k reduction for both output types.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_moe.hpp"
+#include "kernels/moe.hpp"
+#include "tuner/jit/compiler.hpp"
+
+namespace qtune {
+namespace {
+
+const char* kConfigs[] = {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0",
+                          "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=2,raster=0"};
+
+MoeProblem problem_of(const std::string& spec, MoeLayout layout, MoeProjection projection) {
+  MoeProblem problem;
+  problem.format = FormatSpec::parse(spec);
+  problem.experts = 8;
+  problem.top_k = 2;
+  problem.tokens = 64;
+  problem.n = 1024;
+  problem.k = 1024;
+  problem.layout = layout;
+  problem.projection = projection;
+  return problem;
+}
+
+TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    const int sm = sm_of_arch(arch);
+    for (const char* spec : {"w4a16-int4-g128", "w4a8-int4-fp8", "w8a8-fp8-ch", "w8a8-int8-ch"}) {
+      if (!mma_family().supports(FormatSpec::parse(spec), sm).supported) {
+        EXPECT_THROW(mma_moe::instantiation_source(KernelConfig::parse(kConfigs[0]),
+                                                   problem_of(spec, MoeLayout::TokenIndexed, MoeProjection::GateUp), arch),
+                     UnsupportedError)
+            << spec << " " << arch;
+        continue;
+      }
+      for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
+        for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+          // Every layout and projection with the small-M tile; the 64-row split-K tile for token-indexed.
+          for (const char* text : kConfigs) {
+            if (text != kConfigs[0] && layout != MoeLayout::TokenIndexed) continue;
+            const KernelConfig config = KernelConfig::parse(text);
+            const MoeProblem problem = problem_of(spec, layout, projection);
+            const RuleVerdict verdict = mma_moe::check(config, problem, ArchLimits::for_sm(sm));
+            ASSERT_TRUE(verdict.valid) << spec << " " << arch << " " << text << ": " << verdict.rule << " " << verdict.detail;
+            jit::CompileRequest request;
+            request.source = mma_moe::instantiation_source(config, problem, arch);
+            request.kernel_name = mma_moe::kernel_name();
+            request.arch = arch;
+            requests.push_back(request);
+            labels.push_back(std::string(spec) + " " + arch + " " + std::string(moe_layout_name(layout)) + " " +
+                             std::string(moe_projection_name(projection)) + " " + text);
+          }
+        }
+      }
+    }
+    for (const char* spec : {"w4a16-int4-g128", "w4a16-int4-g128-bf16"}) {
+      jit::CompileRequest request;
+      request.source = mma_moe::reduce_instantiation_source(FormatSpec::parse(spec), arch);
+      request.kernel_name = mma_moe::reduce_kernel_name();
+      request.arch = arch;
+      requests.push_back(request);
+      labels.push_back(std::string("reduce ") + spec + " " + arch);
+    }
+  }
+  EXPECT_EQ(requests.size(), 2u * 2 + 2 * 8 + 4 * 8);  // reductions; sm_80: 2 formats x 8; sm_90a: 4 formats x 8
+  const jit::Compiler compiler;
+  const std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(requests);
+  ASSERT_EQ(outcomes.size(), requests.size());
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!outcomes[i].ok()) {
+      ADD_FAILURE() << labels[i] << ": " << outcomes[i].error_message.substr(0, 4000);
+      continue;
+    }
+    EXPECT_FALSE(outcomes[i].kernel->cubin.empty()) << labels[i];
+    EXPECT_EQ(outcomes[i].kernel->resources.spill_store_bytes, 0) << labels[i] << " spills";
+  }
+}
+
+}  // namespace
+}  // namespace qtune
