@@ -76,6 +76,14 @@ LoadedKernel::LoadedKernel(const KernelFamily& family, KernelConfig config, cons
       module_(compiled.cubin),
       kernel_(module_.kernel(compiled.lowered_name.empty() ? family.kernel_name(config_, format) : compiled.lowered_name)) {}
 
+uint64_t compulsory_bytes(const KernelFamily& family, const KernelConfig& config, const Problem& problem) {
+  uint64_t bytes = 0;
+  for (const BufferSpec& spec : family.buffers(config, problem)) {
+    if (spec.role != BufferRole::Workspace) bytes += spec.bytes;
+  }
+  return bytes;
+}
+
 GemmDeviceData::GemmDeviceData(const KernelFamily& family, const KernelConfig& any_config, const GemmData& data)
     : family_(&family), problem_(data.problem) {
   PackedBuffers host = family.prepack_weights(data.weights, any_config);
@@ -93,9 +101,9 @@ GemmDeviceData::GemmDeviceData(const KernelFamily& family, const KernelConfig& a
       }
       buffer.upload(found->second.data(), found->second.size());
     }
-    compulsory_bytes_ += spec.bytes;
     buffers_.emplace(spec.name, std::move(buffer));
   }
+  compulsory_bytes_ = gemm::compulsory_bytes(family, any_config, problem_);
   runtime::Device::get().synchronize();  // pageable uploads may still be in flight when cuMemcpyHtoD returns
 }
 

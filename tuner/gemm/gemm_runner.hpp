@@ -57,6 +57,10 @@ class LoadedKernel {
 void launch_gemm(const KernelFamily& family, const KernelConfig& config, const Problem& problem, const runtime::Kernel& kernel,
                  const std::map<std::string, uint64_t>& device_addresses, CUstream stream);
 
+// Bytes a launch must move at least once: packed weights, scales, activations, bias and output (every buffer but
+// the workspace), for GB/s figures.
+uint64_t compulsory_bytes(const KernelFamily& family, const KernelConfig& config, const Problem& problem);
+
 // Device buffers of one problem. Prepacked weights are uploaded once (the mma layout does not depend on the config);
 // the workspace is re-zeroed whenever a different configuration is prepared.
 class GemmDeviceData {

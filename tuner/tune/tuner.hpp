@@ -26,6 +26,7 @@
 #include "tuner/measure/measure.hpp"
 #include "tuner/tune/backend.hpp"
 #include "tuner/tune/problem_set.hpp"
+#include "tuner/tune/records.hpp"
 
 namespace qtune::tune {
 
@@ -51,18 +52,10 @@ using search::limits_of_profile;  // the limits static rules check against, from
 // A target from a profile alone (no device): what `--gpu NAME --dry-run` uses.
 TuneTarget target_from_profile(const search::GpuProfile& profile);
 
-// A run of `kind` ("tune", "bench", "compile") stamped with this build (version, git sha) and this host; the caller
-// fills in the GPU and the command.
-db::RunInfo run_info_of_this_build(std::string kind);
-
-// A successful measurement as the store keeps it: status ok, statistics, raw samples, L2 mode, the NVML sample
-// taken after it (fields NVML could not read stay unset) and the throttle flag. The caller sets the rest.
-void record_measurement(db::Measurement& record, const measure::Measurement& measurement);
-
 struct TuneOptions {
   std::vector<Problem> problems;  // this shard's problems (build_problem_set + select_shard)
   std::string family = "mma";
-  // "curated": per-M ranges (gemm::default_sweep_ranges: a few hundred candidates per problem); "full": the family's
+  // "curated": per-M ranges (KernelFamily::curated_ranges: a few hundred candidates per problem); "full": the family's
   // whole parameter space (for mma, tens of thousands of instantiations to compile per format).
   std::string space = "curated";
   std::map<std::string, std::vector<int>> parameter_values;  // replaces a parameter's values (RestrictedFamily)
