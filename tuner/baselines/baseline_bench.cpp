@@ -8,7 +8,6 @@
 
 #include "kernels/error.hpp"
 #include "tuner/baselines/cublaslt_provider.hpp"
-#include "tuner/measure/selftest_jobs.hpp"
 #include "tuner/measure/statistics.hpp"
 #include "tuner/measure/worker.hpp"
 #include "tuner/runtime/device.hpp"
@@ -612,32 +611,6 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
     request.pinned = std::move(pin);
   }
   return request;
-}
-
-nlohmann::json measure_copy_bandwidth(uint64_t bytes, const measure::MeasureOptions& options) {
-  if (bytes < 16 || bytes % 16 != 0)
-    QTUNE_INPUT_ERROR("bytes: " + std::to_string(bytes) + " is not a positive multiple of 16");
-  runtime::Device& device = runtime::Device::get(options.device);
-  const runtime::Kernel kernel =
-      measure::compile_kernel_for_device(measure::selftest_copy_source(), measure::kSelftestCopyKernel, options.device);
-  runtime::DeviceBuffer source(bytes);
-  runtime::DeviceBuffer destination(bytes);
-  source.fill_bytes(0x5a);  // the values do not matter to the timing; they only must not be left undefined
-  destination.fill_bytes(0xff);
-  const runtime::LaunchConfig launch = measure::selftest_copy_launch(options.device);
-  const CUdeviceptr source_pointer = source.get();
-  const CUdeviceptr destination_pointer = destination.get();
-  const unsigned long long count = bytes / 16;
-  const measure::Measurement measurement = measure::measure(
-      [&](CUstream stream) { kernel.launch_with(launch, stream, source_pointer, destination_pointer, count); },
-      options);
-  const std::vector<uint8_t> last = destination.download<uint8_t>(16);
-  for (const uint8_t byte : last) {
-    if (byte != 0x5a) QTUNE_THROW(Error, "copy bandwidth: the destination does not hold the source's bytes");
-  }
-  const double bandwidth_gbps = 2.0 * static_cast<double>(bytes) / (measurement.median_us * 1e-6) / 1e9;
-  return nlohmann::json{
-      {"measurement", measurement}, {"bytes", bytes}, {"bandwidth_gbps", bandwidth_gbps}, {"device", device.info()}};
 }
 
 // ---------------------------------------------------------------- row figures

@@ -165,11 +165,6 @@ nlohmann::json to_job_params(const BenchBaselineRequest& request);
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params);  // InputError naming a bad field
 // The job kBenchBaselineJob runs bench_baseline and answers the TargetResult (registered in tuner/tune/worker_jobs.cpp).
 
-// The device's copy bandwidth measured in this process like the worker's "selftest-copy" job: a device-to-device
-// copy kernel of `bytes` timed through the harness; returns {"bandwidth_gbps" ((read + write) / median),
-// "bytes", "measurement", "device"}, the same answer as the job. Throws NoGpuError without a GPU.
-nlohmann::json measure_copy_bandwidth(uint64_t bytes, const measure::MeasureOptions& options);
-
 // ---- One benchmark row's figures ----
 struct RowMetrics {
   double gigabytes_per_second = 0;          // TrafficModel bytes / median, 1e9 bytes per GB

@@ -9,14 +9,7 @@ namespace qtune::baselines {
 
 providers::Check CublasLtRunnable::verify() {
   last_ = baseline_.check_output();
-  providers::Check check;
-  check.passed = last_.passed;
-  check.relative_error = last_.rel_error;
-  check.tolerance = last_.tolerance;
-  check.rows_checked = last_.rows_checked;
-  check.unwritten = last_.unwritten;
-  check.summary = last_.message;
-  return check;
+  return {last_.passed, last_.rel_error, last_.tolerance, last_.rows_checked, last_.unwritten, last_.message};
 }
 
 namespace {

@@ -29,6 +29,7 @@
 #include "tuner/cli/commands.hpp"
 #include "tuner/measure/worker.hpp"
 #include "tuner/tune/records.hpp"
+#include "tuner/tune/worker_jobs.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/tune/tuner.hpp"
 
@@ -132,6 +133,7 @@ BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
 class JobRunner {
  public:
   explicit JobRunner(const BenchOptions& options) : in_process_(options.in_process) {
+    if (in_process_) tune::register_worker_jobs();
     if (!in_process_) {
       measure::WorkerOptions worker_options;
       worker_options.executable = options.worker_executable;
@@ -141,35 +143,7 @@ class JobRunner {
 
   measure::JobOutcome run(const std::string& job, const nlohmann::json& params, double timeout_s) {
     if (!in_process_) return worker_->run(job, params, timeout_s);
-    measure::JobOutcome outcome;
-    try {
-      if (job == baselines::kBenchBaselineJob) {
-        const auto request = baselines::request_from_job_params(params);
-        outcome.result = baselines::bench_baseline(request);
-      } else if (job == "selftest-device") {
-        outcome.result = runtime::Device::get(params.value("device", 0)).info();
-      } else if (job == "selftest-copy") {
-        measure::MeasureOptions copy_options;
-        copy_options.device = params.value("device", 0);
-        outcome.result = baselines::measure_copy_bandwidth(params.at("bytes").get<uint64_t>(), copy_options);
-      } else {
-        QTUNE_THROW(Error, "no in-process runner for job " + job);
-      }
-      outcome.status = measure::JobStatus::Ok;
-    } catch (const NoGpuError& error) {
-      outcome.status = measure::JobStatus::Error;
-      outcome.error = error.what();
-      outcome.error_type = "NoGpuError";
-    } catch (const InputError& error) {
-      outcome.status = measure::JobStatus::Error;
-      outcome.error = error.what();
-      outcome.error_type = "InputError";
-    } catch (const std::exception& error) {
-      outcome.status = measure::JobStatus::Error;
-      outcome.error = error.what();
-      outcome.error_type = "Error";
-    }
-    return outcome;
+    return measure::run_job_here(job, params);  // the jobs of the one registry (tune/worker_jobs.hpp)
   }
 
  private:

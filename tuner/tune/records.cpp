@@ -126,17 +126,14 @@ CandidateRecords candidate_records(const providers::CandidateResult& result, db:
       measurement.message = result.message;
       break;
     case CandidateOutcome::Crashed:
+    case CandidateOutcome::Timeout: {
+      const bool timeout = result.outcome == CandidateOutcome::Timeout;
       verification.status = db::VerificationStatus::Crashed;
-      verification.message = result.message;
-      measurement.status = db::MeasurementStatus::Crashed;
+      verification.message = (timeout ? "timeout: " : "") + result.message;
+      measurement.status = timeout ? db::MeasurementStatus::Timeout : db::MeasurementStatus::Crashed;
       measurement.message = result.message;
       break;
-    case CandidateOutcome::Timeout:
-      verification.status = db::VerificationStatus::Crashed;
-      verification.message = "timeout: " + result.message;
-      measurement.status = db::MeasurementStatus::Timeout;
-      measurement.message = result.message;
-      break;
+    }
   }
   records.measurement = std::move(measurement);
   return records;

@@ -48,7 +48,7 @@ void record_result(SweepRow& row, const CandidateResult& result, uint64_t compul
       return;
     }
     case CandidateOutcome::VerificationFailed:
-      row.error = "verification failed: " + result.verification_summary;
+      row.error = "verification failed: " + result.message;
       return;
     case CandidateOutcome::Error:
       row.error = result.message;

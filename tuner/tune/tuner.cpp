@@ -53,14 +53,6 @@ namespace {
 // Thrown inside a search when the tune must stop; caught per problem.
 struct Interrupted {};
 
-std::uint64_t fnv1a(std::string_view text) {
-  std::uint64_t hash = 1469598103934665603ULL;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ULL;
-  }
-  return hash;
-}
 
 db::Problem db_problem(const Problem& problem) {
   return db::Problem{problem.format.to_string(), problem.m, problem.n, problem.k};

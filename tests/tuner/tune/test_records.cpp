@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <optional>
+#include <tuple>
 
 #include "tuner/tune/records.hpp"
 
@@ -103,15 +105,12 @@ TEST(CompileRecord, ResourcesOfABuildAndTheLogOfAFailure) {
   built.spill_load_bytes = 4;
   const db::CompileResult row = compile_record(kRun, kConfig, instantiation, built);
   EXPECT_EQ(row.status, db::CompileStatus::Ok);
-  EXPECT_EQ(row.format, "w4a16-int4-ch");
-  EXPECT_EQ(row.arch, "sm_90a");
-  EXPECT_EQ(row.cache_key, "key");
+  EXPECT_EQ(std::make_tuple(row.format, row.arch, row.cache_key), std::make_tuple("w4a16-int4-ch", "sm_90a", "key"));
   EXPECT_EQ(row.compile_seconds, 1.5);
-  EXPECT_EQ(row.registers, 128);
-  EXPECT_EQ(row.shared_bytes, 1024);
-  EXPECT_EQ(row.stack_bytes, 16);
-  EXPECT_EQ(row.spill_store_bytes, 8);
-  EXPECT_EQ(row.spill_load_bytes, 4);
+  // Registers, static shared bytes, stack, spilled stores and loads.
+  EXPECT_EQ(std::make_tuple(row.registers, row.shared_bytes, row.stack_bytes, row.spill_store_bytes, row.spill_load_bytes),
+            std::make_tuple(std::optional<int>(128), std::optional<int>(1024), std::optional<int>(16), std::optional<int>(8),
+                            std::optional<int>(4)));
 
   built.cache_hit = true;  // a cache hit compiled nothing: no time
   EXPECT_FALSE(compile_record(kRun, kConfig, instantiation, built).compile_seconds.has_value());

@@ -3,6 +3,7 @@
 // it. And `tune --family`'s loop over families (family_runs.hpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "tests/common/expect_error.hpp"
@@ -94,6 +95,17 @@ TEST(Sweep, TheCandidateTimeoutCoversTheMeasurement) {
   EXPECT_GT(sweep_candidate_timeout_s(10), 30);
 }
 
+// The fakes as the tuner's services.
+struct FakeServices {
+  FakeServices() {
+    services.compiler = &compiler;
+    services.backends = borrow(backend);
+  }
+  FakeCompiler compiler;
+  FakeBackend backend;
+  TuneServices services;
+};
+
 class CountingFamilies final : public FamilyRunObserver {
  public:
   void family_started(std::size_t, const KernelFamily& family, std::size_t problems) override {
@@ -106,16 +118,12 @@ class CountingFamilies final : public FamilyRunObserver {
 
 TEST(FamilyRuns, EachFamilyWithProblemsIsItsOwnRun) {
   TempDir dir;
-  FakeCompiler compiler;
-  FakeBackend backend;
-  TuneServices services;
-  services.compiler = &compiler;
-  services.backends = borrow(backend);
+  FakeServices fakes;
   const TuneOptions options = small_options({16});
   const std::vector<const KernelFamily*> families = {&find_family("mma"), &find_family("wgmma")};
   CountingFamilies observer;
   const FamilyRuns runs = run_tune_families(options, families, {options.problems, {}}, h200_target(), dir.path() / "q.db",
-                                            services, nullptr, &observer, nullptr);
+                                            fakes.services, nullptr, &observer, nullptr);
   ASSERT_EQ(runs.reports.size(), 1u);  // wgmma had no problems
   EXPECT_FALSE(runs.interrupted);
   EXPECT_EQ(observer.started, (std::vector<std::string>{"mma:2", "wgmma:0"}));
@@ -125,17 +133,13 @@ TEST(FamilyRuns, EachFamilyWithProblemsIsItsOwnRun) {
 
 TEST(FamilyRuns, AnInterruptedRunEndsTheLoop) {
   TempDir dir;
-  FakeCompiler compiler;
-  FakeBackend backend;
-  TuneServices services;
-  services.compiler = &compiler;
-  services.backends = borrow(backend);
+  FakeServices fakes;
   const TuneOptions options = small_options({16});
   const std::atomic<bool> stop{true};
   CountingFamilies observer;
   const FamilyRuns runs = run_tune_families(options, {&find_family("mma"), &find_family("mma")},
                                             {options.problems, options.problems}, h200_target(), dir.path() / "q.db",
-                                            services, nullptr, &observer, &stop);
+                                            fakes.services, nullptr, &observer, &stop);
   EXPECT_TRUE(runs.interrupted);
   EXPECT_EQ(runs.reports.size(), 1u);
   EXPECT_EQ(observer.started.size(), 1u);
@@ -143,15 +147,13 @@ TEST(FamilyRuns, AnInterruptedRunEndsTheLoop) {
 
 TEST(FamilyRuns, AParameterNoFamilyHasIsBadInput) {
   TempDir dir;
-  FakeCompiler compiler;
-  TuneServices services;
-  services.compiler = &compiler;
+  FakeServices fakes;
   TuneOptions options = small_options({16});
   options.dry_run = true;
   options.parameter_values["no_such_knob"] = {1};
   test_support::expect_input_error(
       [&] {
-        run_tune_families(options, {&find_family("mma")}, {options.problems}, h200_target(), dir.path() / "q.db", services,
+        run_tune_families(options, {&find_family("mma")}, {options.problems}, h200_target(), dir.path() / "q.db", fakes.services,
                           nullptr, nullptr, nullptr);
       },
       {"--param", "no_such_knob"});
