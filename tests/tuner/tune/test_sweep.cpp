@@ -26,7 +26,7 @@ SweepOptions explicit_sweep() {
   options.format = FormatSpec::parse("w4a16-int4-ch");
   options.n = 4096;
   options.k = 4096;
-  options.m_values = {16};
+  options.m_values = {32};
   options.include_default = false;
   for (const char* text : {kGood, kWrong, kNoCompile, kInvalid}) options.configs.push_back(KernelConfig::parse(text, "mma"));
   return options;
@@ -47,9 +47,9 @@ TEST(Sweep, MeasuresEveryValidCompiledConfigurationThroughTheBackend) {
   EXPECT_TRUE(good.measured) << good.error;
   EXPECT_TRUE(good.verified);
   EXPECT_EQ(good.verification, "PASS (fake)");
-  const double expected_us = fake_time_us(Problem{explicit_sweep().format, 16, 4096, 4096, false}, good.config);
+  const double expected_us = fake_time_us(Problem{explicit_sweep().format, 32, 4096, 4096, false}, good.config);
   EXPECT_DOUBLE_EQ(good.measurement.median_us, expected_us);
-  EXPECT_NEAR(good.tflops, 2.0 * 16 * 4096 * 4096 / (expected_us * 1e-6) / 1e12, 1e-9);
+  EXPECT_NEAR(good.tflops, 2.0 * 32 * 4096 * 4096 / (expected_us * 1e-6) / 1e12, 1e-9);
   EXPECT_GT(good.gbps, 0);
   EXPECT_EQ(good.registers, 96);  // from the compile step
 
