@@ -1,12 +1,15 @@
 #pragma once
-// The tuner: for every problem (format, N, K, M bucket) of a shard it
-//   1. enumerates the family's space and prunes it with the static rules (counts stored per rule);
-//   2. compiles every distinct instantiation (config, format, arch) once, in parallel, before measuring anything,
-//      and prunes again from the ptxas report (counts stored per rule);
-//   3. measures the hand-written heuristic (phase "heuristic"), then runs the search strategy whose objective
-//      verifies each candidate against the CPU reference and measures it through a MeasuringBackend;
-//   4. stores every compile, verification and measurement (each candidate in its own transaction, so a kill loses
-//      nothing already measured) and the winner (search/winner.hpp tie rule, incumbent = the previous winner).
+// The tuner: for every problem (format, N, K, M bucket) of a shard it runs these steps, each a function of
+// tuner.cpp:
+//   plan     enumerates the family's space and prunes it with the static rules (counts stored per rule), and picks
+//            the reference configurations (the hand-written heuristic, an exported table's pick);
+//   compile  every distinct instantiation (config, format, arch) once, in parallel, before measuring anything, each
+//            compile stored (records.hpp);
+//   prune    again from the ptxas report (counts stored per rule);
+//   measure  the heuristic (phase "heuristic"), then the search strategy, whose objective sends each candidate
+//            through a MeasuringBackend (the worker: verify against the CPU reference, then measure) and stores it
+//            in its own transaction, so a kill loses nothing already measured;
+//   finish   the winner (search/winner.hpp tie rule, incumbent = the previous winner) and the run's status.
 // A rerun with the same arguments skips (problem, config) pairs already measured on this GPU with the same kernel
 // source hash, and problems whose winner is final (decided by the same search, or by a complete exhaustive one).
 #include <atomic>
