@@ -100,6 +100,20 @@ TEST(WorkerJobs, ProvidersAreFoundByName) {
   test_support::expect_input_error([] { find_provider("marlin"); }, {"provider", "marlin", "mma"});
 }
 
+TEST(WorkerJobs, InProcessRunsTheSameRegistry) {
+  register_worker_jobs();
+  const measure::JobOutcome echo = measure::run_job_here("selftest-echo", {{"x", 1}});
+  ASSERT_TRUE(echo.ok()) << echo.error;
+  EXPECT_EQ(echo.result, (nlohmann::json{{"x", 1}}));
+  const measure::JobOutcome unknown = measure::run_job_here("no-such-job", nlohmann::json::object());
+  EXPECT_EQ(unknown.status, measure::JobStatus::Error);
+  EXPECT_EQ(unknown.error_type, "InputError");
+  EXPECT_NE(unknown.error.find("gemm-candidate"), std::string::npos) << unknown.error;  // names the jobs it knows
+  const measure::JobOutcome bad = measure::run_job_here(kCandidateJob, {{"provider", "mma"}, {"format", "w9z"}});
+  EXPECT_EQ(bad.status, measure::JobStatus::Error);
+  EXPECT_EQ(bad.error_type, "InputError") << bad.error;
+}
+
 TEST(WorkerJobs, TheTestWorkerServesTheCandidateJobs) {
   measure::Worker worker;
   CandidateJob job = sample_job();
