@@ -32,6 +32,10 @@ struct ReferenceResult {
 ReferenceResult reference_gemm(const QuantizedActivations& activations, const QuantizedWeights& weights,
                                const ReferenceOptions& options = {});
 
+// The activations of the given rows only (scales follow their rows, one scale row per row), so that the reference of
+// a sample of rows costs rows x N x K (rows of a GEMM are independent). Throws Error for a row outside 0..M-1.
+QuantizedActivations select_rows(const QuantizedActivations& activations, const std::vector<int64_t>& rows);
+
 // ||out - ref|| / ||ref|| (Frobenius, in f64). Any NaN or inf in `out` counts as failure: +inf.
 // When ref is all zeros it returns ||out|| (0 when both are zero). Sizes must match.
 double relative_error(const std::vector<float>& out, const std::vector<float>& ref);

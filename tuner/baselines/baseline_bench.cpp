@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "kernels/error.hpp"
-#include "tuner/measure/selftest_jobs.hpp"
+#include "tuner/baselines/cublaslt_provider.hpp"
 #include "tuner/measure/statistics.hpp"
 #include "tuner/measure/worker.hpp"
 #include "tuner/runtime/device.hpp"
@@ -269,12 +269,13 @@ void rethrow_if_context_lost() {
 
 namespace {
 
-// Times the selected algorithm; a failure other than a missing GPU or a lost context comes back as nullopt, with
-// the reason in `failure`.
+// Times the selected algorithm with the pipeline's measurement; a failure other than a missing GPU or a lost context
+// comes back as nullopt, with the reason in `failure`.
 std::optional<measure::Measurement> time_selected(CublasLtBaseline& baseline, const measure::MeasureOptions& options,
                                                   std::string& failure) {
   try {
-    return measure::measure([&](CUstream stream) { baseline.launch(stream); }, options);
+    CublasLtRunnable runnable(baseline);
+    return providers::measure_candidate(runnable, options);
   } catch (const NoGpuError&) {
     throw;
   } catch (const Error& error) {
@@ -284,7 +285,8 @@ std::optional<measure::Measurement> time_selected(CublasLtBaseline& baseline, co
   }
 }
 
-// Verifies `algo` on a poisoned output and, when it passes, times it; failures are recorded in the result.
+// Checks `algo` through the pipeline (poison, launch, verify) and, when it passes, times it; failures are recorded
+// in the result.
 VariantResult verify_and_time(CublasLtBaseline& baseline, const AlgoInfo& algo,
                               const measure::MeasureOptions& options) {
   VariantResult variant;
@@ -292,7 +294,9 @@ VariantResult verify_and_time(CublasLtBaseline& baseline, const AlgoInfo& algo,
   variant.params = nlohmann::json::parse(algo.to_json());
   baseline.select_algorithm(algo.heuristic_index);
   try {
-    variant.verify = baseline.verify();
+    CublasLtRunnable runnable(baseline);
+    providers::check_candidate(runnable, nullptr);  // the legacy default stream; verify() surfaces any fault
+    variant.verify = runnable.last_verification();
   } catch (const Error& error) {
     rethrow_if_context_lost();
     variant.verify.passed = false;
@@ -416,7 +420,8 @@ TargetResult tune_baseline(CublasLtBaseline& baseline, const measure::MeasureOpt
     try {
       Runoff runoff = run_off(pair->first, pair->second, runoff_options, [&](int index) {
         baseline.select_algorithm(algorithms.at(static_cast<size_t>(index)).heuristic_index);
-        return measure::measure([&](CUstream stream) { baseline.launch(stream); }, round).median_us;
+        CublasLtRunnable runnable(baseline);
+        return providers::measure_candidate(runnable, round).median_us;
       });
       result.best = runoff.winner;
       result.runoff = std::move(runoff);
@@ -487,13 +492,15 @@ void time_each_placement(CublasLtBaseline& baseline, PlacedCopies& placed, const
   std::vector<measure::Measurement> parts = {*best.measurement};
   result.placement_medians_us.push_back(best.measurement->median_us);
   for (size_t index = 1; index < sets; ++index) {
-    parts.push_back(measure::measure([&](CUstream stream) { set(index).launch(stream); }, options));
+    CublasLtRunnable runnable(set(index));
+    parts.push_back(providers::measure_candidate(runnable, options));
     result.placement_medians_us.push_back(parts.back().median_us);
   }
   // A second pass, in reverse order, times every set again: a set that repeats its own time shows that the time
   // follows where the operands sit, not when they were timed.
   for (size_t index = sets; index-- > 0;) {
-    parts.push_back(measure::measure([&](CUstream stream) { set(index).launch(stream); }, options));
+    CublasLtRunnable runnable(set(index));
+    parts.push_back(providers::measure_candidate(runnable, options));
     result.placement_second_pass_us.insert(result.placement_second_pass_us.begin(), parts.back().median_us);
   }
   // The stored measurement is every sample of both passes on every set: its median weighs each set alike.
@@ -604,39 +611,6 @@ BenchBaselineRequest request_from_job_params(const nlohmann::json& params) {
     request.pinned = std::move(pin);
   }
   return request;
-}
-
-void register_baseline_jobs() {
-  measure::register_job(kBenchBaselineJob, [](const nlohmann::json& params) {
-    const BenchBaselineRequest request = request_from_job_params(params);
-    return nlohmann::json(bench_baseline(request));
-  });
-}
-
-nlohmann::json measure_copy_bandwidth(uint64_t bytes, const measure::MeasureOptions& options) {
-  if (bytes < 16 || bytes % 16 != 0)
-    QTUNE_INPUT_ERROR("bytes: " + std::to_string(bytes) + " is not a positive multiple of 16");
-  runtime::Device& device = runtime::Device::get(options.device);
-  const runtime::Kernel kernel =
-      measure::compile_kernel_for_device(measure::selftest_copy_source(), measure::kSelftestCopyKernel, options.device);
-  runtime::DeviceBuffer source(bytes);
-  runtime::DeviceBuffer destination(bytes);
-  source.fill_bytes(0x5a);  // the values do not matter to the timing; they only must not be left undefined
-  destination.fill_bytes(0xff);
-  const runtime::LaunchConfig launch = measure::selftest_copy_launch(options.device);
-  const CUdeviceptr source_pointer = source.get();
-  const CUdeviceptr destination_pointer = destination.get();
-  const unsigned long long count = bytes / 16;
-  const measure::Measurement measurement = measure::measure(
-      [&](CUstream stream) { kernel.launch_with(launch, stream, source_pointer, destination_pointer, count); },
-      options);
-  const std::vector<uint8_t> last = destination.download<uint8_t>(16);
-  for (const uint8_t byte : last) {
-    if (byte != 0x5a) QTUNE_THROW(Error, "copy bandwidth: the destination does not hold the source's bytes");
-  }
-  const double bandwidth_gbps = 2.0 * static_cast<double>(bytes) / (measurement.median_us * 1e-6) / 1e9;
-  return nlohmann::json{
-      {"measurement", measurement}, {"bytes", bytes}, {"bandwidth_gbps", bandwidth_gbps}, {"device", device.info()}};
 }
 
 // ---------------------------------------------------------------- row figures

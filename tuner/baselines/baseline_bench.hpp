@@ -163,13 +163,7 @@ void validate_placements(const BenchBaselineRequest& request);  // InputError na
 TargetResult bench_baseline(const BenchBaselineRequest& request);
 nlohmann::json to_job_params(const BenchBaselineRequest& request);
 BenchBaselineRequest request_from_job_params(const nlohmann::json& params);  // InputError naming a bad field
-// Registers kBenchBaselineJob (runs bench_baseline, returns the TargetResult as JSON). Idempotent.
-void register_baseline_jobs();
-
-// The device's copy bandwidth measured in this process like the worker's "selftest-copy" job: a device-to-device
-// copy kernel of `bytes` timed through the harness; returns {"bandwidth_gbps" ((read + write) / median),
-// "bytes", "measurement", "device"}, the same answer as the job. Throws NoGpuError without a GPU.
-nlohmann::json measure_copy_bandwidth(uint64_t bytes, const measure::MeasureOptions& options);
+// The job kBenchBaselineJob runs bench_baseline and answers the TargetResult (registered in tuner/tune/worker_jobs.cpp).
 
 // ---- One benchmark row's figures ----
 struct RowMetrics {

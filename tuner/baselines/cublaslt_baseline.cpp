@@ -443,14 +443,22 @@ void CublasLtBaseline::launch(CUstream stream) {
 }
 
 VerifyResult CublasLtBaseline::verify() {
+  poison_output();
+  launch(nullptr);  // the legacy default stream; check_output's synchronize surfaces any fault
+  return check_output();
+}
+
+void CublasLtBaseline::poison_output() {
   State& s = *state_;
   if (!s.supported) QTUNE_THROW(Error, id() + ": verify before a successful prepare()");
-  const uint8_t poison = output_poison_byte(kind_);
-  const runtime::Device& device = runtime::Device::get(options_.device);
-  s.output.fill_bytes(poison);
-  device.synchronize();
-  launch(nullptr);  // the legacy default stream; synchronize() below surfaces any fault
-  device.synchronize();
+  s.output.fill_bytes(output_poison_byte(kind_));
+  runtime::Device::get(options_.device).synchronize();
+}
+
+VerifyResult CublasLtBaseline::check_output() {
+  State& s = *state_;
+  if (!s.supported) QTUNE_THROW(Error, id() + ": verify before a successful prepare()");
+  runtime::Device::get(options_.device).synchronize();
   std::vector<uint8_t> output = s.output.download<uint8_t>(s.output.bytes());
   VerifyResult result = compare_with_reference(s.operands, output, options_.fp8_output);
   result.message = id() + " " + s.algorithms[static_cast<size_t>(s.selected)].describe() + ": " + result.message;

@@ -91,8 +91,12 @@ class CublasLtBaseline {
   int selected_algorithm() const;
 
   // Runs the selected algorithm once on a poisoned output, copies C back and compares the checked rows with the
-  // CPU reference computed from the same quantized operands.
+  // CPU reference computed from the same quantized operands: poison_output, launch, check_output.
   VerifyResult verify();
+  // Fills C with output_poison_byte(kind) and waits for it.
+  void poison_output();
+  // Waits for the device, copies C back and compares the checked rows with the CPU reference.
+  VerifyResult check_output();
 
   // The host side of the prepared operands: checked rows, reference, tolerance and the f32 scales as uploaded
   // (the operand bytes themselves are released after the upload).

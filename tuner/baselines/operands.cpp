@@ -97,35 +97,6 @@ std::vector<float> dense_reference(const std::vector<float>& a, const std::vecto
   return c;
 }
 
-// The activations of the checked rows only (rows of a GEMM are independent), so the reference costs rows x N x K.
-QuantizedActivations select_rows(const QuantizedActivations& all, const std::vector<int64_t>& rows) {
-  QuantizedActivations subset;
-  subset.format = all.format;
-  subset.m = static_cast<int64_t>(rows.size());
-  subset.k = all.k;
-  subset.global_scale = all.global_scale;
-  subset.codes.resize(rows.size() * static_cast<size_t>(all.k));
-  for (size_t r = 0; r < rows.size(); ++r) {
-    std::memcpy(subset.codes.data() + r * static_cast<size_t>(all.k),
-                all.codes.data() + static_cast<size_t>(rows[r] * all.k), static_cast<size_t>(all.k));
-  }
-  subset.scales = all.scales;
-  if (all.scales.rows_per_scale == 1 && !all.scales.empty()) {
-    // Per-token or per-group scales: keep the checked rows' scale rows. (A per-tensor scale stays as it is.)
-    const auto cols = static_cast<size_t>(all.scales.cols);
-    subset.scales.rows = subset.m;
-    subset.scales.values.assign(rows.size() * cols, 0.0F);
-    subset.scales.bits.assign(rows.size() * cols, 0);
-    for (size_t r = 0; r < rows.size(); ++r) {
-      for (size_t c = 0; c < cols; ++c) {
-        subset.scales.values[r * cols + c] = all.scales.values[static_cast<size_t>(rows[r]) * cols + c];
-        subset.scales.bits[r * cols + c] = all.scales.bits[static_cast<size_t>(rows[r]) * cols + c];
-      }
-    }
-  }
-  return subset;
-}
-
 // The exact int32 results of the checked rows: sums of products of the int8 codes.
 std::vector<int32_t> exact_int8_rows(const QuantizedActivations& a, const QuantizedWeights& w,
                                      const std::vector<int64_t>& rows) {

@@ -163,6 +163,12 @@ std::optional<std::string> unknown_command_message(const CLI::App& root, CLI::Ap
 
 }  // namespace
 
+namespace {
+int requested_exit_status = 0;
+}  // namespace
+
+void set_exit_status(int status) { requested_exit_status = status; }
+
 int run_cli(int argc, char** argv) {
   runtime::install_crash_report("qtune");
   CLI::App app{"qtune: autotuning and benchmarking of quantized GEMM kernels on NVIDIA GPUs", "qtune"};
@@ -181,6 +187,7 @@ int run_cli(int argc, char** argv) {
   add_tune_command(app);
   add_search_eval_command(app);
   add_compile_command(app);
+  requested_exit_status = 0;
   // Flush before exit: output must reach a file even if a library's exit-time teardown fails.
   struct FlushOnReturn {
     ~FlushOnReturn() {
@@ -228,7 +235,7 @@ int run_cli(int argc, char** argv) {
     std::cerr << "qtune: error: " << error.what() << "\n";
     return kExitFailure;
   }
-  return 0;
+  return requested_exit_status;
 }
 
 }  // namespace qtune::cli

@@ -24,9 +24,12 @@
 #include "search/shape_limits.hpp"
 #include "tuner/baselines/baseline.hpp"
 #include "tuner/baselines/baseline_bench.hpp"
+#include "tuner/baselines/cublaslt_provider.hpp"
 #include "tuner/baselines/baseline_pin.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/measure/worker.hpp"
+#include "tuner/tune/records.hpp"
+#include "tuner/tune/worker_jobs.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/tune/tuner.hpp"
 
@@ -130,6 +133,7 @@ BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
 class JobRunner {
  public:
   explicit JobRunner(const BenchOptions& options) : in_process_(options.in_process) {
+    if (in_process_) tune::register_worker_jobs();
     if (!in_process_) {
       measure::WorkerOptions worker_options;
       worker_options.executable = options.worker_executable;
@@ -139,35 +143,7 @@ class JobRunner {
 
   measure::JobOutcome run(const std::string& job, const nlohmann::json& params, double timeout_s) {
     if (!in_process_) return worker_->run(job, params, timeout_s);
-    measure::JobOutcome outcome;
-    try {
-      if (job == baselines::kBenchBaselineJob) {
-        const auto request = baselines::request_from_job_params(params);
-        outcome.result = baselines::bench_baseline(request);
-      } else if (job == "selftest-device") {
-        outcome.result = runtime::Device::get(params.value("device", 0)).info();
-      } else if (job == "selftest-copy") {
-        measure::MeasureOptions copy_options;
-        copy_options.device = params.value("device", 0);
-        outcome.result = baselines::measure_copy_bandwidth(params.at("bytes").get<uint64_t>(), copy_options);
-      } else {
-        QTUNE_THROW(Error, "no in-process runner for job " + job);
-      }
-      outcome.status = measure::JobStatus::Ok;
-    } catch (const NoGpuError& error) {
-      outcome.status = measure::JobStatus::Error;
-      outcome.error = error.what();
-      outcome.error_type = "NoGpuError";
-    } catch (const InputError& error) {
-      outcome.status = measure::JobStatus::Error;
-      outcome.error = error.what();
-      outcome.error_type = "InputError";
-    } catch (const std::exception& error) {
-      outcome.status = measure::JobStatus::Error;
-      outcome.error = error.what();
-      outcome.error_type = "Error";
-    }
-    return outcome;
+    return measure::run_job_here(job, params);  // the jobs of the one registry (tune/worker_jobs.hpp)
   }
 
  private:
@@ -317,34 +293,18 @@ void store_results(const BenchOptions& options, const std::vector<Row>& rows, co
       const auto& variant = row.result->variants[i];
       const db::ConfigId config =
           store.upsert_config({row.target->config_kind, row.target->config_family, variant.params.dump(), ""});
-      db::Verification verification;
-      verification.run = run;
-      verification.problem = problem;
-      verification.config = config;
-      verification.status = variant.verify.passed ? db::VerificationStatus::Passed : db::VerificationStatus::Failed;
-      if (std::isfinite(variant.verify.rel_error)) verification.max_rel_error = variant.verify.rel_error;  // Frobenius
-      verification.tolerance = variant.verify.tolerance;
-      verification.message = variant.verify.message;
-      store.insert_verification(verification);
-      if (!variant.verify.passed) continue;
-
-      db::Measurement measurement;
-      measurement.run = run;
-      measurement.problem = problem;
-      measurement.config = config;
-      measurement.l2_mode = options.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
-      if (static_cast<int>(i) != row.result->best) {
-        measurement.phase = baselines::kTopKPhase;
-      } else {
-        measurement.phase =
-            row.result->pin == baselines::PinOutcome::Pinned ? baselines::kPinnedPhase : baselines::kBestOfTopKPhase;
-      }
-      if (variant.measurement) {
-        tune::record_measurement(measurement, *variant.measurement);
+      const std::string phase =
+          static_cast<int>(i) != row.result->best
+              ? baselines::kTopKPhase
+              : (row.result->pin == baselines::PinOutcome::Pinned ? baselines::kPinnedPhase : baselines::kBestOfTopKPhase);
+      tune::CandidateRecords records = tune::candidate_records(baselines::candidate_result(variant), run, problem, config, phase);
+      store.insert_verification(records.verification);
+      if (!records.measurement) continue;  // verification failed: nothing timed
+      db::Measurement& measurement = *records.measurement;
+      if (measurement.status == db::MeasurementStatus::Ok) {
         measurement.message = row.result->notes;
       } else {
-        measurement.status = db::MeasurementStatus::Failed;
-        measurement.message = variant.error;
+        measurement.l2_mode = options.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
       }
       store.insert_measurement(measurement);
     }
@@ -540,9 +500,6 @@ void run_bench(const BenchOptions& options) {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  // The worker process is this executable too: its measurement jobs must be registered in every qtune process.
-  baselines::register_baseline_jobs();
-
   auto options = std::make_shared<BenchOptions>();
   CLI::App* command = app.add_subcommand(
       "bench", "Measure cuBLASLt baselines (and, later, kernel configurations) for N,K and a list of M");

@@ -24,12 +24,12 @@
 #include "search/shape_limits.hpp"
 #include "search/space.hpp"
 #include "tuner/cli/commands.hpp"
-#include "tuner/gemm/sweep.hpp"
 #include "tuner/jit/compiler.hpp"
 #include "tuner/jit/thread_pool.hpp"
 #include "tuner/tune/backend.hpp"
 #include "tuner/tune/problem_set.hpp"
 #include "tuner/tune/progress.hpp"
+#include "tuner/tune/records.hpp"
 #include "tuner/tune/restricted_family.hpp"
 #include "tuner/tune/tuner.hpp"
 
@@ -146,7 +146,7 @@ std::vector<KernelConfig> select_configs(const CompileCommandOptions& options, c
   }
   // The same ranges as `qtune tune`: the preset's, replaced by --param where given.
   std::map<std::string, std::vector<int>> ranges;
-  if (options.space == "curated") ranges = gemm::default_sweep_ranges(family, problem.m);
+  if (options.space == "curated") ranges = family.curated_ranges(problem.m);
   for (const std::string& text : options.params) {
     auto [name, values] = tune::parse_parameter_values(text);
     ranges[name] = values;
@@ -177,33 +177,14 @@ void store_rows(const CompileCommandOptions& options, const KernelFamily& family
   const std::string source_hash = tune::kernel_source_hash(family);
   auto transaction = store.transaction();
   for (const CompileRow& row : rows) {
-    db::KernelConfig config;
-    config.kind = db::ConfigKind::Kernel;
-    config.family = row.config.family;
-    config.params_json = row.config.to_json().at("params").dump();
-    config.source_hash = source_hash;
-    db::CompileResult result;
-    result.run = run;
-    result.config = store.upsert_config(config);
-    result.format = format.to_string();
-    result.arch = options.arch;
+    tune::InstantiationResult result;
     if (row.ok) {
-      const jit::CompiledKernel& kernel = *row.kernel;
-      result.cache_key = kernel.cache_key;
-      result.cache_hit = kernel.from_cache;
-      // As `qtune tune` stores it: the time of a compile made now; a cache hit compiled nothing.
-      if (!kernel.from_cache) result.compile_seconds = kernel.compile_seconds;
-      result.registers = kernel.resources.registers;
-      result.spill_store_bytes = kernel.resources.spill_store_bytes;
-      result.spill_load_bytes = kernel.resources.spill_load_bytes;
-      result.shared_bytes = kernel.resources.static_shared_bytes;
-      result.stack_bytes = kernel.resources.stack_frame_bytes;
-      result.status = db::CompileStatus::Ok;
+      result = tune::instantiation_result(*row.kernel);
     } else {
-      result.status = db::CompileStatus::Failed;
       result.message = row.error;
     }
-    store.insert_compile(result);
+    const db::ConfigId config = store.upsert_config(tune::config_record(row.config, source_hash));
+    store.insert_compile(tune::compile_record(run, config, tune::Instantiation{row.config, format, options.arch}, result));
   }
   transaction.commit();
 }

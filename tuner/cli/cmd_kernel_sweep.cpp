@@ -1,6 +1,6 @@
 // `qtune kernel-sweep`: times a kernel family's configurations on the local GPU for one format and shape over a list
-// of M (CUPTI kernel time, cold L2), after checking each against the CPU reference. A plain sweep for developing
-// kernels and for docs/perf.md; tuning proper is `qtune tune`.
+// of M (CUPTI kernel time, cold L2), after checking each against the CPU reference, in the measuring worker
+// (tuner/tune/sweep.hpp). A plain sweep for developing kernels and for docs/perf.md; tuning proper is `qtune tune`.
 #include <algorithm>
 #include <iostream>
 #include <map>
@@ -14,7 +14,7 @@
 #include "reports/table.hpp"
 #include "search/shape_limits.hpp"
 #include "tuner/cli/commands.hpp"
-#include "tuner/gemm/sweep.hpp"
+#include "tuner/tune/sweep.hpp"
 
 namespace qtune::cli {
 
@@ -42,7 +42,7 @@ struct KernelSweepOptions {
 };
 
 void run(const KernelSweepOptions& options) {
-  gemm::SweepOptions sweep;
+  tune::SweepOptions sweep;
   sweep.family = options.family;
   sweep.format = FormatSpec::parse(options.format);
   const std::vector<int64_t> shape = parse_positive_int_list(options.shape, "--shape");
@@ -78,7 +78,7 @@ void run(const KernelSweepOptions& options) {
 
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   size_t done = 0;
-  const std::vector<gemm::SweepRow> rows = gemm::run_sweep(sweep, [&](const gemm::SweepRow& row) {
+  const std::vector<tune::SweepRow> rows = tune::run_sweep_on_device(sweep, [&](const tune::SweepRow& row) {
     ++done;
     if (style != reports::OutputStyle::Text) return;
     std::cerr << "[" << done << "] m=" << row.m << " " << row.config.to_string() << ": ";
@@ -92,19 +92,19 @@ void run(const KernelSweepOptions& options) {
 
   // Per M: the fastest `top` verified configurations, the default, and every failure.
   reports::Table table({"m", "config", "median_us", "p10_us", "p90_us", "GB/s", "TFLOP/s", "regs", "smem_KiB", "note"});
-  std::map<int64_t, std::vector<const gemm::SweepRow*>> by_m;
-  for (const gemm::SweepRow& row : rows) by_m[row.m].push_back(&row);
+  std::map<int64_t, std::vector<const tune::SweepRow*>> by_m;
+  for (const tune::SweepRow& row : rows) by_m[row.m].push_back(&row);
   int failures = 0;
   for (auto& [m, list] : by_m) {
-    std::vector<const gemm::SweepRow*> measured;
-    for (const gemm::SweepRow* row : list) {
+    std::vector<const tune::SweepRow*> measured;
+    for (const tune::SweepRow* row : list) {
       if (row->measured) measured.push_back(row);
     }
-    std::sort(measured.begin(), measured.end(), [](const gemm::SweepRow* a, const gemm::SweepRow* b) {
+    std::sort(measured.begin(), measured.end(), [](const tune::SweepRow* a, const tune::SweepRow* b) {
       return a->measurement.median_us < b->measurement.median_us;
     });
     for (size_t i = 0; i < measured.size(); ++i) {
-      const gemm::SweepRow& row = *measured[i];
+      const tune::SweepRow& row = *measured[i];
       if (static_cast<int>(i) >= options.top && !row.is_default && style == reports::OutputStyle::Text) continue;
       std::string note = i == 0 ? "best" : "";
       if (row.is_default) note += std::string(note.empty() ? "" : ", ") + "default";
@@ -114,7 +114,7 @@ void run(const KernelSweepOptions& options) {
                      fixed(row.measurement.p10_us, 2), fixed(row.measurement.p90_us, 2), fixed(row.gbps, 0),
                      fixed(row.tflops, 1), std::to_string(row.registers), fixed(row.shared_bytes / 1024.0, 1), note});
     }
-    for (const gemm::SweepRow* row : list) {
+    for (const tune::SweepRow* row : list) {
       if (row->measured) continue;
       ++failures;
       table.add_row({std::to_string(m), row->config.to_string(), "", "", "", "", "", std::to_string(row->registers),

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -26,11 +25,13 @@
 #include "search/cost_model.hpp"
 #include "search/m_buckets.hpp"
 #include "search/model_shapes.hpp"
+#include "tuner/cli/cli.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/jit/kernel_cache.hpp"
 #include "tuner/jit/thread_pool.hpp"
 #include "tuner/production/selector.hpp"
 #include "tuner/tune/devices.hpp"
+#include "tuner/tune/family_runs.hpp"
 #include "tuner/tune/problem_set.hpp"
 #include "tuner/tune/progress.hpp"
 #include "tuner/tune/restricted_family.hpp"
@@ -226,29 +227,29 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_progress(tune::ConsoleProg
   return stages;
 }
 
-// The kernel families to tune, in order: "auto" is every family that runs one of the formats on the target's
-// architecture; otherwise a comma-separated list of family names.
-std::vector<const KernelFamily*> families_to_tune(const std::string& text, const std::vector<FormatSpec>& formats, int sm) {
-  std::vector<const KernelFamily*> families;
-  if (text == "auto") {
-    for (const KernelFamily* family : kernel_families()) {
-      const bool runs_one = std::any_of(formats.begin(), formats.end(),
-                                        [&](const FormatSpec& format) { return family->supports(format, sm).supported; });
-      if (runs_one) families.push_back(family);
-    }
-    if (families.empty()) families.push_back(&find_family("mma"));  // its refusal names the reason per problem
-    return families;
+// Per family: its progress stages, its line, and its report (in text; one table of all at the end otherwise).
+class FamilyConsole final : public tune::FamilyRunObserver {
+ public:
+  FamilyConsole(tune::ConsoleProgress& progress, std::vector<std::pair<std::size_t, std::size_t>> stages,
+                std::size_t families, bool dry_run, reports::OutputStyle style)
+      : progress_(progress), stages_(std::move(stages)), families_(families), dry_run_(dry_run), style_(style) {}
+  void family_started(std::size_t index, const KernelFamily& family, std::size_t problems) override {
+    progress_.start_stages(stages_[index].first, stages_[index].second);
+    if (problems > 0 && families_ > 1) std::cerr << "qtune tune: family " << family.name() << ", " << problems << " problems\n";
   }
-  std::stringstream stream(text);
-  std::string name;
-  while (std::getline(stream, name, ',')) {
-    families.push_back(&naming_flag("--family", [&]() -> const KernelFamily& { return find_family(name); }));
+  void family_finished(std::size_t /*index*/, const tune::TuneReport& report) override {
+    if (style_ == reports::OutputStyle::Text) print_report(report, dry_run_, style_);
   }
-  if (families.empty()) QTUNE_INPUT_ERROR("--family: expected auto or a comma-separated list of families");
-  return families;
-}
 
-void run(const TuneCommandOptions& options) {
+ private:
+  tune::ConsoleProgress& progress_;
+  std::vector<std::pair<std::size_t, std::size_t>> stages_;
+  std::size_t families_;
+  bool dry_run_;
+  reports::OutputStyle style_;
+};
+
+int run(const TuneCommandOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   // The problem set: formats x shapes x M buckets, then this process's shard of it.
   if (options.formats.empty()) QTUNE_INPUT_ERROR("--format: required (format specs or presets, e.g. w4a16-int4-ch)");
@@ -305,7 +306,7 @@ void run(const TuneCommandOptions& options) {
   }
 
   const tune::TuneTarget target = tune::resolve_target(options.gpu, options.devices, options.dry_run);
-  const std::vector<const KernelFamily*> families = families_to_tune(options.family, formats, target.limits.sm);
+  const std::vector<const KernelFamily*> families = tune::families_to_tune(options.family, formats, target.limits.sm);
   std::cerr << "qtune tune: " << tune_options.problems.size() << " problems";
   if (shard.sharded()) std::cerr << " (shard " << shard.to_string() << " of " << all_problems.size() << ")";
   std::cerr << " on " << target.gpu_key() << " (" << target.arch << ")";
@@ -337,13 +338,6 @@ void run(const TuneCommandOptions& options) {
     return std::make_unique<tune::WorkerBackend>(backend_options);
   };
 
-  tune::TuneReport report;
-  const std::map<std::string, std::vector<int>> parameter_values = tune_options.parameter_values;
-  for (const auto& [name, values] : parameter_values) {
-    if (std::none_of(families.begin(), families.end(), [&](const KernelFamily* family) { return has_parameter(*family, name); })) {
-      QTUNE_INPUT_ERROR("--param: no family tuned here has a parameter '" + name + "'");
-    }
-  }
   // Each family is its own run; a problem's winner is the fastest over the families (tuner.cpp keeps another
   // family's faster winner). One progress bar covers every family's compile and measuring.
   std::vector<std::vector<Problem>> problems_of_family;
@@ -355,35 +349,23 @@ void run(const TuneCommandOptions& options) {
   const std::size_t threads = jit::compiler_thread_count(options.jobs);
   const std::vector<std::pair<std::size_t, std::size_t>> stages =
       plan_progress(progress, families, problems_of_family, options, threads);
-  tune::TuneReport machine_report;  // --output json|csv: one table of every family's problems
-  for (std::size_t i = 0; i < families.size(); ++i) {
-    const KernelFamily* family = families[i];
-    tune_options.family = family->name();
-    tune_options.parameter_values.clear();
-    for (const auto& [name, values] : parameter_values) {
-      if (has_parameter(*family, name)) tune_options.parameter_values[name] = values;
-    }
-    tune_options.problems = problems_of_family[i];
-    progress.start_stages(stages[i].first, stages[i].second);
-    if (tune_options.problems.empty()) continue;
-    if (families.size() > 1) {
-      std::cerr << "qtune tune: family " << family->name() << ", " << tune_options.problems.size() << " problems\n";
-    }
-    {
-      StopSignals signals;
-      report = tune::run_tune(tune_options, target, options.db_path, services, &progress, &stop_requested);
-    }
-    if (style == reports::OutputStyle::Text) {
-      print_report(report, options.dry_run, style);
-    } else {
+  FamilyConsole console(progress, stages, families.size(), options.dry_run, style);
+  tune::FamilyRuns runs;
+  {
+    StopSignals signals;
+    runs = tune::run_tune_families(tune_options, families, problems_of_family, target, options.db_path, services, &progress,
+                                   &console, &stop_requested);
+  }
+  if (!runs.interrupted) progress.end_stages();
+  if (style != reports::OutputStyle::Text) {
+    tune::TuneReport machine_report;  // --output json|csv: one table of every family's problems
+    for (const tune::TuneReport& report : runs.reports) {
       machine_report.reports.insert(machine_report.reports.end(), report.reports.begin(), report.reports.end());
     }
-    if (report.interrupted) break;
+    print_report(machine_report, options.dry_run, style);
   }
-  if (!report.interrupted) progress.end_stages();
-  if (style != reports::OutputStyle::Text) print_report(machine_report, options.dry_run, style);
   // 130: stopped by a signal, as shells report a Ctrl-C.
-  if (report.interrupted) std::exit(130);
+  return runs.interrupted ? kExitInterrupted : 0;
 }
 
 }  // namespace
@@ -461,7 +443,7 @@ void add_tune_command(CLI::App& app) {
       ->check(integer_in(0, kMaxJobs))
       ->capture_default_str();
   command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();
-  command->callback([options] { run(*options); });
+  command->callback([options] { set_exit_status(run(*options)); });
 }
 
 }  // namespace qtune::cli

@@ -1,10 +1,9 @@
 // `qtune __worker --fd N`: the measuring worker process (tuner/measure/worker.hpp). Hidden from --help: the
 // parent starts it, never a person.
-#include <cstdlib>
-
+#include "tuner/cli/cli.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/measure/worker.hpp"
-#include "tuner/tune/worker_backend.hpp"
+#include "tuner/tune/worker_jobs.hpp"
 
 namespace qtune::cli {
 
@@ -16,12 +15,10 @@ void add_worker_command(CLI::App& app) {
       ->check(integer_in(0, INT32_MAX))
       ->required();
   command->callback([socket_fd] {
-    // Other parts of qtune register their jobs when their commands are added (e.g. add_bench_command) or here,
-    // before serving; run_worker adds the selftest jobs.
-    tune::register_tune_jobs();
-    const int exit_code = measure::run_worker(*socket_fd);
+    // Every job qtune has, from its one registry.
+    tune::register_worker_jobs();
     // The exit status tells the parent why the worker stopped (e.g. after a sticky CUDA error).
-    if (exit_code != 0) std::exit(exit_code);
+    set_exit_status(measure::run_worker(*socket_fd));
   });
 }
 

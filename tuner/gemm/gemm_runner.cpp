@@ -76,6 +76,14 @@ LoadedKernel::LoadedKernel(const KernelFamily& family, KernelConfig config, cons
       module_(compiled.cubin),
       kernel_(module_.kernel(compiled.lowered_name.empty() ? family.kernel_name(config_, format) : compiled.lowered_name)) {}
 
+uint64_t compulsory_bytes(const KernelFamily& family, const KernelConfig& config, const Problem& problem) {
+  uint64_t bytes = 0;
+  for (const BufferSpec& spec : family.buffers(config, problem)) {
+    if (spec.role != BufferRole::Workspace) bytes += spec.bytes;
+  }
+  return bytes;
+}
+
 GemmDeviceData::GemmDeviceData(const KernelFamily& family, const KernelConfig& any_config, const GemmData& data)
     : family_(&family), problem_(data.problem) {
   PackedBuffers host = family.prepack_weights(data.weights, any_config);
@@ -93,9 +101,9 @@ GemmDeviceData::GemmDeviceData(const KernelFamily& family, const KernelConfig& a
       }
       buffer.upload(found->second.data(), found->second.size());
     }
-    compulsory_bytes_ += spec.bytes;
     buffers_.emplace(spec.name, std::move(buffer));
   }
+  compulsory_bytes_ = gemm::compulsory_bytes(family, any_config, problem_);
   runtime::Device::get().synchronize();  // pageable uploads may still be in flight when cuMemcpyHtoD returns
 }
 
@@ -192,65 +200,14 @@ std::vector<uint16_t> GemmDeviceData::output_bits() const {
   return buffers_.at("c").download<uint16_t>(static_cast<size_t>(problem_.m * problem_.n));
 }
 
-std::string Verification::summary() const {
-  std::ostringstream text;
-  text.precision(4);
-  auto where = [&](int64_t index) {
-    return "(" + std::to_string(index / std::max<int64_t>(n, 1)) + "," + std::to_string(index % std::max<int64_t>(n, 1)) + ")";
-  };
-  text << (passed ? "PASS" : "FAIL") << " rel " << relative_error << (relative_error <= tolerance ? " <= " : " > ")
-       << tolerance << " (" << m << "x" << n << ")";
-  if (nan_count > 0) text << "; " << nan_count << " NaN/inf";
-  if (worst >= 0) text << "; worst " << where(worst) << " got " << worst_got << " expected " << worst_expected;
-  if (first_bad >= 0) {
-    text << "; " << bad_count << " elements off; first " << where(first_bad) << " got " << first_bad_got << " expected "
-         << first_bad_expected;
-  }
-  return text.str();
-}
-
 Verification verify_output(const std::vector<uint16_t>& output_bits, OutputType output, const ReferenceResult& reference,
                            double tolerance) {
-  Verification result;
-  result.tolerance = tolerance;
-  result.m = reference.m;
-  result.n = reference.n;
-  if (output_bits.size() != reference.unrounded.size()) {
-    QTUNE_THROW(Error, "output has " + std::to_string(output_bits.size()) + " elements, the reference " +
-                           std::to_string(reference.unrounded.size()));
-  }
   std::vector<float> got(output_bits.size());
   for (size_t i = 0; i < got.size(); ++i) {
     got[i] = output == OutputType::F16 ? f16_bits_to_float(output_bits[i]) : bf16_bits_to_float(output_bits[i]);
   }
-  result.relative_error = relative_error(got, reference.unrounded);
-  double sum_squares = 0;
-  for (float value : reference.unrounded) sum_squares += double(value) * double(value);
-  const double rms = std::sqrt(sum_squares / std::max<size_t>(reference.unrounded.size(), 1));
-  const double bound = 8.0 * tolerance * std::max(rms, 1e-30);
-  double worst_error = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double expected = reference.unrounded[i];
-    if (!std::isfinite(got[i])) {
-      ++result.nan_count;
-    }
-    const double error = std::isfinite(got[i]) ? std::fabs(double(got[i]) - expected) : INFINITY;
-    if (error > worst_error) {
-      worst_error = error;
-      result.worst = static_cast<int64_t>(i);
-      result.worst_got = got[i];
-      result.worst_expected = static_cast<float>(expected);
-    }
-    if (error > bound) {
-      if (result.first_bad < 0) {
-        result.first_bad = static_cast<int64_t>(i);
-        result.first_bad_got = got[i];
-        result.first_bad_expected = static_cast<float>(expected);
-      }
-      ++result.bad_count;
-    }
-  }
-  result.passed = result.nan_count == 0 && result.bad_count == 0 && result.relative_error <= tolerance;
+  Verification result = compare_output(got, reference.unrounded, reference.n, CheckRules{tolerance, true});
+  result.m = reference.m;
   return result;
 }
 

@@ -12,6 +12,7 @@
 
 #include "kernels/family.hpp"
 #include "kernels/reference.hpp"
+#include "kernels/verification.hpp"
 #include "tuner/jit/compiler.hpp"
 #include "tuner/runtime/memory.hpp"
 #include "tuner/runtime/module.hpp"
@@ -57,6 +58,10 @@ class LoadedKernel {
 void launch_gemm(const KernelFamily& family, const KernelConfig& config, const Problem& problem, const runtime::Kernel& kernel,
                  const std::map<std::string, uint64_t>& device_addresses, CUstream stream);
 
+// Bytes a launch must move at least once: packed weights, scales, activations, bias and output (every buffer but
+// the workspace), for GB/s figures.
+uint64_t compulsory_bytes(const KernelFamily& family, const KernelConfig& config, const Problem& problem);
+
 // Device buffers of one problem. Prepacked weights are uploaded once (the mma layout does not depend on the config);
 // the workspace is re-zeroed whenever a different configuration is prepared.
 class GemmDeviceData {
@@ -82,23 +87,12 @@ class GemmDeviceData {
   uint64_t compulsory_bytes_ = 0;
 };
 
-struct Verification {
-  bool passed = false;
-  double relative_error = 0;  // Frobenius, against the unrounded f32 reference
-  double tolerance = 0;
-  int64_t nan_count = 0;      // NaN or inf in the output (a poisoned element never written shows here)
-  int64_t bad_count = 0;      // elements beyond the per-element bound
-  int64_t first_bad = -1;     // first such element (row-major index), -1 if none
-  float first_bad_got = 0, first_bad_expected = 0;
-  int64_t worst = -1;         // element with the largest absolute error
-  float worst_got = 0, worst_expected = 0;
-  int64_t m = 0, n = 0;
-  // "rel 1.2e-3 <= 5e-3; worst (r,c) got x expected y; ..." for test and sweep logs.
-  std::string summary() const;
-};
+// A family kernel's output checked by the one verifier (kernels/verification.hpp).
+using Verification = OutputCheck;
 
-// Compares an output against the reference: passes when the relative error is within `tolerance`, there is no
-// NaN/inf, and no element is off by more than 8 * tolerance * rms(reference) (a wrong column cannot hide in a norm).
+// Compares an output (16-bit patterns of the format's output type) against the reference: passes when the relative
+// error is within `tolerance`, there is no NaN/inf, and no element is off by more than 8 * tolerance * rms(reference)
+// (a wrong column cannot hide in a norm).
 Verification verify_output(const std::vector<uint16_t>& output_bits, OutputType output, const ReferenceResult& reference,
                            double tolerance);
 

@@ -80,6 +80,10 @@ struct JobOutcome {
   bool ok() const { return status == JobStatus::Ok; }
 };
 
+// Runs a registered job in this process, answering as the worker would (ok, error with its type, or fault after a
+// sticky CUDA error; no containment): `qtune bench --in-process`, for debugging a job under a debugger.
+JobOutcome run_job_here(const std::string& job, const nlohmann::json& params);
+
 // Rethrows a failed outcome as the qtune error it was in the worker (NoGpuError stays NoGpuError, ...); crashes,
 // faults and timeouts become qtune::Error naming the job. Does nothing for an ok outcome.
 void throw_if_failed(const JobOutcome& outcome, const std::string& job);

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "kernels/error.hpp"
+#include "tuner/providers/family_provider.hpp"
+#include "tuner/tune/records.hpp"
 #include "tuner/jit/thread_pool.hpp"
 
 namespace qtune::tune {
@@ -12,11 +14,7 @@ std::string Instantiation::key() const {
 }
 
 jit::CompileRequest compile_request(const KernelFamily& family, const Instantiation& instantiation) {
-  jit::CompileRequest request;
-  request.source = family.instantiation_source(instantiation.config, instantiation.format, instantiation.arch);
-  request.kernel_name = family.kernel_name(instantiation.config, instantiation.format);
-  request.arch = instantiation.arch;
-  return request;
+  return providers::compile_request(family, instantiation.config, instantiation.format, instantiation.arch);
 }
 
 NvrtcInstantiationCompiler::NvrtcInstantiationCompiler(jit::CompilerSettings settings) : compiler_(std::move(settings)) {
@@ -63,17 +61,7 @@ std::vector<InstantiationResult> NvrtcInstantiationCompiler::compile(const Kerne
         result.message = outcome.error_message;
         continue;
       }
-      const jit::CompiledKernel& kernel = *outcome.kernel;
-      result.ok = true;
-      result.cache_key = kernel.cache_key;
-      result.cache_hit = kernel.from_cache;
-      result.compile_seconds = kernel.compile_seconds;
-      result.spill_store_bytes = kernel.resources.spill_store_bytes;
-      result.spill_load_bytes = kernel.resources.spill_load_bytes;
-      result.resources.registers = kernel.resources.registers;
-      result.resources.spill_bytes = kernel.resources.spill_store_bytes + kernel.resources.spill_load_bytes;
-      result.resources.static_shared_bytes = kernel.resources.static_shared_bytes;
-      result.resources.stack_frame_bytes = kernel.resources.stack_frame_bytes;
+      result = instantiation_result(*outcome.kernel);
     }
     done = done_before + outcomes.size();
   }
@@ -91,17 +79,6 @@ MeasureSettings default_measure_settings() {
   settings.short_fidelity.target_relative_ci = 0.05;
   settings.short_fidelity.clock_dip_fraction = 0;  // screening ranks; a retried dip would only cost time
   return settings;
-}
-
-std::string to_string(CandidateOutcome outcome) {
-  switch (outcome) {
-    case CandidateOutcome::Measured: return "measured";
-    case CandidateOutcome::VerificationFailed: return "verification-failed";
-    case CandidateOutcome::Error: return "error";
-    case CandidateOutcome::Crashed: return "crashed";
-    case CandidateOutcome::Timeout: return "timeout";
-  }
-  return "unknown";
 }
 
 }  // namespace qtune::tune

@@ -15,6 +15,7 @@
 #include "search/strategy.hpp"
 #include "tuner/jit/compiler.hpp"
 #include "tuner/measure/measure.hpp"
+#include "tuner/providers/pipeline.hpp"
 
 namespace qtune::tune {
 
@@ -70,6 +71,7 @@ struct MeasureSettings {
   // (the first and the last among them) are, and every element is checked to have been written.
   std::int64_t full_verify_max_m = 256;
   std::int64_t verify_rows = 64;
+  bool verify = true;      // false: measured without the check (kernel-sweep --no-verify)
   std::uint64_t seed = 1;  // problem data seed
 };
 MeasureSettings default_measure_settings();
@@ -84,24 +86,10 @@ struct CandidateRequest {
   double timeout_s = 30;
 };
 
-enum class CandidateOutcome {
-  Measured,            // verified, then measured
-  VerificationFailed,  // wrong results (or elements left unwritten)
-  Error,               // the job failed cleanly (launch refused, ...)
-  Crashed,             // the worker died (fault, signal)
-  Timeout,             // the watchdog killed the worker
-};
-std::string to_string(CandidateOutcome outcome);
-
-struct CandidateResult {
-  CandidateOutcome outcome = CandidateOutcome::Error;
-  double max_rel_error = 0;
-  double tolerance = 0;
-  std::int64_t rows_checked = 0;
-  std::string verification_summary;
-  measure::Measurement measurement;  // when Measured
-  std::string message;               // why not, otherwise
-};
+// What became of a candidate: the providers' one result type (tuner/providers/pipeline.hpp).
+using providers::CandidateOutcome;
+using providers::CandidateResult;
+using providers::to_string;
 
 class MeasuringBackend {
  public:

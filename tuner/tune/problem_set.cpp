@@ -214,4 +214,13 @@ std::vector<Problem> problems_for_family(const KernelFamily& family, const std::
   return selected;
 }
 
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t hash = 1469598103934665603ULL;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  return hash;
+}
+
 }  // namespace qtune::tune

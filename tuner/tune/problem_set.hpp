@@ -50,6 +50,8 @@ std::vector<Problem> select_shard(const std::vector<Problem>& problems, const Sh
 
 // "w4a16-int4-ch m=16 n=4096 k=4096" without bias; the key problems are sorted and seeded by.
 std::string problem_key(const Problem& problem);
+// A stable 64-bit hash (FNV-1a) of a key such as problem_key's, for per-problem seeds that do not depend on order.
+std::uint64_t fnv1a(std::string_view text);
 
 // The problems `family` tunes when `families` are tuned one after another. With split_by_m (tune --family auto) and
 // both the mma and wgmma families, each takes the M range where it can win on Hopper, overlapping at M = 16 and 32:

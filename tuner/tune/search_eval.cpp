@@ -18,14 +18,6 @@ namespace qtune::tune {
 
 namespace {
 
-std::uint64_t fnv1a(std::string_view text) {
-  std::uint64_t hash = 1469598103934665603ULL;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ULL;
-  }
-  return hash;
-}
 
 double median_of(std::vector<double> values) {
   std::sort(values.begin(), values.end());

@@ -18,42 +18,13 @@
 #include "kernels/error.hpp"
 #include "search/space.hpp"
 #include "search/winner.hpp"
-#include "tuner/gemm/sweep.hpp"
 #include "tuner/jit/sha256.hpp"
-#include "tuner/runtime/build_info.hpp"
+#include "tuner/tune/records.hpp"
 #include "tuner/tune/restricted_family.hpp"
-
-#ifndef QTUNE_VERSION
-#define QTUNE_VERSION "unknown"
-#endif
 
 namespace qtune::tune {
 
 namespace fs = std::filesystem;
-
-db::RunInfo run_info_of_this_build(std::string kind) {
-  db::RunInfo info;
-  info.kind = std::move(kind);
-  info.tool_version = QTUNE_VERSION;
-  info.git_sha = build_git_sha();
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) == 0) info.host = host;
-  return info;
-}
-
-void record_measurement(db::Measurement& record, const measure::Measurement& m) {
-  record.status = db::MeasurementStatus::Ok;
-  record.stats = db::TimingStats{m.median_us, m.p10_us,    m.p90_us,    m.min_us,    m.max_us,
-                                 m.mean_us,   m.stddev_us, m.ci_low_us, m.ci_high_us};
-  record.samples_us = m.samples_us;
-  record.sample_count = static_cast<std::int64_t>(m.samples_us.size());
-  record.l2_mode = m.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
-  if (m.nvml_end.valid && m.nvml_end.sm_mhz > 0) record.sm_clock_mhz = m.nvml_end.sm_mhz;
-  if (m.nvml_end.valid && m.nvml_end.mem_mhz > 0) record.mem_clock_mhz = m.nvml_end.mem_mhz;
-  if (m.nvml_end.valid && m.nvml_end.temp_c >= 0) record.temperature_c = m.nvml_end.temp_c;
-  if (m.nvml_end.valid && m.nvml_end.power_w >= 0) record.power_w = m.nvml_end.power_w;
-  record.throttled = m.throttled;
-}
 
 TuneTarget target_from_profile(const search::GpuProfile& profile) {
   TuneTarget target;
@@ -82,26 +53,9 @@ namespace {
 // Thrown inside a search when the tune must stop; caught per problem.
 struct Interrupted {};
 
-std::uint64_t fnv1a(std::string_view text) {
-  std::uint64_t hash = 1469598103934665603ULL;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ULL;
-  }
-  return hash;
-}
 
 db::Problem db_problem(const Problem& problem) {
   return db::Problem{problem.format.to_string(), problem.m, problem.n, problem.k};
-}
-
-db::KernelConfig db_config(const KernelConfig& config, const std::string& source_hash) {
-  db::KernelConfig record;
-  record.kind = db::ConfigKind::Kernel;
-  record.family = config.family;
-  record.params_json = config.to_json().at("params").dump();
-  record.source_hash = source_hash;
-  return record;
 }
 
 bool is_short_phase(const std::string& phase) {
@@ -119,7 +73,7 @@ struct SearchIdentity {
 // The values each parameter may take for one problem: the space preset's, replaced by the user's where given.
 std::map<std::string, std::vector<int>> parameter_ranges(const TuneOptions& options, const KernelFamily& family, std::int64_t m) {
   std::map<std::string, std::vector<int>> ranges;
-  if (options.space == "curated") ranges = gemm::default_sweep_ranges(family, m);
+  if (options.space == "curated") ranges = family.curated_ranges(m);
   for (const auto& [name, values] : options.parameter_values) ranges[name] = values;
   return ranges;
 }
@@ -327,55 +281,11 @@ class TuneObjective final : public search::Objective {
 
  private:
   void store_result(const CandidateEntry& entry, const std::string& phase, const CandidateResult& result, StoredResult& stored) {
-    db::Verification verification;
-    verification.run = context_.run;
-    verification.problem = prepared_.report.problem_id;
-    verification.config = entry.config_id;
-    db::Measurement measurement;
-    measurement.run = context_.run;
-    measurement.problem = prepared_.report.problem_id;
-    measurement.config = entry.config_id;
-    measurement.phase = phase;
-    bool store_measurement = true;
-    switch (result.outcome) {
-      case CandidateOutcome::Measured: {
-        verification.status = db::VerificationStatus::Passed;
-        verification.max_rel_error = result.max_rel_error;
-        verification.tolerance = result.tolerance;
-        verification.message = result.verification_summary;
-        record_measurement(measurement, result.measurement);
-        measurement.message = result.measurement.stop_reason;
-        break;
-      }
-      case CandidateOutcome::VerificationFailed:
-        verification.status = db::VerificationStatus::Failed;
-        if (std::isfinite(result.max_rel_error)) verification.max_rel_error = result.max_rel_error;
-        verification.tolerance = result.tolerance;
-        verification.message = result.message;
-        store_measurement = false;  // nothing to time: the candidate is invalid
-        break;
-      case CandidateOutcome::Error:
-        verification.status = db::VerificationStatus::Invalid;
-        verification.message = result.message;
-        measurement.status = db::MeasurementStatus::Failed;
-        measurement.message = result.message;
-        break;
-      case CandidateOutcome::Crashed:
-        verification.status = db::VerificationStatus::Crashed;
-        verification.message = result.message;
-        measurement.status = db::MeasurementStatus::Crashed;
-        measurement.message = result.message;
-        break;
-      case CandidateOutcome::Timeout:
-        verification.status = db::VerificationStatus::Crashed;
-        verification.message = "timeout: " + result.message;
-        measurement.status = db::MeasurementStatus::Timeout;
-        measurement.message = result.message;
-        break;
-    }
+    const CandidateRecords records =
+        candidate_records(result, context_.run, prepared_.report.problem_id, entry.config_id, phase);
     auto transaction = store_.transaction();
-    store_.insert_verification(verification);
-    if (store_measurement) store_.insert_measurement(measurement);
+    store_.insert_verification(records.verification);
+    if (records.measurement) store_.insert_measurement(*records.measurement);
     transaction.commit();
     if (result.outcome == CandidateOutcome::Measured) {
       stored.passed = true;
@@ -650,8 +560,12 @@ search::Budget problem_budget(const TuneOptions& options, std::size_t candidates
   return budget;
 }
 
-TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const fs::path& database, TuneServices& services,
-                    TuneObserver* observer, const std::atomic<bool>* stop) {
+namespace {
+
+// The steps of run_tune, in order: check the options, open the run, plan the problems (enumerate and prune by the
+// static rules), compile every instantiation once, prune by the compiler's resources, measure, store the outcome.
+
+void check_tune_options(const TuneOptions& options, const TuneTarget& target, const TuneServices& services) {
   if (services.compiler == nullptr) QTUNE_THROW(Error, "run_tune: no compiler");
   if (!options.dry_run && !services.backends) QTUNE_THROW(Error, "run_tune: no measuring backend");
   if (!options.dry_run && services.slots < 1) QTUNE_INPUT_ERROR("devices: no GPU to measure on");
@@ -664,12 +578,10 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
   if (options.space != "curated" && options.space != "full") {
     QTUNE_INPUT_ERROR("--space: expected curated or full, got '" + options.space + "'");
   }
-  const KernelFamily& base_family = find_family(options.family);
-  const RestrictedFamily family(base_family, options.parameter_values);  // validates --param before any work
-  const std::string source_hash = options.source_hash.empty() ? kernel_source_hash(family) : options.source_hash;
-  const SearchIdentity identity = search_identity(options, base_family, target);
+}
 
-  db::Store store = db::Store::open(database);
+db::RunInfo tune_run_info(const TuneOptions& options, const TuneTarget& target, const KernelFamily& family,
+                          const std::string& source_hash, const SearchIdentity& identity) {
   db::RunInfo info = run_info_of_this_build("tune");
   info.cuda_version = target.cuda_version;
   info.driver_version = target.driver_version;
@@ -693,231 +605,260 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
                    {"problems", options.problems.size()}};
   info.notes = notes.dump();
   if (info.gpu_key().empty()) QTUNE_INPUT_ERROR("gpu: neither a profile nor a device name");
+  return info;
+}
 
+// What every step after planning works on.
+struct TunePlan {
+  std::vector<PreparedProblem> prepared;
+  std::vector<InstantiationRecord> instantiations;
+  std::map<std::string, std::size_t> instantiation_index;
+
+  // The index of an instantiation (config, format, arch), added when new: kernels do not depend on M, N or K.
+  std::size_t instantiation_of(const KernelConfig& config, const FormatSpec& format, const std::string& arch) {
+    Instantiation instantiation{config, format, arch};
+    const std::string key = instantiation.key();
+    auto found = instantiation_index.find(key);
+    if (found != instantiation_index.end()) return found->second;
+    instantiations.push_back({std::move(instantiation), {}, {}});
+    instantiation_index[key] = instantiations.size() - 1;
+    return instantiations.size() - 1;
+  }
+};
+
+// Step 1: the problems to work on (a final winner skips one), each problem's space after the static rules, and its
+// reference configurations (the heuristic, the table's pick).
+TunePlan plan_problems(const TuneOptions& options, const TuneTarget& target, const RestrictedFamily& family,
+                       const std::string& source_hash, const SearchIdentity& identity, db::Store& store,
+                       TuneReport& report, TuneObserver* observer) {
+  const KernelFamily& base_family = family.base();
+  TunePlan plan;
+  report.reports.resize(options.problems.size());
+  const std::vector<db::RunId> searched_by = runs_of_search(store, report.gpu, family.name(), source_hash, identity);
+  std::set<std::string> noted_reasons;
+  for (std::size_t position = 0; position < options.problems.size(); ++position) {
+    const Problem& problem = options.problems[position];
+    ProblemReport problem_report;
+    problem_report.problem = problem;
+    problem_report.problem_id = store.upsert_problem(db_problem(problem));
+    if (!options.dry_run && !options.retune &&
+        winner_is_final(store, problem_report.problem_id, report.gpu, family.name(), source_hash, identity, searched_by)) {
+      problem_report.skipped_final = true;
+      if (const auto winner = store.get_winner(problem_report.problem_id, report.gpu)) {
+        problem_report.winner_us = winner->median_us;
+        problem_report.winner_reason = winner->reason;
+        if (const auto config = store.get_config(winner->config)) {
+          problem_report.winner = db::to_kernel_config(*config);
+        }
+      }
+      ++report.skipped_final;
+      report.reports[position] = problem_report;
+      continue;
+    }
+    PreparedProblem item;
+    item.position = position;
+    const RestrictedFamily problem_family(base_family, parameter_ranges(options, base_family, problem.m));
+    const search::SpaceEnumeration space = search::enumerate_space(problem_family, problem, target.limits);
+    problem_report.space_total = space.total;
+    problem_report.after_static_rules = space.candidates.size();
+    problem_report.pruned_pre_compile = space.removed_by_rule;
+    for (const KernelConfig& config : space.candidates) {
+      CandidateEntry entry;
+      entry.config = config;
+      entry.instantiation = plan.instantiation_of(config, problem.format, target.arch);
+      item.entries.push_back(std::move(entry));
+    }
+    const ArchSupport support = family.supports(problem.format, target.limits.sm);
+    std::optional<KernelConfig> default_config;
+    if (support.supported) {
+      try {
+        default_config = family.default_config(problem, target.limits);
+      } catch (const Error& error) {
+        if (observer != nullptr) observer->note(problem_key(problem) + ": no heuristic configuration: " + error.what());
+      }
+    }
+    // The entry of a reference configuration (heuristic, table pick): an enumerated candidate, or one added apart.
+    // The table pick is not checked again: the selection already applied production's own rule check.
+    const auto reference_entry = [&](const KernelConfig& config, bool check) -> std::optional<std::size_t> {
+      auto found = std::find_if(item.entries.begin(), item.entries.end(),
+                                [&](const CandidateEntry& entry) { return entry.config == config; });
+      if (found != item.entries.end()) return static_cast<std::size_t>(found - item.entries.begin());
+      if (check && !base_family.check(config, problem, target.limits).valid) return std::nullopt;
+      CandidateEntry entry;
+      entry.config = config;
+      entry.instantiation = plan.instantiation_of(config, problem.format, target.arch);
+      item.entries.push_back(std::move(entry));
+      return item.entries.size() - 1;
+    };
+    if (options.table_selection && support.supported) {
+      // A pick of another family is timed when that family is tuned.
+      if (const std::optional<KernelConfig> pick = options.table_selection(problem, target.limits);
+          pick && pick->family == family.name()) {
+        problem_report.table = *pick;
+        item.table = reference_entry(*pick, false);
+      }
+    }
+    if (default_config) {
+      problem_report.heuristic = *default_config;
+      item.heuristic = reference_entry(*default_config, true);
+    } else if (!support.supported && observer != nullptr && noted_reasons.insert(support.reason).second) {
+      observer->note(support.reason);
+    }
+    item.report = std::move(problem_report);
+    plan.prepared.push_back(std::move(item));
+  }
+  return plan;
+}
+
+// Step 2: every distinct instantiation compiled once, ahead of measuring, and each compile stored.
+void compile_instantiations(TunePlan& plan, const KernelFamily& family, const std::string& source_hash,
+                            TuneServices& services, db::Store& store, TuneReport& report, TuneObserver* observer) {
+  std::vector<Instantiation> requests;
+  for (const InstantiationRecord& record : plan.instantiations) requests.push_back(record.instantiation);
+  const auto compile_start = std::chrono::steady_clock::now();
+  const std::vector<InstantiationResult> compiled =
+      services.compiler->compile(family, requests, [&](std::size_t done, std::size_t total) {
+        if (observer != nullptr) observer->compile_progress(done, total);
+      });
+  report.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
+  if (compiled.size() != plan.instantiations.size()) QTUNE_THROW(Error, "compiler returned a wrong number of results");
+  auto transaction = store.transaction();
+  for (std::size_t i = 0; i < plan.instantiations.size(); ++i) {
+    InstantiationRecord& record = plan.instantiations[i];
+    record.result = compiled[i];
+    record.config_id = store.upsert_config(config_record(record.instantiation.config, source_hash));
+    store.insert_compile(compile_record(report.run, record.config_id, record.instantiation, record.result));
+    if (!record.result.ok) {
+      ++report.compile_failures;
+    } else if (record.result.cache_hit) {
+      ++report.cache_hits;
+    }
+  }
+  transaction.commit();
+  report.instantiations = plan.instantiations.size();
+}
+
+// Step 3: the candidates the compiler's resource report prunes, and both stages' counts stored per problem. Returns
+// the evaluations the measuring step expects.
+std::size_t prune_compiled(TunePlan& plan, const TuneOptions& options, const TuneTarget& target, const KernelFamily& family,
+                           db::Store& store, const TuneReport& report) {
+  std::size_t expected_evaluations = 0;
+  for (PreparedProblem& item : plan.prepared) {
+    for (std::size_t i = 0; i < item.entries.size(); ++i) {
+      CandidateEntry& entry = item.entries[i];
+      const InstantiationRecord& record = plan.instantiations[entry.instantiation];
+      entry.config_id = record.config_id;
+      entry.compiled = record.result.ok;
+      entry.cache_key = record.result.cache_key;
+      // A heuristic (or table pick) outside the enumerated space is measured for comparison but not searched or counted.
+      if (i >= item.report.after_static_rules) continue;
+      if (!entry.compiled) {
+        ++item.report.pruned_post_compile["compile-failed"];
+        continue;
+      }
+      const RuleVerdict verdict =
+          search::check_compiled(entry.config, item.report.problem, target.limits,
+                                 family.launch_geometry(entry.config, item.report.problem), record.result.resources);
+      if (!verdict.valid) {
+        ++item.report.pruned_post_compile[verdict.rule];
+        continue;
+      }
+      item.searchable.push_back(i);
+    }
+    item.report.after_compile = item.searchable.size();
+    auto transaction = store.transaction();
+    for (const auto& [rule, count] : item.report.pruned_pre_compile) {
+      store.set_pruning_count({report.run, item.report.problem_id, db::PruningStage::PreCompile, rule, static_cast<std::int64_t>(count)});
+    }
+    for (const auto& [rule, count] : item.report.pruned_post_compile) {
+      store.set_pruning_count({report.run, item.report.problem_id, db::PruningStage::PostCompile, rule, static_cast<std::int64_t>(count)});
+    }
+    transaction.commit();
+    expected_evaluations +=
+        std::min(problem_budget(options, item.searchable.size()).max_evaluations, item.searchable.size()) + (item.heuristic ? 1 : 0) +
+        (item.table && item.table != item.heuristic ? 1 : 0);
+  }
+  return expected_evaluations;
+}
+
+// Step 4: one measuring slot per GPU, each taking problems from one queue; every candidate is stored as it is
+// measured (TuneObjective). Rethrows the first slot's failure.
+void measure_problems(TunePlan& plan, const RunContext& context, TuneServices& services, db::Store& store,
+                      TuneObserver* observer, const std::atomic<bool>* stop, std::size_t expected_evaluations,
+                      TuneReport& report) {
+  Shared shared;
+  shared.observer = observer;
+  shared.stop = stop;
+  if (context.options.strategy == "model") load_prior_pool(store, context.family, context.target, shared);
+  std::vector<std::size_t> order(plan.prepared.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (observer != nullptr) observer->measuring_started(plan.prepared.size(), expected_evaluations);
+  const int slots = std::max(1, std::min<int>(services.slots, static_cast<int>(std::max<std::size_t>(plan.prepared.size(), 1))));
+  auto slot_body = [&](int slot) {
+    try {
+      const std::unique_ptr<MeasuringBackend> backend = services.backends(slot);
+      if (!backend) QTUNE_THROW(Error, "no measuring backend for slot " + std::to_string(slot));
+      run_slot(context, shared, plan.prepared, order, *backend);
+    } catch (...) {
+      std::lock_guard lock(shared.mutex);
+      if (!shared.error) shared.error = std::current_exception();
+      shared.abort = true;
+    }
+  };
+  const auto measure_start = std::chrono::steady_clock::now();
+  if (slots == 1) {
+    slot_body(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (int slot = 0; slot < slots; ++slot) threads.emplace_back(slot_body, slot);
+    for (std::thread& thread : threads) thread.join();
+  }
+  report.measure_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - measure_start).count();
+  if (shared.error) std::rethrow_exception(shared.error);
+}
+
+// Step 5: the problems' reports gathered into the run's, and the run finished as completed or interrupted.
+void finish_tune(TunePlan& plan, db::Store& store, const std::atomic<bool>* stop, TuneReport& report) {
+  for (PreparedProblem& item : plan.prepared) {
+    const ProblemReport& problem_report = item.report;
+    report.measured += problem_report.measured;
+    report.reused += problem_report.reused;
+    report.invalid += problem_report.invalid;
+    if (problem_report.winner) ++report.winners;
+    if (problem_report.interrupted) report.interrupted = true;
+    report.reports[item.position] = problem_report;
+  }
+  report.interrupted = report.interrupted || (stop != nullptr && stop->load());
+  store.finish_run(report.run, report.interrupted ? db::RunStatus::Interrupted : db::RunStatus::Completed);
+}
+
+}  // namespace
+
+TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const fs::path& database, TuneServices& services,
+                    TuneObserver* observer, const std::atomic<bool>* stop) {
+  check_tune_options(options, target, services);
+  const KernelFamily& base_family = find_family(options.family);
+  const RestrictedFamily family(base_family, options.parameter_values);  // validates --param before any work
+  const std::string source_hash = options.source_hash.empty() ? kernel_source_hash(family) : options.source_hash;
+  const SearchIdentity identity = search_identity(options, base_family, target);
+
+  db::Store store = db::Store::open(database);
+  const db::RunInfo info = tune_run_info(options, target, family, source_hash, identity);
   TuneReport report;
   report.run = store.insert_run(info);
   report.gpu = info.gpu_key();
   report.problems = options.problems.size();
-
   try {
-    // 1. Problems to work on, and their static pruning.
-    std::vector<PreparedProblem> prepared;
-    std::vector<InstantiationRecord> instantiations;
-    std::map<std::string, std::size_t> instantiation_index;
-    auto instantiation_of = [&](const KernelConfig& config, const FormatSpec& format) {
-      Instantiation instantiation{config, format, target.arch};
-      const std::string key = instantiation.key();
-      auto found = instantiation_index.find(key);
-      if (found != instantiation_index.end()) return found->second;
-      instantiations.push_back({std::move(instantiation), {}, {}});
-      instantiation_index[key] = instantiations.size() - 1;
-      return instantiations.size() - 1;
-    };
-    report.reports.resize(options.problems.size());
-    const std::vector<db::RunId> searched_by = runs_of_search(store, report.gpu, family.name(), source_hash, identity);
-    std::set<std::string> noted_reasons;
-    for (std::size_t position = 0; position < options.problems.size(); ++position) {
-      const Problem& problem = options.problems[position];
-      ProblemReport problem_report;
-      problem_report.problem = problem;
-      problem_report.problem_id = store.upsert_problem(db_problem(problem));
-      if (!options.dry_run && !options.retune &&
-          winner_is_final(store, problem_report.problem_id, report.gpu, family.name(), source_hash, identity, searched_by)) {
-        problem_report.skipped_final = true;
-        if (const auto winner = store.get_winner(problem_report.problem_id, report.gpu)) {
-          problem_report.winner_us = winner->median_us;
-          problem_report.winner_reason = winner->reason;
-          if (const auto config = store.get_config(winner->config)) {
-            problem_report.winner = db::to_kernel_config(*config);
-          }
-        }
-        ++report.skipped_final;
-        report.reports[position] = problem_report;
-        continue;
-      }
-      PreparedProblem item;
-      item.position = position;
-      const RestrictedFamily problem_family(base_family, parameter_ranges(options, base_family, problem.m));
-      const search::SpaceEnumeration space = search::enumerate_space(problem_family, problem, target.limits);
-      problem_report.space_total = space.total;
-      problem_report.after_static_rules = space.candidates.size();
-      problem_report.pruned_pre_compile = space.removed_by_rule;
-      for (const KernelConfig& config : space.candidates) {
-        CandidateEntry entry;
-        entry.config = config;
-        entry.instantiation = instantiation_of(config, problem.format);
-        item.entries.push_back(std::move(entry));
-      }
-      const ArchSupport support = family.supports(problem.format, target.limits.sm);
-      std::optional<KernelConfig> default_config;
-      if (support.supported) {
-        try {
-          default_config = family.default_config(problem, target.limits);
-        } catch (const Error& error) {
-          if (observer != nullptr) observer->note(problem_key(problem) + ": no heuristic configuration: " + error.what());
-        }
-      }
-      // The entry of a reference configuration (heuristic, table pick): an enumerated candidate, or one added apart.
-      // The table pick is not checked again: the selection already applied production's own rule check.
-      const auto reference_entry = [&](const KernelConfig& config, bool check) -> std::optional<std::size_t> {
-        auto found = std::find_if(item.entries.begin(), item.entries.end(),
-                                  [&](const CandidateEntry& entry) { return entry.config == config; });
-        if (found != item.entries.end()) return static_cast<std::size_t>(found - item.entries.begin());
-        if (check && !family.base().check(config, problem, target.limits).valid) return std::nullopt;
-        CandidateEntry entry;
-        entry.config = config;
-        entry.instantiation = instantiation_of(config, problem.format);
-        item.entries.push_back(std::move(entry));
-        return item.entries.size() - 1;
-      };
-      if (options.table_selection && support.supported) {
-        // A pick of another family is timed when that family is tuned.
-        if (const std::optional<KernelConfig> pick = options.table_selection(problem, target.limits);
-            pick && pick->family == family.name()) {
-          problem_report.table = *pick;
-          item.table = reference_entry(*pick, false);
-        }
-      }
-      if (default_config) {
-        problem_report.heuristic = *default_config;
-        item.heuristic = reference_entry(*default_config, true);
-      } else if (!support.supported && observer != nullptr && noted_reasons.insert(support.reason).second) {
-        observer->note(support.reason);
-      }
-      item.report = std::move(problem_report);
-      prepared.push_back(std::move(item));
-    }
-
-    // 2. Compile every distinct instantiation once, ahead of measuring, and store each compile.
-    std::vector<Instantiation> requests;
-    for (const InstantiationRecord& record : instantiations) requests.push_back(record.instantiation);
-    const auto compile_start = std::chrono::steady_clock::now();
-    const std::vector<InstantiationResult> compiled =
-        services.compiler->compile(family, requests, [&](std::size_t done, std::size_t total) {
-          if (observer != nullptr) observer->compile_progress(done, total);
-        });
-    report.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
-    if (compiled.size() != instantiations.size()) QTUNE_THROW(Error, "compiler returned a wrong number of results");
-    {
-      auto transaction = store.transaction();
-      for (std::size_t i = 0; i < instantiations.size(); ++i) {
-        InstantiationRecord& record = instantiations[i];
-        record.result = compiled[i];
-        record.config_id = store.upsert_config(db_config(record.instantiation.config, source_hash));
-        db::CompileResult row;
-        row.run = report.run;
-        row.config = record.config_id;
-        row.format = record.instantiation.format.to_string();
-        row.arch = record.instantiation.arch;
-        row.cache_key = record.result.cache_key;
-        row.cache_hit = record.result.cache_hit;
-        if (record.result.ok && !record.result.cache_hit) row.compile_seconds = record.result.compile_seconds;
-        if (record.result.ok) {
-          row.registers = record.result.resources.registers;
-          row.spill_store_bytes = record.result.spill_store_bytes;
-          row.spill_load_bytes = record.result.spill_load_bytes;
-          row.shared_bytes = record.result.resources.static_shared_bytes;
-          row.stack_bytes = record.result.resources.stack_frame_bytes;
-          row.status = db::CompileStatus::Ok;
-          if (record.result.cache_hit) ++report.cache_hits;
-        } else {
-          row.status = db::CompileStatus::Failed;
-          row.message = record.result.message;
-          ++report.compile_failures;
-        }
-        store.insert_compile(row);
-      }
-      transaction.commit();
-    }
-    report.instantiations = instantiations.size();
-
-    // 3. Prune again from the compiler's resource report, and store both stages' counts per problem.
-    std::size_t expected_evaluations = 0;
-    for (PreparedProblem& item : prepared) {
-      for (std::size_t i = 0; i < item.entries.size(); ++i) {
-        CandidateEntry& entry = item.entries[i];
-        const InstantiationRecord& record = instantiations[entry.instantiation];
-        entry.config_id = record.config_id;
-        entry.compiled = record.result.ok;
-        entry.cache_key = record.result.cache_key;
-        // A heuristic (or table pick) outside the enumerated space is measured for comparison but not searched or counted.
-        if (i >= item.report.after_static_rules) continue;
-        if (!entry.compiled) {
-          ++item.report.pruned_post_compile["compile-failed"];
-          continue;
-        }
-        const RuleVerdict verdict =
-            search::check_compiled(entry.config, item.report.problem, target.limits,
-                                   family.launch_geometry(entry.config, item.report.problem), record.result.resources);
-        if (!verdict.valid) {
-          ++item.report.pruned_post_compile[verdict.rule];
-          continue;
-        }
-        item.searchable.push_back(i);
-      }
-      item.report.after_compile = item.searchable.size();
-      auto transaction = store.transaction();
-      for (const auto& [rule, count] : item.report.pruned_pre_compile) {
-        store.set_pruning_count({report.run, item.report.problem_id, db::PruningStage::PreCompile, rule, static_cast<std::int64_t>(count)});
-      }
-      for (const auto& [rule, count] : item.report.pruned_post_compile) {
-        store.set_pruning_count({report.run, item.report.problem_id, db::PruningStage::PostCompile, rule, static_cast<std::int64_t>(count)});
-      }
-      transaction.commit();
-      expected_evaluations +=
-          std::min(problem_budget(options, item.searchable.size()).max_evaluations, item.searchable.size()) + (item.heuristic ? 1 : 0) +
-          (item.table && item.table != item.heuristic ? 1 : 0);
-    }
-
+    TunePlan plan = plan_problems(options, target, family, source_hash, identity, store, report, observer);
+    compile_instantiations(plan, family, source_hash, services, store, report, observer);
+    const std::size_t expected_evaluations = prune_compiled(plan, options, target, family, store, report);
     if (options.dry_run) {
-      for (PreparedProblem& item : prepared) report.reports[item.position] = item.report;
-      store.finish_run(report.run, db::RunStatus::Completed);
+      finish_tune(plan, store, nullptr, report);
       return report;
     }
-
-    // 4. Measure: one slot per GPU, each taking problems from one queue.
-    Shared shared;
-    shared.observer = observer;
-    shared.stop = stop;
-    if (options.strategy == "model") load_prior_pool(store, family, target, shared);
     const RunContext context{options, target, family, database, report.run, report.gpu, source_hash};
-    std::vector<std::size_t> order(prepared.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    if (observer != nullptr) observer->measuring_started(prepared.size(), expected_evaluations);
-    const int slots = std::max(1, std::min<int>(services.slots, static_cast<int>(std::max<std::size_t>(prepared.size(), 1))));
-    auto slot_body = [&](int slot) {
-      try {
-        const std::unique_ptr<MeasuringBackend> backend = services.backends(slot);
-        if (!backend) QTUNE_THROW(Error, "no measuring backend for slot " + std::to_string(slot));
-        run_slot(context, shared, prepared, order, *backend);
-      } catch (...) {
-        std::lock_guard lock(shared.mutex);
-        if (!shared.error) shared.error = std::current_exception();
-        shared.abort = true;
-      }
-    };
-    const auto measure_start = std::chrono::steady_clock::now();
-    if (slots == 1) {
-      slot_body(0);
-    } else {
-      std::vector<std::thread> threads;
-      for (int slot = 0; slot < slots; ++slot) threads.emplace_back(slot_body, slot);
-      for (std::thread& thread : threads) thread.join();
-    }
-    report.measure_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - measure_start).count();
-    if (shared.error) std::rethrow_exception(shared.error);
-
-    for (PreparedProblem& item : prepared) {
-      const ProblemReport& problem_report = item.report;
-      report.measured += problem_report.measured;
-      report.reused += problem_report.reused;
-      report.invalid += problem_report.invalid;
-      if (problem_report.winner) ++report.winners;
-      if (problem_report.interrupted) report.interrupted = true;
-      report.reports[item.position] = problem_report;
-    }
-    report.interrupted = report.interrupted || (stop != nullptr && stop->load());
-    store.finish_run(report.run, report.interrupted ? db::RunStatus::Interrupted : db::RunStatus::Completed);
+    measure_problems(plan, context, services, store, observer, stop, expected_evaluations, report);
+    finish_tune(plan, store, stop, report);
   } catch (...) {
     try {
       store.finish_run(report.run, stop != nullptr && stop->load() ? db::RunStatus::Interrupted : db::RunStatus::Failed);

@@ -1,12 +1,15 @@
 #pragma once
-// The tuner: for every problem (format, N, K, M bucket) of a shard it
-//   1. enumerates the family's space and prunes it with the static rules (counts stored per rule);
-//   2. compiles every distinct instantiation (config, format, arch) once, in parallel, before measuring anything,
-//      and prunes again from the ptxas report (counts stored per rule);
-//   3. measures the hand-written heuristic (phase "heuristic"), then runs the search strategy whose objective
-//      verifies each candidate against the CPU reference and measures it through a MeasuringBackend;
-//   4. stores every compile, verification and measurement (each candidate in its own transaction, so a kill loses
-//      nothing already measured) and the winner (search/winner.hpp tie rule, incumbent = the previous winner).
+// The tuner: for every problem (format, N, K, M bucket) of a shard it runs these steps, each a function of
+// tuner.cpp:
+//   plan     enumerates the family's space and prunes it with the static rules (counts stored per rule), and picks
+//            the reference configurations (the hand-written heuristic, an exported table's pick);
+//   compile  every distinct instantiation (config, format, arch) once, in parallel, before measuring anything, each
+//            compile stored (records.hpp);
+//   prune    again from the ptxas report (counts stored per rule);
+//   measure  the heuristic (phase "heuristic"), then the search strategy, whose objective sends each candidate
+//            through a MeasuringBackend (the worker: verify against the CPU reference, then measure) and stores it
+//            in its own transaction, so a kill loses nothing already measured;
+//   finish   the winner (search/winner.hpp tie rule, incumbent = the previous winner) and the run's status.
 // A rerun with the same arguments skips (problem, config) pairs already measured on this GPU with the same kernel
 // source hash, and problems whose winner is final (decided by the same search, or by a complete exhaustive one).
 #include <atomic>
@@ -26,6 +29,7 @@
 #include "tuner/measure/measure.hpp"
 #include "tuner/tune/backend.hpp"
 #include "tuner/tune/problem_set.hpp"
+#include "tuner/tune/records.hpp"
 
 namespace qtune::tune {
 
@@ -51,18 +55,10 @@ using search::limits_of_profile;  // the limits static rules check against, from
 // A target from a profile alone (no device): what `--gpu NAME --dry-run` uses.
 TuneTarget target_from_profile(const search::GpuProfile& profile);
 
-// A run of `kind` ("tune", "bench", "compile") stamped with this build (version, git sha) and this host; the caller
-// fills in the GPU and the command.
-db::RunInfo run_info_of_this_build(std::string kind);
-
-// A successful measurement as the store keeps it: status ok, statistics, raw samples, L2 mode, the NVML sample
-// taken after it (fields NVML could not read stay unset) and the throttle flag. The caller sets the rest.
-void record_measurement(db::Measurement& record, const measure::Measurement& measurement);
-
 struct TuneOptions {
   std::vector<Problem> problems;  // this shard's problems (build_problem_set + select_shard)
   std::string family = "mma";
-  // "curated": per-M ranges (gemm::default_sweep_ranges: a few hundred candidates per problem); "full": the family's
+  // "curated": per-M ranges (KernelFamily::curated_ranges: a few hundred candidates per problem); "full": the family's
   // whole parameter space (for mma, tens of thousands of instantiations to compile per format).
   std::string space = "curated";
   std::map<std::string, std::vector<int>> parameter_values;  // replaces a parameter's values (RestrictedFamily)

@@ -7,6 +7,7 @@
 #include "tests/tuner/tune/tune_test_support.hpp"
 #include "tuner/tune/devices.hpp"
 #include "tuner/tune/worker_backend.hpp"
+#include "tuner/tune/worker_jobs.hpp"
 
 namespace qtune::tune {
 namespace {
@@ -15,7 +16,7 @@ using namespace qtune::tune::testing;
 
 // The worker started from this binary must know the tuner's jobs: register them at startup, in parent and worker.
 const bool tune_jobs_registered = [] {
-  register_tune_jobs();
+  register_worker_jobs();
   return true;
 }();
 

@@ -7,10 +7,14 @@
 #include "kernels/codec.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/reference.hpp"
+#include "tuner/providers/family_provider.hpp"
 #include "tuner/tune/worker_backend.hpp"
 
 namespace qtune::tune {
 namespace {
+
+using providers::count_non_finite;
+using providers::rows_to_verify;
 
 TEST(RowsToVerify, AllRowsOfSmallOutputsASeededSampleOfLargeOnes) {
   EXPECT_EQ(rows_to_verify(16, 256, 64, 1).size(), 16u);
