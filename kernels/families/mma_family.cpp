@@ -292,12 +292,7 @@ KernelArguments MmaFamily::pack_arguments(const KernelConfig& config, const Prob
                                           const std::map<std::string, uint64_t>& device_addresses) const {
   dv::GemmParams params{};
   auto address = [&](const std::string& buffer_name, bool required) -> unsigned long long {
-    auto found = device_addresses.find(buffer_name);
-    if (found == device_addresses.end() || found->second == 0) {
-      if (required) QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
-      return 0;
-    }
-    return found->second;
+    return mma::buffer_address(device_addresses, buffer_name, required);
   };
   const DeviceFormat device = mma::device_format(problem.format);
   const LaunchGeometry geometry = launch_geometry(config, problem);

@@ -197,12 +197,7 @@ std::vector<BufferSpec> buffers(const KernelConfig& config, const MoeProblem& pr
 KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows,
                                const std::map<std::string, uint64_t>& device_addresses) {
   auto address = [&](const std::string& buffer_name, bool required) -> unsigned long long {
-    auto found = device_addresses.find(buffer_name);
-    if (found == device_addresses.end() || found->second == 0) {
-      if (required) QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
-      return 0;
-    }
-    return found->second;
+    return mma::buffer_address(device_addresses, buffer_name, required);
   };
   const DeviceFormat device = mma::device_format(problem.format);
   const LaunchGeometry geometry = launch_geometry(config, problem, launch_rows);
@@ -242,14 +237,8 @@ KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& pro
 }
 
 KernelArguments pack_reduce_arguments(const MoeProblem& problem, const std::map<std::string, uint64_t>& device_addresses) {
-  auto address = [&](const std::string& buffer_name) -> uint64_t {
-    auto found = device_addresses.find(buffer_name);
-    if (found == device_addresses.end() || found->second == 0) {
-      QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
-    }
-    return found->second;
-  };
-  const uint64_t rows = address("c"), out = address("reduced");
+  const uint64_t rows = mma::buffer_address(device_addresses, "c", true);
+  const uint64_t out = mma::buffer_address(device_addresses, "reduced", true);
   const int tokens = static_cast<int>(problem.tokens), top_k = problem.top_k, n = static_cast<int>(problem.n);
   KernelArguments arguments;
   arguments.offsets = {0, 8, 16, 20, 24};
