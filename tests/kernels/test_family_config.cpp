@@ -8,9 +8,12 @@
 #include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune {
 namespace {
+
+using test_support::expect_input_error;
 
 KernelConfig mma_config(std::string_view text) { return KernelConfig::parse(text, "mma"); }
 
@@ -76,12 +79,7 @@ TEST(KernelFamilies, RegistryFindsMmaWgmmaAndTma) {
   EXPECT_EQ(find_family("wgmma").name(), "wgmma");
   EXPECT_EQ(find_family("tma").name(), "tma");
   EXPECT_EQ(find_family("tma").weight_layout(), "mma");  // it runs on the weights production packs once
-  try {
-    find_family("nope");
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma, tma, wgmma)"), std::string::npos);
-  }
+  expect_input_error([&] { find_family("nope"); }, {"unknown kernel family 'nope' (known: mma, tma, wgmma)"});
 }
 
 // The tma family's rules: sm_90 only, 8-bit and 16-bit operands, clusters only with multicast, flushed formats at
@@ -309,8 +307,31 @@ TEST(KernelFamilies, ArchNames) {
   EXPECT_EQ(sm_of_arch("sm_120a"), 120);
   EXPECT_EQ(sm_of_arch("sm_80"), 80);
   EXPECT_THROW(sm_of_arch("compute_90"), InputError);
-  EXPECT_THROW(ArchLimits::for_sm(70), InputError);
+  expect_input_error([] { ArchLimits::for_sm(70); }, {"sm: ", "sm_70", "(known: 75, 80, 86, 89, 90, 100, 120)"});
   EXPECT_EQ(ArchLimits::for_sm(90).sm_count, 132);
+}
+
+// The datasheet numbers of every architecture, as they stood before they became a table.
+TEST(KernelFamilies, ArchLimitsOfEveryKnownArchitecture) {
+  struct Expected {
+    int sm, sm_count, max_shared_per_block, shared_per_sm, max_threads_per_sm, max_blocks_per_sm;
+  };
+  for (const Expected& e : {Expected{75, 68, 65536, 65536, 1024, 16}, Expected{80, 108, 166912, 167936, 2048, 32},
+                            Expected{86, 82, 101376, 102400, 1536, 16}, Expected{89, 128, 101376, 102400, 1536, 24},
+                            Expected{90, 132, 232448, 233472, 2048, 32}, Expected{100, 148, 232448, 233472, 2048, 32},
+                            Expected{120, 170, 101376, 102400, 1536, 24}}) {
+    const ArchLimits limits = ArchLimits::for_sm(e.sm);
+    SCOPED_TRACE("sm_" + std::to_string(e.sm));
+    EXPECT_EQ(limits.sm, e.sm);
+    EXPECT_EQ(limits.sm_count, e.sm_count);
+    EXPECT_EQ(limits.max_shared_per_block, e.max_shared_per_block);
+    EXPECT_EQ(limits.shared_per_sm, e.shared_per_sm);
+    EXPECT_EQ(limits.max_threads_per_sm, e.max_threads_per_sm);
+    EXPECT_EQ(limits.max_blocks_per_sm, e.max_blocks_per_sm);
+    EXPECT_EQ(limits.registers_per_sm, 65536);
+    EXPECT_EQ(limits.max_registers_per_thread, 255);
+    EXPECT_EQ(limits.max_threads_per_block, 1024);
+  }
 }
 
 TEST(MmaFamily, ParameterSpaceListsEveryTemplateKnob) {
