@@ -19,16 +19,8 @@ const char* kConfigs[] = {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,r
                           "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=2,raster=0"};
 
 MoeProblem problem_of(const std::string& spec, MoeLayout layout, MoeProjection projection) {
-  MoeProblem problem;
-  problem.format = FormatSpec::parse(spec);
-  problem.experts = 8;
-  problem.top_k = 2;
-  problem.tokens = 64;
-  problem.n = 1024;
-  problem.k = 1024;
-  problem.layout = layout;
-  problem.projection = projection;
-  return problem;
+  return MoeProblem{.format = FormatSpec::parse(spec), .experts = 8, .top_k = 2, .tokens = 64, .n = 1024, .k = 1024,
+                    .projection = projection, .layout = layout};
 }
 
 TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
