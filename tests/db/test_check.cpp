@@ -6,11 +6,13 @@
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/db/db_test_support.hpp"
 
 namespace qtune::db {
 namespace {
 
+using test_support::expect_input_error;
 using testing::TempDir;
 
 bool mentions(const std::vector<std::string>& problems, const std::string& text) {
@@ -79,24 +81,14 @@ TEST(Check, TruncatedFileIsAnInputError) {
   fill(file);
   testing::flatten(file);
   std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
-  try {
-    Store::check_file(file);
-    FAIL() << "a truncated file was checked";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find(file.string() + ": truncated"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { Store::check_file(file); }, {file.string() + ": truncated"});
 }
 
 TEST(Check, GarbageFileIsAnInputError) {
   TempDir dir;
   const auto file = dir / "garbage.db";
   std::ofstream(file) << std::string(8192, '\x01');
-  try {
-    Store::check_file(file);
-    FAIL() << "a garbage file was checked";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find(file.string() + ": not a SQLite database"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { Store::check_file(file); }, {file.string() + ": not a SQLite database"});
 }
 
 TEST(Check, BrokenReferencesAreReported) {

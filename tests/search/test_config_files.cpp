@@ -19,6 +19,7 @@
 #include "search/m_buckets.hpp"
 #include "search/model_shapes.hpp"
 #include "tests/common/expect_error.hpp"
+#include "tests/common/scoped_environment.hpp"
 
 namespace qtune::search {
 namespace {
@@ -30,29 +31,7 @@ const fs::path kConfigs = fs::path(QTUNE_SOURCE_DIR) / "configs";
 
 using TempDir = ::qtune::test_support::TempDir;
 
-// Sets an environment variable for one scope and restores the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test_support::ScopedEnvironment;
 
 json read(const fs::path& file) {
   std::ifstream stream(file);
@@ -65,17 +44,17 @@ using test_support::expect_input_error;
 
 TEST(ConfigDir, EnvironmentVariableWins) {
   TempDir dir;
-  ScopedEnv env("QTUNE_CONFIG_DIR", dir.path().c_str());
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", dir.path().c_str());
   EXPECT_EQ(fs::canonical(config_dir()), fs::canonical(dir.path()));
 }
 
 TEST(ConfigDir, MissingEnvironmentDirectoryIsNamed) {
-  ScopedEnv env("QTUNE_CONFIG_DIR", "/nonexistent/qtune-configs");
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", "/nonexistent/qtune-configs");
   expect_input_error([] { config_dir(); }, {"QTUNE_CONFIG_DIR", "/nonexistent/qtune-configs"});
 }
 
 TEST(ConfigDir, DefaultsToTheSourceTree) {
-  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(fs::canonical(config_dir()), fs::canonical(kConfigs));
   ASSERT_FALSE(config_dir_candidates().empty());
 }
@@ -175,7 +154,7 @@ TEST(GpuProfiles, DeviceMatchRequiresAgreeingArchitectureAndSmCount) {
 }
 
 TEST(GpuProfiles, ByNameFromShippedConfigsOrPath) {
-  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(gpu_profile_by_name("NVIDIA H200").name, "h200");
   EXPECT_EQ(gpu_profile_by_name((kConfigs / "gpus" / "l40s.json").string()).name, "l40s");
   expect_input_error([] { gpu_profile_by_name("b300", "--gpu"); }, {"--gpu", "unknown GPU profile 'b300'", "h200"});
@@ -194,6 +173,22 @@ struct ProfileMutation {
   std::function<void(json&)> mutate;
   std::vector<std::string> expected;  // pieces of the error message
 };
+
+// Writes each mutation of `good` to `file_name` in a fresh directory and expects `load` to refuse it with an error
+// naming the file and every piece the mutation expects.
+void expect_mutations_refused(const json& good, const std::vector<ProfileMutation>& mutations, const std::string& file_name,
+                              const std::function<void(const fs::path&)>& load) {
+  TempDir dir;
+  for (const auto& mutation : mutations) {
+    SCOPED_TRACE(mutation.description);
+    json broken = good;
+    mutation.mutate(broken);
+    const fs::path file = dir.write(file_name, broken.dump(2));
+    auto expected = mutation.expected;
+    expected.push_back(file.string());
+    expect_input_error([&] { load(file); }, expected);
+  }
+}
 
 TEST(GpuProfiles, MalformedProfilesNameTheField) {
   const json good = read(kConfigs / "gpus" / "h200.json");
@@ -216,16 +211,7 @@ TEST(GpuProfiles, MalformedProfilesNameTheField) {
       {"bad name", [](json& j) { j["name"] = "H 200"; }, {"field 'name'", "lower-case"}},
       {"not an object", [](json& j) { j = json::array({1, 2}); }, {"expected a JSON object"}},
   };
-  TempDir dir;
-  for (const auto& mutation : mutations) {
-    SCOPED_TRACE(mutation.description);
-    json broken = good;
-    mutation.mutate(broken);
-    const fs::path file = dir.write("h200.json", broken.dump(2));
-    auto expected = mutation.expected;
-    expected.push_back(file.string());
-    expect_input_error([&] { load_gpu_profile(file); }, expected);
-  }
+  expect_mutations_refused(good, mutations, "h200.json", [](const fs::path& file) { load_gpu_profile(file); });
 }
 
 TEST(GpuProfiles, DirectoryRejectsDuplicateAliasesAndMismatchedNames) {
@@ -429,7 +415,7 @@ TEST(ModelShapes, UnlistedTensorParallelIsAnInputError) {
 }
 
 TEST(ModelShapes, ByNameIsCaseInsensitive) {
-  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(model_shapes_by_name("Llama-3-70B").name, "llama-3-70b");
   EXPECT_EQ(model_shapes_by_name((kConfigs / "models" / "deepseek-v3.json").string()).name, "deepseek-v3");
   expect_input_error([] { model_shapes_by_name("llama-4", "--model"); }, {"--model", "unknown model 'llama-4'", "llama-3-8b"});
@@ -466,16 +452,7 @@ TEST(ModelShapes, MalformedModelsNameTheField) {
       {"no gemms", [](json& j) { j["gemms"] = json::array(); }, {"field 'gemms'", "non-empty array"}},
       {"typo", [](json& j) { j["gemms"][0]["N"] = 1; }, {"field 'gemms[0].N'", "unknown field"}},
   };
-  TempDir dir;
-  for (const auto& mutation : mutations) {
-    SCOPED_TRACE(mutation.description);
-    json broken = good;
-    mutation.mutate(broken);
-    const fs::path file = dir.write("model.json", broken.dump(2));
-    auto expected = mutation.expected;
-    expected.push_back(file.string());
-    expect_input_error([&] { load_model_shapes(file); }, expected);
-  }
+  expect_mutations_refused(good, mutations, "model.json", [](const fs::path& file) { load_model_shapes(file); });
 }
 
 // ------------------------------------------------------------------------------------------------ M buckets
@@ -484,7 +461,7 @@ TEST(MBuckets, ShippedBucketsArePowersOfTwoTo8192) {
   const auto buckets = load_m_buckets(kConfigs / "m_buckets.json");
   ASSERT_EQ(buckets.size(), 14u);
   for (std::size_t i = 0; i < buckets.size(); ++i) EXPECT_EQ(buckets[i], std::int64_t{1} << i);
-  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(load_m_buckets(), buckets);
 }
 

@@ -5,9 +5,12 @@
 
 #include "kernels/error.hpp"
 #include "search/strategy.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune::search {
 namespace {
+
+using test_support::expect_input_error;
 
 // A synthetic objective with a known optimum at (x, y) = (7, 3) on a 16 x 12 grid; some candidates are invalid.
 class BowlObjective : public Objective {
@@ -117,12 +120,7 @@ TEST(Strategy, ModelGuidedUsesThePriorToStartNearTheOptimum) {
 }
 
 TEST(Strategy, UnknownNameIsAnInputErrorNamingTheField) {
-  try {
-    make_strategy("annealing");
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("strategy"), std::string::npos);
-  }
+  expect_input_error([&] { make_strategy("annealing"); }, {"strategy"});
 }
 
 TEST(Strategy, BestAfterEachEvaluationIsMonotone) {
