@@ -153,10 +153,7 @@ TEST(Merge, ShardMergedWhileRunningGetsItsLaterRows) {
   TempDir dir;
   const auto shard_file = dir / "shard.db";
   Store shard = Store::open(shard_file);
-  const RunId run = shard.insert_run(testing::sample_run());
-  const ProblemId problem = shard.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-  const ConfigId config = shard.upsert_config(testing::kernel_config(128));
-  shard.insert_measurement(testing::ok_measurement(run, problem, config, 10));
+  testing::insert_sample_measurement(shard);
 
   Store merged = Store::open(dir / "merged.db");
   EXPECT_EQ(merged.merge(shard_file).measurements_added, 1);
@@ -241,10 +238,7 @@ TEST(Merge, AFailedMergeLeavesTheTargetUnchanged) {
   const auto shard_file = dir / "shard.db";
   {
     Store shard = Store::open(shard_file);
-    const RunId run = shard.insert_run(testing::sample_run());
-    const ProblemId problem = shard.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-    const ConfigId config = shard.upsert_config(testing::kernel_config(128));
-    shard.insert_measurement(testing::ok_measurement(run, problem, config, 10));
+    testing::insert_sample_measurement(shard);
   }
   {
     // A row that breaks a CHECK constraint (written with checks off), so the copy fails half-way through.

@@ -1,6 +1,8 @@
 // The kernel-family interface: config text/JSON, the registry, static rules, support refusals, launch geometry.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
@@ -313,24 +315,21 @@ TEST(KernelFamilies, ArchNames) {
 
 // The datasheet numbers of every architecture, as they stood before they became a table.
 TEST(KernelFamilies, ArchLimitsOfEveryKnownArchitecture) {
-  struct Expected {
-    int sm, sm_count, max_shared_per_block, shared_per_sm, max_threads_per_sm, max_blocks_per_sm;
+  // sm, SMs, shared per block, shared per SM, threads per SM, blocks per SM, registers per SM, per thread, threads
+  // per block.
+  using Numbers = std::array<int, 9>;
+  auto numbers = [](const ArchLimits& l) {
+    return Numbers{l.sm, l.sm_count, l.max_shared_per_block, l.shared_per_sm, l.max_threads_per_sm,
+                   l.max_blocks_per_sm, l.registers_per_sm, l.max_registers_per_thread, l.max_threads_per_block};
   };
-  for (const Expected& e : {Expected{75, 68, 65536, 65536, 1024, 16}, Expected{80, 108, 166912, 167936, 2048, 32},
-                            Expected{86, 82, 101376, 102400, 1536, 16}, Expected{89, 128, 101376, 102400, 1536, 24},
-                            Expected{90, 132, 232448, 233472, 2048, 32}, Expected{100, 148, 232448, 233472, 2048, 32},
-                            Expected{120, 170, 101376, 102400, 1536, 24}}) {
-    const ArchLimits limits = ArchLimits::for_sm(e.sm);
-    SCOPED_TRACE("sm_" + std::to_string(e.sm));
-    EXPECT_EQ(limits.sm, e.sm);
-    EXPECT_EQ(limits.sm_count, e.sm_count);
-    EXPECT_EQ(limits.max_shared_per_block, e.max_shared_per_block);
-    EXPECT_EQ(limits.shared_per_sm, e.shared_per_sm);
-    EXPECT_EQ(limits.max_threads_per_sm, e.max_threads_per_sm);
-    EXPECT_EQ(limits.max_blocks_per_sm, e.max_blocks_per_sm);
-    EXPECT_EQ(limits.registers_per_sm, 65536);
-    EXPECT_EQ(limits.max_registers_per_thread, 255);
-    EXPECT_EQ(limits.max_threads_per_block, 1024);
+  for (const Numbers& expected : {Numbers{75, 68, 65536, 65536, 1024, 16, 65536, 255, 1024},
+                                  Numbers{80, 108, 166912, 167936, 2048, 32, 65536, 255, 1024},
+                                  Numbers{86, 82, 101376, 102400, 1536, 16, 65536, 255, 1024},
+                                  Numbers{89, 128, 101376, 102400, 1536, 24, 65536, 255, 1024},
+                                  Numbers{90, 132, 232448, 233472, 2048, 32, 65536, 255, 1024},
+                                  Numbers{100, 148, 232448, 233472, 2048, 32, 65536, 255, 1024},
+                                  Numbers{120, 170, 101376, 102400, 1536, 24, 65536, 255, 1024}}) {
+    EXPECT_EQ(numbers(ArchLimits::for_sm(expected[0])), expected);
   }
 }
 
