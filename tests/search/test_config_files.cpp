@@ -33,6 +33,9 @@ using TempDir = ::qtune::test_support::TempDir;
 
 using test_support::ScopedEnvironment;
 
+// The model shape set shipped as configs/models/<name>.json.
+ModelShapes shipped_model(const std::string& name) { return load_model_shapes(kConfigs / "models" / (name + ".json")); }
+
 json read(const fs::path& file) {
   std::ifstream stream(file);
   return json::parse(stream);
@@ -264,7 +267,7 @@ TEST(ModelShapes, EveryShippedModelLoads) {
 }
 
 TEST(ModelShapes, Llama3_70bKnownShapes) {
-  const ModelShapes model = load_model_shapes(kConfigs / "models" / "llama-3-70b.json");
+  const ModelShapes model = shipped_model("llama-3-70b");
   const auto tp1 = sharded_gemms(model, 1);
   expect_shape(tp1, "qkv_proj", 10240, 8192);
   expect_shape(tp1, "o_proj", 8192, 8192);
@@ -284,7 +287,7 @@ TEST(ModelShapes, Llama3_70bKnownShapes) {
 TEST(ModelShapes, LlamaStyleShapesFollowTheirHyperparameters) {
   for (const char* name : {"llama-3-8b", "llama-3-70b", "qwen2.5-72b"}) {
     SCOPED_TRACE(name);
-    const ModelShapes model = load_model_shapes(kConfigs / "models" / (std::string(name) + ".json"));
+    const ModelShapes model = shipped_model(name);
     const auto& h = model.hyperparameters;
     const std::int64_t hidden = h.at("hidden_size");
     const std::int64_t inter = h.at("intermediate_size");
@@ -303,19 +306,19 @@ TEST(ModelShapes, LlamaStyleShapesFollowTheirHyperparameters) {
 }
 
 TEST(ModelShapes, SmallerModelsKnownShapes) {
-  const auto llama8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "llama-3-8b.json"), 8);
+  const auto llama8 = sharded_gemms(shipped_model("llama-3-8b"), 8);
   expect_shape(llama8, "qkv_proj", 768, 4096);
   expect_shape(llama8, "down_proj", 4096, 1792);
-  const auto qwen1 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen2.5-72b.json"), 1);
+  const auto qwen1 = sharded_gemms(shipped_model("qwen2.5-72b"), 1);
   expect_shape(qwen1, "gate_up_proj", 59136, 8192);
   expect_shape(qwen1, "down_proj", 8192, 29568);
-  const auto qwen8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen2.5-72b.json"), 8);
+  const auto qwen8 = sharded_gemms(shipped_model("qwen2.5-72b"), 8);
   expect_shape(qwen8, "gate_up_proj", 7392, 8192);
   expect_shape(qwen8, "down_proj", 8192, 3696);
 }
 
 TEST(ModelShapes, DeepSeekV3DenseAndExpertShapes) {
-  const ModelShapes model = load_model_shapes(kConfigs / "models" / "deepseek-v3.json");
+  const ModelShapes model = shipped_model("deepseek-v3");
   const auto& h = model.hyperparameters;
   const std::int64_t hidden = h.at("hidden_size");
   const std::int64_t heads = h.at("num_attention_heads");
@@ -372,7 +375,7 @@ TEST(ModelShapes, MoeModelsFollowTheirHyperparameters) {
                                    Expected{"qwen3-30b-a3b", "num_experts", 768, 128, 8},
                                    Expected{"mixtral-8x7b", "num_local_experts", 14336, 8, 2}}) {
     SCOPED_TRACE(expected.name);
-    const ModelShapes model = load_model_shapes(kConfigs / "models" / (std::string(expected.name) + ".json"));
+    const ModelShapes model = shipped_model(expected.name);
     const auto& h = model.hyperparameters;
     const std::int64_t hidden = h.at("hidden_size");
     const std::int64_t heads = h.at("num_attention_heads");
@@ -401,16 +404,16 @@ TEST(ModelShapes, MoeModelsFollowTheirHyperparameters) {
     EXPECT_EQ(distinct_shapes(model, 1, GemmFilter::Dense).size(), 2u);
   }
   // Known numbers: Qwen3-235B-A22B's experts at TP 1 and 8, Mixtral's at TP 1.
-  const auto qwen8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen3-235b-a22b.json"), 8);
+  const auto qwen8 = sharded_gemms(shipped_model("qwen3-235b-a22b"), 8);
   expect_shape(qwen8, "experts.gate_up_proj", 384, 4096);
   expect_shape(qwen8, "experts.down_proj", 4096, 192);
-  const auto mixtral = sharded_gemms(load_model_shapes(kConfigs / "models" / "mixtral-8x7b.json"), 1);
+  const auto mixtral = sharded_gemms(shipped_model("mixtral-8x7b"), 1);
   expect_shape(mixtral, "experts.gate_up_proj", 28672, 4096);
   expect_shape(mixtral, "experts.down_proj", 4096, 14336);
 }
 
 TEST(ModelShapes, UnlistedTensorParallelIsAnInputError) {
-  const ModelShapes model = load_model_shapes(kConfigs / "models" / "llama-3-70b.json");
+  const ModelShapes model = shipped_model("llama-3-70b");
   expect_input_error([&] { sharded_gemms(model, 4, "--tp"); }, {"--tp", "tensor parallel 4", "llama-3-70b", "1, 8"});
 }
 
