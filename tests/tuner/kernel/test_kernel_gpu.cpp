@@ -19,6 +19,7 @@
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
 #include "kernels/reference.hpp"
+#include "tests/tuner/kernel/kernel_test_support.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
 #include "tuner/jit/compiler.hpp"
@@ -64,10 +65,8 @@ std::vector<CaseResult> run_cases(const std::vector<Case>& cases, const KernelFa
       result.config = c.config.empty() ? family.default_config(problem, limits) : KernelConfig::parse(c.config, family.name());
       const RuleVerdict verdict = family.check(result.config, problem, limits);
       if (!verdict.valid) QTUNE_THROW(Error, "check() rejects the case: " + verdict.rule + ": " + verdict.detail);
-      jit::CompileRequest request;
-      request.source = family.instantiation_source(result.config, problem.format, arch);
-      request.kernel_name = family.kernel_name(result.config, problem.format);
-      request.arch = arch;
+      const jit::CompileRequest request =
+          test_support::family_compile_request(family, result.config, problem.format, arch);
       auto [it, inserted] = request_index.emplace(request.source, requests.size());
       if (inserted) requests.push_back(request);
       case_request.push_back(it->second);
@@ -440,10 +439,8 @@ void expect_bit_identical_runs(const Problem& problem, const gemm::GemmData& dat
   const KernelConfig config = KernelConfig::parse(config_text);
   const RuleVerdict verdict = mma_family().check(config, problem, limits);
   ASSERT_TRUE(verdict.valid) << config_text << ": " << verdict.detail;
-  jit::CompileRequest request;
-  request.source = mma_family().instantiation_source(config, problem.format, arch);
-  request.kernel_name = mma_family().kernel_name(config, problem.format);
-  request.arch = arch;
+  const jit::CompileRequest request =
+      test_support::family_compile_request(mma_family(), config, problem.format, arch);
   gemm::LoadedKernel kernel(mma_family(), config, problem.format, compiler.compile(request));
   gemm::GemmDeviceData device(mma_family(), config, data);
   device.prepare(config);

@@ -10,6 +10,7 @@
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
 #include "kernels/moe.hpp"
+#include "tests/tuner/kernel/kernel_test_support.hpp"
 #include "tuner/jit/compiler.hpp"
 
 namespace qtune {
@@ -66,17 +67,10 @@ TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
     }
   }
   EXPECT_EQ(requests.size(), 2u * 2 + 2 * 8 + 4 * 8);  // reductions; sm_80: 2 formats x 8; sm_90a: 4 formats x 8
-  const jit::Compiler compiler;
-  const std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(requests);
-  ASSERT_EQ(outcomes.size(), requests.size());
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    if (!outcomes[i].ok()) {
-      ADD_FAILURE() << labels[i] << ": " << outcomes[i].error_message.substr(0, 4000);
-      continue;
-    }
-    EXPECT_FALSE(outcomes[i].kernel->cubin.empty()) << labels[i];
-    EXPECT_EQ(outcomes[i].kernel->resources.spill_store_bytes, 0) << labels[i] << " spills";
-  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+  });
 }
 
 }  // namespace
