@@ -220,12 +220,9 @@ std::string MmaFamily::instantiation_source(const KernelConfig& config, const Fo
   const DeviceFormat device = mma::device_format(format);
   const TileShape tiles = TileShape::from(config);
   const mma::SharedLayout shared = mma::shared_layout(device, tiles);
-  std::string source;
-  source += "// qtune mma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
-  source += "#include \"gemm/mma_gemm.cuh\"\n";
-  source += "namespace qd = qtune::device;\n";
-  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
-  source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
+  std::string source = mma::instantiation_preamble(
+      "mma family: " + format.to_string() + " " + config.to_string() + " for " + arch, "mma_gemm.cuh", device, "Tiles",
+      tiles.template_arguments());
   source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " + std::to_string(shared.dynamic_bytes) +
             ", \"host and device disagree on the shared memory size\");\n";
   source += "static_assert(QtuneFormat::ATOM_BYTES == " + std::to_string(device.atom_bytes()) +

@@ -624,6 +624,13 @@ std::vector<float> kernel_weights(const PackedBuffers& packed, const FormatSpec&
   return result;
 }
 
+std::string instantiation_preamble(const std::string& what, const std::string& header, const DeviceFormat& format,
+                                   const std::string& tiles_template, const std::string& tiles_arguments) {
+  return "// qtune " + what + "\n#include \"gemm/" + header + "\"\nnamespace qd = qtune::device;\n" +
+         "using QtuneFormat = qd::Format<" + format.template_arguments() + ">;\n" + "using QtuneTiles = qd::" + tiles_template +
+         "<" + tiles_arguments + ">;\n";
+}
+
 uint64_t buffer_address(const std::map<std::string, uint64_t>& device_addresses, const std::string& buffer_name,
                         bool required) {
   const auto found = device_addresses.find(buffer_name);

@@ -98,6 +98,11 @@ uint64_t packed_vector_bytes(const DeviceFormat& format, int64_t n, int64_t k);
 // Bytes of the zero-point buffer: rows x n compute-type values.
 uint64_t packed_zero_bytes(const DeviceFormat& format, int64_t n, int64_t k);
 
+// The first lines of every instantiation source of a kernel on this layout: the comment saying what it is ("qtune " +
+// `what`), the device header under gemm/, and the QtuneFormat and QtuneTiles aliases (qd::`tiles_template`<...>).
+std::string instantiation_preamble(const std::string& what, const std::string& header, const DeviceFormat& format,
+                                   const std::string& tiles_template, const std::string& tiles_arguments);
+
 // The device address pack_arguments() gets for a buffer; 0 for a missing optional one. A required one that is missing
 // (or 0) throws InputError naming it.
 uint64_t buffer_address(const std::map<std::string, uint64_t>& device_addresses, const std::string& buffer_name,

@@ -95,13 +95,10 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
   const TileShape tiles = TileShape::from(config);
   const mma::SharedLayout shared = mma::shared_layout(device, tiles);
   const char* projection = problem.projection == MoeProjection::GateUp ? "qd::kMoeGateUp" : "qd::kMoeDown";
-  std::string source;
-  source += "// qtune mma MoE GEMM: " + problem.format.to_string() + " " + std::string(moe_layout_name(problem.layout)) + " " +
-            std::string(moe_projection_name(problem.projection)) + " " + config.to_string() + " for " + arch + "\n";
-  source += "#include \"gemm/mma_moe.cuh\"\n";
-  source += "namespace qd = qtune::device;\n";
-  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
-  source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
+  std::string source = mma::instantiation_preamble(
+      "mma MoE GEMM: " + problem.format.to_string() + " " + std::string(moe_layout_name(problem.layout)) + " " +
+          std::string(moe_projection_name(problem.projection)) + " " + config.to_string() + " for " + arch,
+      "mma_moe.cuh", device, "Tiles", tiles.template_arguments());
   source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES + qd::MmaGemm<QtuneFormat, QtuneTiles>::MOE_TABLE_BYTES == " +
             std::to_string(shared.dynamic_bytes + kTableBytesPerRow * tiles.bm) +
             ", \"host and device disagree on the shared memory size\");\n";
