@@ -254,6 +254,19 @@ void expect_shape(const std::vector<ShardedGemm>& gemms, const std::string& name
   EXPECT_EQ(gemm.k, k) << name;
 }
 
+struct NamedShape {
+  std::string gemm;
+  std::int64_t n;
+  std::int64_t k;
+};
+
+// The N x K of each named GEMM of a shipped model sharded `tp` ways.
+void expect_sharded_shapes(const std::string& model, int tp, const std::vector<NamedShape>& shapes) {
+  SCOPED_TRACE(model + " at tp " + std::to_string(tp));
+  const auto gemms = sharded_gemms(shipped_model(model), tp);
+  for (const NamedShape& shape : shapes) expect_shape(gemms, shape.gemm, shape.n, shape.k);
+}
+
 TEST(ModelShapes, EveryShippedModelLoads) {
   const auto models = load_model_shape_sets(kConfigs / "models");
   std::vector<std::string> names;
@@ -306,15 +319,9 @@ TEST(ModelShapes, LlamaStyleShapesFollowTheirHyperparameters) {
 }
 
 TEST(ModelShapes, SmallerModelsKnownShapes) {
-  const auto llama8 = sharded_gemms(shipped_model("llama-3-8b"), 8);
-  expect_shape(llama8, "qkv_proj", 768, 4096);
-  expect_shape(llama8, "down_proj", 4096, 1792);
-  const auto qwen1 = sharded_gemms(shipped_model("qwen2.5-72b"), 1);
-  expect_shape(qwen1, "gate_up_proj", 59136, 8192);
-  expect_shape(qwen1, "down_proj", 8192, 29568);
-  const auto qwen8 = sharded_gemms(shipped_model("qwen2.5-72b"), 8);
-  expect_shape(qwen8, "gate_up_proj", 7392, 8192);
-  expect_shape(qwen8, "down_proj", 8192, 3696);
+  expect_sharded_shapes("llama-3-8b", 8, {{"qkv_proj", 768, 4096}, {"down_proj", 4096, 1792}});
+  expect_sharded_shapes("qwen2.5-72b", 1, {{"gate_up_proj", 59136, 8192}, {"down_proj", 8192, 29568}});
+  expect_sharded_shapes("qwen2.5-72b", 8, {{"gate_up_proj", 7392, 8192}, {"down_proj", 8192, 3696}});
 }
 
 TEST(ModelShapes, DeepSeekV3DenseAndExpertShapes) {
@@ -404,12 +411,8 @@ TEST(ModelShapes, MoeModelsFollowTheirHyperparameters) {
     EXPECT_EQ(distinct_shapes(model, 1, GemmFilter::Dense).size(), 2u);
   }
   // Known numbers: Qwen3-235B-A22B's experts at TP 1 and 8, Mixtral's at TP 1.
-  const auto qwen8 = sharded_gemms(shipped_model("qwen3-235b-a22b"), 8);
-  expect_shape(qwen8, "experts.gate_up_proj", 384, 4096);
-  expect_shape(qwen8, "experts.down_proj", 4096, 192);
-  const auto mixtral = sharded_gemms(shipped_model("mixtral-8x7b"), 1);
-  expect_shape(mixtral, "experts.gate_up_proj", 28672, 4096);
-  expect_shape(mixtral, "experts.down_proj", 4096, 14336);
+  expect_sharded_shapes("qwen3-235b-a22b", 8, {{"experts.gate_up_proj", 384, 4096}, {"experts.down_proj", 4096, 192}});
+  expect_sharded_shapes("mixtral-8x7b", 1, {{"experts.gate_up_proj", 28672, 4096}, {"experts.down_proj", 4096, 14336}});
 }
 
 TEST(ModelShapes, UnlistedTensorParallelIsAnInputError) {
