@@ -91,6 +91,13 @@ inline Verification passed(RunId run, ProblemId problem, ConfigId config) {
   return verification;
 }
 
+// The same verification, failed (its errors past the tolerance).
+inline Verification failed(RunId run, ProblemId problem, ConfigId config) {
+  Verification verification = passed(run, problem, config);
+  verification.status = VerificationStatus::Failed;
+  return verification;
+}
+
 inline KernelConfig kernel_config(int tile_n, const std::string& family = "mma") {
   KernelConfig config;
   config.family = family;

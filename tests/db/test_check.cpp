@@ -108,22 +108,15 @@ TEST(Check, BrokenReferencesAreReported) {
 TEST(Check, WinnerThatFailedVerificationIsReported) {
   TempDir dir;
   const auto file = dir / "winner.db";
-  RunId run{};
-  ProblemId problem{};
-  ConfigId config{};
   {
     Store store = Store::open(file);
-    run = store.insert_run(testing::sample_run());
-    problem = store.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-    config = store.upsert_config(testing::kernel_config(128));
+    const auto [run, problem, config] = testing::insert_sample_rows(store);
     store.insert_verification(testing::passed(run, problem, config));
     store.set_winner(Winner{run, problem, config, 10, "fastest"});
     EXPECT_TRUE(store.check().empty());
     // A later run on the same GPU finds the winner wrong; the stale winner is now a finding.
     const RunId later = store.insert_run(testing::sample_run());
-    Verification failed = testing::passed(later, problem, config);
-    failed.status = VerificationStatus::Failed;
-    store.insert_verification(failed);
+    store.insert_verification(testing::failed(later, problem, config));
     const auto problems = store.check();
     EXPECT_TRUE(mentions(problems, "failed verification")) << joined(problems);
   }

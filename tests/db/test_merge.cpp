@@ -153,7 +153,7 @@ TEST(Merge, ShardMergedWhileRunningGetsItsLaterRows) {
   TempDir dir;
   const auto shard_file = dir / "shard.db";
   Store shard = Store::open(shard_file);
-  testing::insert_sample_measurement(shard);
+  const auto [run, problem, config] = testing::insert_sample_measurement(shard);
 
   Store merged = Store::open(dir / "merged.db");
   EXPECT_EQ(merged.merge(shard_file).measurements_added, 1);

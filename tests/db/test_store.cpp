@@ -296,9 +296,7 @@ TEST_F(StoreTest, WinnerNeedsAPassedVerificationOnThatGpu) {
 
   store_.insert_verification(testing::passed(run, problem, good));
   store_.insert_verification(testing::passed(run, problem, bad));
-  Verification failed = testing::passed(run, problem, bad);
-  failed.status = VerificationStatus::Failed;
-  store_.insert_verification(failed);
+  store_.insert_verification(testing::failed(run, problem, bad));
   store_.insert_verification(testing::passed(other_gpu_run, problem, unverified));  // verified, but on another GPU
 
   EXPECT_THROW(store_.set_winner(Winner{run, problem, bad, 9.0, "fastest"}), Error);
@@ -347,9 +345,7 @@ TEST_F(StoreTest, BestMeasurementSkipsFailedVerificationsBaselinesAndOtherGpus) 
   baseline_config.family = "cublaslt-f16";
   const ConfigId baseline = store_.upsert_config(baseline_config);
 
-  Verification failed = testing::passed(run, problem, wrong);
-  failed.status = VerificationStatus::Failed;
-  store_.insert_verification(failed);
+  store_.insert_verification(testing::failed(run, problem, wrong));
   store_.insert_measurement(testing::ok_measurement(run, problem, slow, 30));
   store_.insert_measurement(testing::ok_measurement(run, problem, wrong, 5));      // fastest, but wrong
   store_.insert_measurement(testing::ok_measurement(run, problem, baseline, 6));   // a baseline
