@@ -8,7 +8,7 @@
 //
 // Fallback for a shape not in the table: the tuned shape of the same format nearest in (ln N, ln K) (squared Euclidean
 // distance, ties to the first shape in (N, K) order), then that shape's M ranges. The header's select() computes the
-// same choice bit for bit (it pastes in the text of shape_distance.hpp).
+// same choice bit for bit (it pastes in the text of selection_table_distance.hpp).
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reports/shape_distance.hpp"
+#include "reports/selection_table_distance.hpp"
 
 #include "kernels/family.hpp"
 

@@ -359,8 +359,8 @@ TEST_F(ExportFixture, GeneratedHeaderCompilesStandaloneAndSelectsLikeTheLibrary)
   const fs::path header = dir_ / "tuned_table.hpp";
   testing::write_text(header, table_.to_cpp_header("tuned"));
   const std::string text = testing::file_text(header);
-  // Its natural_log and shape_distance are the text of reports/shape_distance.hpp, not a copy that could drift.
-  const std::string shared = testing::file_text(fs::path(QTUNE_SOURCE_DIR) / "reports" / "shape_distance.hpp");
+  // Its natural_log and shape_distance are the text of reports/selection_table_distance.hpp, not a copy that could drift.
+  const std::string shared = testing::file_text(fs::path(QTUNE_SOURCE_DIR) / "reports" / "selection_table_distance.hpp");
   const size_t begin = shared.find("constexpr double natural_log(double x) {");
   const size_t end = shared.find("// ---- end of the text generated headers share");
   ASSERT_NE(begin, std::string::npos);
