@@ -19,9 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "reports/selection_table_distance.hpp"
-
 #include "kernels/family.hpp"
+#include "reports/selection_table_distance.hpp"
 
 namespace qtune::reports {
 
