@@ -177,6 +177,18 @@ RunRecord read_run(const Statement& row) {
   return run;
 }
 
+constexpr std::string_view kProblemColumns = "id, format, m, n, k";
+
+ProblemRecord read_problem(const Statement& row) {
+  ProblemRecord problem;
+  problem.id = ProblemId{row.column_int(0)};
+  problem.format = row.column_text(1);
+  problem.m = row.column_int(2);
+  problem.n = row.column_int(3);
+  problem.k = row.column_int(4);
+  return problem;
+}
+
 constexpr std::string_view kConfigColumns = "c.id, c.kind, c.family, c.params, c.source_hash";
 
 KernelConfigRecord read_config(const Statement& row) {
@@ -735,16 +747,10 @@ std::vector<RunSummary> Store::run_summaries() {
 }
 
 std::optional<ProblemRecord> Store::get_problem(ProblemId id) {
-  Statement statement = connection_->prepare("SELECT id, format, m, n, k FROM problems WHERE id = ?");
+  Statement statement = connection_->prepare("SELECT " + std::string(kProblemColumns) + " FROM problems WHERE id = ?");
   statement.bind(1, id_value(id));
   if (!statement.step()) return std::nullopt;
-  ProblemRecord problem;
-  problem.id = ProblemId{statement.column_int(0)};
-  problem.format = statement.column_text(1);
-  problem.m = statement.column_int(2);
-  problem.n = statement.column_int(3);
-  problem.k = statement.column_int(4);
-  return problem;
+  return read_problem(statement);
 }
 
 std::optional<ProblemId> Store::find_problem(const Problem& problem) {
@@ -755,17 +761,9 @@ std::optional<ProblemId> Store::find_problem(const Problem& problem) {
 }
 
 std::vector<ProblemRecord> Store::list_problems() {
-  Statement statement = connection_->prepare("SELECT id, format, m, n, k FROM problems ORDER BY id");
+  Statement statement = connection_->prepare("SELECT " + std::string(kProblemColumns) + " FROM problems ORDER BY id");
   std::vector<ProblemRecord> problems;
-  while (statement.step()) {
-    ProblemRecord problem;
-    problem.id = ProblemId{statement.column_int(0)};
-    problem.format = statement.column_text(1);
-    problem.m = statement.column_int(2);
-    problem.n = statement.column_int(3);
-    problem.k = statement.column_int(4);
-    problems.push_back(std::move(problem));
-  }
+  while (statement.step()) problems.push_back(read_problem(statement));
   return problems;
 }
 

@@ -114,40 +114,41 @@ int ArchLimits::resident_blocks_per_sm(std::uint64_t threads, int registers, std
   return static_cast<int>(std::min({by_registers, by_threads, by_shared, std::uint64_t(max_blocks_per_sm)}));
 }
 
+namespace {
+
+// What differs between the architectures ArchLimits::for_sm knows; the rest keeps ArchLimits' defaults.
+struct ArchTableRow {
+  int sm;
+  int sm_count;
+  int max_shared_per_block;
+  int shared_per_sm;
+  int max_threads_per_sm;
+  int max_blocks_per_sm;
+};
+
+constexpr ArchTableRow kArchTable[] = {
+    {75, 68, 65536, 65536, 1024, 16},      {80, 108, 166912, 167936, 2048, 32}, {86, 82, 101376, 102400, 1536, 16},
+    {89, 128, 101376, 102400, 1536, 24},   {90, 132, 232448, 233472, 2048, 32}, {100, 148, 232448, 233472, 2048, 32},
+    {120, 170, 101376, 102400, 1536, 24},
+};
+
+}  // namespace
+
 ArchLimits ArchLimits::for_sm(int sm) {
-  ArchLimits limits;
-  limits.sm = sm;
-  switch (sm) {
-    case 75:
-      limits.sm_count = 68, limits.max_shared_per_block = 65536, limits.shared_per_sm = 65536;
-      limits.max_threads_per_sm = 1024, limits.max_blocks_per_sm = 16;
-      break;
-    case 80:
-      limits.sm_count = 108, limits.max_shared_per_block = 166912, limits.shared_per_sm = 167936;
-      break;
-    case 86:
-      limits.sm_count = 82, limits.max_shared_per_block = 101376, limits.shared_per_sm = 102400;
-      limits.max_threads_per_sm = 1536, limits.max_blocks_per_sm = 16;
-      break;
-    case 89:
-      limits.sm_count = 128, limits.max_shared_per_block = 101376, limits.shared_per_sm = 102400;
-      limits.max_threads_per_sm = 1536, limits.max_blocks_per_sm = 24;
-      break;
-    case 90:
-      limits.sm_count = 132, limits.max_shared_per_block = 232448, limits.shared_per_sm = 233472;
-      break;
-    case 100:
-      limits.sm_count = 148, limits.max_shared_per_block = 232448, limits.shared_per_sm = 233472;
-      break;
-    case 120:
-      limits.sm_count = 170, limits.max_shared_per_block = 101376, limits.shared_per_sm = 102400;
-      limits.max_threads_per_sm = 1536, limits.max_blocks_per_sm = 24;
-      break;
-    default:
-      QTUNE_INPUT_ERROR("sm: no architecture limits known for sm_" + std::to_string(sm) +
-                        " (known: 75, 80, 86, 89, 90, 100, 120)");
+  for (const ArchTableRow& row : kArchTable) {
+    if (row.sm != sm) continue;
+    ArchLimits limits;
+    limits.sm = sm;
+    limits.sm_count = row.sm_count;
+    limits.max_shared_per_block = row.max_shared_per_block;
+    limits.shared_per_sm = row.shared_per_sm;
+    limits.max_threads_per_sm = row.max_threads_per_sm;
+    limits.max_blocks_per_sm = row.max_blocks_per_sm;
+    return limits;
   }
-  return limits;
+  std::string known;
+  for (const ArchTableRow& row : kArchTable) known += (known.empty() ? "" : ", ") + std::to_string(row.sm);
+  QTUNE_INPUT_ERROR("sm: no architecture limits known for sm_" + std::to_string(sm) + " (known: " + known + ")");
 }
 
 const std::vector<const KernelFamily*>& kernel_families() {

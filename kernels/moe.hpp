@@ -102,7 +102,7 @@ struct MoeProblem {
   int64_t k = 0;
   MoeProjection projection = MoeProjection::GateUp;
   MoeLayout layout = MoeLayout::TokenIndexed;
-  RoutingSpec routing;
+  RoutingSpec routing{};  // {}: designated initializers may leave it out (uniform)
 
   // Throws InputError naming the field: experts, top_k (0, or more than experts), tokens (0), n, k (not positive,
   // or not fitting the format: FormatSpec::validate_shape), routing (a negative or non-finite Zipf exponent).

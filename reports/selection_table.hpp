@@ -8,7 +8,7 @@
 //
 // Fallback for a shape not in the table: the tuned shape of the same format nearest in (ln N, ln K) (squared Euclidean
 // distance, ties to the first shape in (N, K) order), then that shape's M ranges. The header's select() computes the
-// same choice bit for bit (it uses the same natural_log below).
+// same choice bit for bit (it pastes in the text of selection_table_distance.hpp).
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/family.hpp"
+#include "reports/selection_table_distance.hpp"
 
 namespace qtune::reports {
 
@@ -55,36 +56,6 @@ struct ShapeRules {
 
   const MRange& range_for(std::int64_t m) const;
 };
-
-// ln(x) for x > 0, written out so that the generated header (which may include no <cmath>) computes the very same
-// double: range reduction by powers of two, then 2 atanh((x - 1) / (x + 1)).
-constexpr double natural_log(double x) {
-  int exponent = 0;
-  while (x >= 2.0) {
-    x *= 0.5;
-    ++exponent;
-  }
-  while (x < 1.0) {
-    x *= 2.0;
-    --exponent;
-  }
-  const double t = (x - 1.0) / (x + 1.0);
-  const double t2 = t * t;
-  double term = t;
-  double sum = 0.0;
-  for (int i = 1; i < 64; i += 2) {
-    sum += term / i;
-    term *= t2;
-  }
-  return 2.0 * sum + exponent * 0.69314718055994530942;
-}
-
-// Squared distance of two shapes in (ln N, ln K).
-constexpr double shape_distance(std::int64_t n1, std::int64_t k1, std::int64_t n2, std::int64_t k2) {
-  const double dn = natural_log(static_cast<double>(n1)) - natural_log(static_cast<double>(n2));
-  const double dk = natural_log(static_cast<double>(k1)) - natural_log(static_cast<double>(k2));
-  return dn * dn + dk * dk;
-}
 
 // The fallback's quality, measured by leaving each tuned shape out in turn: its cells are answered by the nearest
 // *other* shape's rules and the chosen config's measured time there is compared with the best kernel time there.

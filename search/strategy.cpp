@@ -26,6 +26,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// 0 .. count - 1 in the order a generator seeded with `seed` shuffles them to.
+std::vector<size_t> shuffled_indices(size_t count, uint64_t seed) {
+  std::vector<size_t> indices(count);
+  std::iota(indices.begin(), indices.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(indices.begin(), indices.end(), rng);
+  return indices;
+}
+
 // Wraps an objective with the budget and the bookkeeping every strategy needs.
 class BudgetedRun {
  public:
@@ -77,10 +86,7 @@ class RandomStrategy : public Strategy {
   explicit RandomStrategy(uint64_t seed) : seed_(seed) {}
   std::string name() const override { return "random"; }
   SearchOutcome run(std::span<const Candidate> candidates, Objective& objective, const Budget& budget) override {
-    std::vector<size_t> order(candidates.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937_64 rng(seed_);
-    std::shuffle(order.begin(), order.end(), rng);
+    const std::vector<size_t> order = shuffled_indices(candidates.size(), seed_);
     BudgetedRun run(objective, budget);
     for (size_t index : order) {
       if (!run.evaluate(candidates[index], Fidelity::Full)) break;
@@ -100,10 +106,7 @@ class HalvingStrategy : public Strategy {
   HalvingStrategy(uint64_t seed, size_t eta) : seed_(seed), eta_(std::max<size_t>(eta, 2)) {}
   std::string name() const override { return "halving"; }
   SearchOutcome run(std::span<const Candidate> candidates, Objective& objective, const Budget& budget) override {
-    std::vector<size_t> alive(candidates.size());
-    std::iota(alive.begin(), alive.end(), 0);
-    std::mt19937_64 rng(seed_);
-    std::shuffle(alive.begin(), alive.end(), rng);
+    std::vector<size_t> alive = shuffled_indices(candidates.size(), seed_);
     BudgetedRun run(objective, budget);
     const size_t final_round = std::max<size_t>(1, eta_);
     size_t remaining_budget = budget.max_evaluations;
@@ -155,7 +158,6 @@ class ModelGuidedStrategy : public Strategy {
       train_y.push_back(prior.time_us);
     }
     const size_t prior_count = train_x.size();
-    std::mt19937_64 rng(options_.seed);
     auto record = [&](size_t index) {
       auto result = run.evaluate(candidates[index], Fidelity::Full);
       if (!result) return false;
@@ -171,9 +173,7 @@ class ModelGuidedStrategy : public Strategy {
     size_t evaluation_cap = std::min(budget.max_evaluations, candidates.size());
     size_t exploration = prior_count > 0 ? 1 : std::max<size_t>(2, static_cast<size_t>(
                                                                        options_.initial_random_fraction * evaluation_cap));
-    std::vector<size_t> order(candidates.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
+    const std::vector<size_t> order = shuffled_indices(candidates.size(), options_.seed);
     if (prior_count == 0) {
       for (size_t i = 0; i < std::min(exploration, order.size()); ++i) {
         if (!record(order[i])) return run.finish();

@@ -220,12 +220,9 @@ std::string MmaFamily::instantiation_source(const KernelConfig& config, const Fo
   const DeviceFormat device = mma::device_format(format);
   const TileShape tiles = TileShape::from(config);
   const mma::SharedLayout shared = mma::shared_layout(device, tiles);
-  std::string source;
-  source += "// qtune mma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
-  source += "#include \"gemm/mma_gemm.cuh\"\n";
-  source += "namespace qd = qtune::device;\n";
-  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
-  source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
+  std::string source = mma::instantiation_preamble(
+      "mma family: " + format.to_string() + " " + config.to_string() + " for " + arch, "mma_gemm.cuh", device, "Tiles",
+      tiles.template_arguments());
   source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " + std::to_string(shared.dynamic_bytes) +
             ", \"host and device disagree on the shared memory size\");\n";
   source += "static_assert(QtuneFormat::ATOM_BYTES == " + std::to_string(device.atom_bytes()) +
@@ -292,12 +289,7 @@ KernelArguments MmaFamily::pack_arguments(const KernelConfig& config, const Prob
                                           const std::map<std::string, uint64_t>& device_addresses) const {
   dv::GemmParams params{};
   auto address = [&](const std::string& buffer_name, bool required) -> unsigned long long {
-    auto found = device_addresses.find(buffer_name);
-    if (found == device_addresses.end() || found->second == 0) {
-      if (required) QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
-      return 0;
-    }
-    return found->second;
+    return mma::buffer_address(device_addresses, buffer_name, required);
   };
   const DeviceFormat device = mma::device_format(problem.format);
   const LaunchGeometry geometry = launch_geometry(config, problem);

@@ -624,6 +624,23 @@ std::vector<float> kernel_weights(const PackedBuffers& packed, const FormatSpec&
   return result;
 }
 
+std::string instantiation_preamble(const std::string& what, const std::string& header, const DeviceFormat& format,
+                                   const std::string& tiles_template, const std::string& tiles_arguments) {
+  return "// qtune " + what + "\n#include \"gemm/" + header + "\"\nnamespace qd = qtune::device;\n" +
+         "using QtuneFormat = qd::Format<" + format.template_arguments() + ">;\n" + "using QtuneTiles = qd::" + tiles_template +
+         "<" + tiles_arguments + ">;\n";
+}
+
+uint64_t buffer_address(const std::map<std::string, uint64_t>& device_addresses, const std::string& buffer_name,
+                        bool required) {
+  const auto found = device_addresses.find(buffer_name);
+  if (found == device_addresses.end() || found->second == 0) {
+    if (required) QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
+    return 0;
+  }
+  return found->second;
+}
+
 uint64_t packed_activation_bytes(const DeviceFormat& format, int64_t m, int64_t k) {
   return static_cast<uint64_t>(m) * static_cast<uint64_t>(k) * static_cast<uint64_t>(format.act_bits()) / 8;
 }

@@ -3,6 +3,7 @@
 // the kernel's template arguments, the shared-memory budget of a tile configuration, and the prepacked layouts.
 // Instantiation sources static_assert that the device computes the same sizes, so the two cannot drift apart.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +97,16 @@ uint64_t packed_weight_bytes(const DeviceFormat& format, int64_t n, int64_t k);
 uint64_t packed_vector_bytes(const DeviceFormat& format, int64_t n, int64_t k);
 // Bytes of the zero-point buffer: rows x n compute-type values.
 uint64_t packed_zero_bytes(const DeviceFormat& format, int64_t n, int64_t k);
+
+// The first lines of every instantiation source of a kernel on this layout: the comment saying what it is ("qtune " +
+// `what`), the device header under gemm/, and the QtuneFormat and QtuneTiles aliases (qd::`tiles_template`<...>).
+std::string instantiation_preamble(const std::string& what, const std::string& header, const DeviceFormat& format,
+                                   const std::string& tiles_template, const std::string& tiles_arguments);
+
+// The device address pack_arguments() gets for a buffer; 0 for a missing optional one. A required one that is missing
+// (or 0) throws InputError naming it.
+uint64_t buffer_address(const std::map<std::string, uint64_t>& device_addresses, const std::string& buffer_name,
+                        bool required);
 
 // Activations: "a" [m][k] in the activation type (4-bit codes two per byte, the lower k in the low nibble) and, for
 // quantized activations with scales, "a_scales" in f32: [m] per token (a per-tensor scale repeated), or [k/G][m] per

@@ -95,13 +95,10 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
   const TileShape tiles = TileShape::from(config);
   const mma::SharedLayout shared = mma::shared_layout(device, tiles);
   const char* projection = problem.projection == MoeProjection::GateUp ? "qd::kMoeGateUp" : "qd::kMoeDown";
-  std::string source;
-  source += "// qtune mma MoE GEMM: " + problem.format.to_string() + " " + std::string(moe_layout_name(problem.layout)) + " " +
-            std::string(moe_projection_name(problem.projection)) + " " + config.to_string() + " for " + arch + "\n";
-  source += "#include \"gemm/mma_moe.cuh\"\n";
-  source += "namespace qd = qtune::device;\n";
-  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
-  source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
+  std::string source = mma::instantiation_preamble(
+      "mma MoE GEMM: " + problem.format.to_string() + " " + std::string(moe_layout_name(problem.layout)) + " " +
+          std::string(moe_projection_name(problem.projection)) + " " + config.to_string() + " for " + arch,
+      "mma_moe.cuh", device, "Tiles", tiles.template_arguments());
   source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES + qd::MmaGemm<QtuneFormat, QtuneTiles>::MOE_TABLE_BYTES == " +
             std::to_string(shared.dynamic_bytes + kTableBytesPerRow * tiles.bm) +
             ", \"host and device disagree on the shared memory size\");\n";
@@ -197,12 +194,7 @@ std::vector<BufferSpec> buffers(const KernelConfig& config, const MoeProblem& pr
 KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows,
                                const std::map<std::string, uint64_t>& device_addresses) {
   auto address = [&](const std::string& buffer_name, bool required) -> unsigned long long {
-    auto found = device_addresses.find(buffer_name);
-    if (found == device_addresses.end() || found->second == 0) {
-      if (required) QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
-      return 0;
-    }
-    return found->second;
+    return mma::buffer_address(device_addresses, buffer_name, required);
   };
   const DeviceFormat device = mma::device_format(problem.format);
   const LaunchGeometry geometry = launch_geometry(config, problem, launch_rows);
@@ -242,14 +234,8 @@ KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& pro
 }
 
 KernelArguments pack_reduce_arguments(const MoeProblem& problem, const std::map<std::string, uint64_t>& device_addresses) {
-  auto address = [&](const std::string& buffer_name) -> uint64_t {
-    auto found = device_addresses.find(buffer_name);
-    if (found == device_addresses.end() || found->second == 0) {
-      QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + buffer_name + "'");
-    }
-    return found->second;
-  };
-  const uint64_t rows = address("c"), out = address("reduced");
+  const uint64_t rows = mma::buffer_address(device_addresses, "c", true);
+  const uint64_t out = mma::buffer_address(device_addresses, "reduced", true);
   const int tokens = static_cast<int>(problem.tokens), top_k = problem.top_k, n = static_cast<int>(problem.n);
   KernelArguments arguments;
   arguments.offsets = {0, 8, 16, 20, 24};

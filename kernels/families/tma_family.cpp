@@ -267,12 +267,9 @@ std::string TmaFamily::instantiation_source(const KernelConfig& config, const Fo
   if (arch != "sm_90a") QTUNE_THROW(UnsupportedError, "the tma family compiles for sm_90a only (wgmma and setmaxnreg are architecture-specific), not " + arch);
   const DeviceFormat device = mma::device_format(format);
   const TmaTiles tiles = TmaTiles::from(config);
-  std::string source;
-  source += "// qtune tma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
-  source += "#include \"gemm/tma_gemm.cuh\"\n";
-  source += "namespace qd = qtune::device;\n";
-  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
-  source += "using QtuneTiles = qd::TmaTiles<" + tiles.template_arguments() + ">;\n";
+  std::string source = mma::instantiation_preamble(
+      "tma family: " + format.to_string() + " " + config.to_string() + " for " + arch, "tma_gemm.cuh", device, "TmaTiles",
+      tiles.template_arguments());
   source += "static_assert(qd::TmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " + number(shared_bytes(config, format)) +
             ", \"host and device disagree on the shared memory size\");\n";
   source += "static_assert(QtuneTiles::THREADS == " + number(tiles.threads()) + ", \"host and device disagree on the block size\");\n";

@@ -147,12 +147,9 @@ std::string WgmmaFamily::instantiation_source(const KernelConfig& config, const 
   if (arch != "sm_90a") QTUNE_THROW(UnsupportedError, "the wgmma family compiles for sm_90a only (wgmma is architecture-specific), not " + arch);
   const DeviceFormat device = mma::device_format(format);
   const WgmmaTiles tiles = WgmmaTiles::from(config);
-  std::string source;
-  source += "// qtune wgmma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
-  source += "#include \"gemm/wgmma_gemm.cuh\"\n";
-  source += "namespace qd = qtune::device;\n";
-  source += "using QtuneFormat = qd::Format<" + device.template_arguments() + ">;\n";
-  source += "using QtuneTiles = qd::Tiles<" + tiles.template_arguments() + ">;\n";
+  std::string source = mma::instantiation_preamble(
+      "wgmma family: " + format.to_string() + " " + config.to_string() + " for " + arch, "wgmma_gemm.cuh", device, "Tiles",
+      tiles.template_arguments());
   source += "static_assert(qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + std::to_string(tiles.overlap) + ">::SHARED_BYTES == " +
             std::to_string(shared_bytes(config, format)) + ", \"host and device disagree on the shared memory size\");\n";
   source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +

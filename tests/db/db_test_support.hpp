@@ -91,12 +91,39 @@ inline Verification passed(RunId run, ProblemId problem, ConfigId config) {
   return verification;
 }
 
+// The same verification, failed (its errors past the tolerance).
+inline Verification failed(RunId run, ProblemId problem, ConfigId config) {
+  Verification verification = passed(run, problem, config);
+  verification.status = VerificationStatus::Failed;
+  return verification;
+}
+
 inline KernelConfig kernel_config(int tile_n, const std::string& family = "mma") {
   KernelConfig config;
   config.family = family;
   config.params_json = R"({"tile_m": 64, "tile_n": )" + std::to_string(tile_n) + R"(, "stages": 3})";
   config.source_hash = "abc123";
   return config;
+}
+
+// The rows most tests start from: a sample run, the problem w4a16-int4-g128 M = 1, N = K = 8192, and a config.
+struct SampleRows {
+  RunId run{};
+  ProblemId problem{};
+  ConfigId config{};
+};
+
+inline SampleRows insert_sample_rows(Store& store) {
+  const RunId run = store.insert_run(sample_run());
+  const ProblemId problem = store.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
+  return {run, problem, store.upsert_config(kernel_config(128))};
+}
+
+// The sample rows and one ok measurement of them (10 us).
+inline SampleRows insert_sample_measurement(Store& store) {
+  const SampleRows rows = insert_sample_rows(store);
+  store.insert_measurement(ok_measurement(rows.run, rows.problem, rows.config, 10));
+  return rows;
 }
 
 }  // namespace qtune::db::testing

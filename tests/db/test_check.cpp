@@ -6,11 +6,13 @@
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/db/db_test_support.hpp"
 
 namespace qtune::db {
 namespace {
 
+using test_support::expect_input_error;
 using testing::TempDir;
 
 bool mentions(const std::vector<std::string>& problems, const std::string& text) {
@@ -79,24 +81,14 @@ TEST(Check, TruncatedFileIsAnInputError) {
   fill(file);
   testing::flatten(file);
   std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
-  try {
-    Store::check_file(file);
-    FAIL() << "a truncated file was checked";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find(file.string() + ": truncated"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { Store::check_file(file); }, {file.string() + ": truncated"});
 }
 
 TEST(Check, GarbageFileIsAnInputError) {
   TempDir dir;
   const auto file = dir / "garbage.db";
   std::ofstream(file) << std::string(8192, '\x01');
-  try {
-    Store::check_file(file);
-    FAIL() << "a garbage file was checked";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find(file.string() + ": not a SQLite database"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { Store::check_file(file); }, {file.string() + ": not a SQLite database"});
 }
 
 TEST(Check, BrokenReferencesAreReported) {
@@ -116,22 +108,15 @@ TEST(Check, BrokenReferencesAreReported) {
 TEST(Check, WinnerThatFailedVerificationIsReported) {
   TempDir dir;
   const auto file = dir / "winner.db";
-  RunId run{};
-  ProblemId problem{};
-  ConfigId config{};
   {
     Store store = Store::open(file);
-    run = store.insert_run(testing::sample_run());
-    problem = store.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-    config = store.upsert_config(testing::kernel_config(128));
+    const auto [run, problem, config] = testing::insert_sample_rows(store);
     store.insert_verification(testing::passed(run, problem, config));
     store.set_winner(Winner{run, problem, config, 10, "fastest"});
     EXPECT_TRUE(store.check().empty());
     // A later run on the same GPU finds the winner wrong; the stale winner is now a finding.
     const RunId later = store.insert_run(testing::sample_run());
-    Verification failed = testing::passed(later, problem, config);
-    failed.status = VerificationStatus::Failed;
-    store.insert_verification(failed);
+    store.insert_verification(testing::failed(later, problem, config));
     const auto problems = store.check();
     EXPECT_TRUE(mentions(problems, "failed verification")) << joined(problems);
   }

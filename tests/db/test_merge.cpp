@@ -9,11 +9,13 @@
 
 #include "db/store.hpp"
 #include "kernels/error.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/db/db_test_support.hpp"
 
 namespace qtune::db {
 namespace {
 
+using test_support::expect_input_error;
 using testing::TempDir;
 namespace fs = std::filesystem;
 
@@ -151,10 +153,7 @@ TEST(Merge, ShardMergedWhileRunningGetsItsLaterRows) {
   TempDir dir;
   const auto shard_file = dir / "shard.db";
   Store shard = Store::open(shard_file);
-  const RunId run = shard.insert_run(testing::sample_run());
-  const ProblemId problem = shard.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-  const ConfigId config = shard.upsert_config(testing::kernel_config(128));
-  shard.insert_measurement(testing::ok_measurement(run, problem, config, 10));
+  const auto [run, problem, config] = testing::insert_sample_measurement(shard);
 
   Store merged = Store::open(dir / "merged.db");
   EXPECT_EQ(merged.merge(shard_file).measurements_added, 1);
@@ -212,12 +211,7 @@ TEST(Merge, RefusesItselfMissingAndOlderFiles) {
     Connection connection(dir / "old.db", OpenMode::ReadWriteCreate);
     migrate(connection, 1);
   }
-  try {
-    target.merge(dir / "old.db");
-    FAIL() << "an older file was merged";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("qtune db init"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { target.merge(dir / "old.db"); }, {"qtune db init"});
   EXPECT_TRUE(target.list_runs().empty());
 }
 
@@ -235,12 +229,7 @@ TEST(Merge, ASourceWithBrokenReferencesIsRefused) {
     raw.execute("INSERT INTO compiles (run_id, config_id, arch, status) VALUES (1, 999, 'sm_90a', 'ok')");
   }
   Store target = Store::open(dir / "target.db");
-  try {
-    target.merge(shard_file);
-    FAIL() << "a source with a dangling reference was merged";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("qtune db check"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { target.merge(shard_file); }, {"qtune db check"});
   EXPECT_TRUE(target.list_runs().empty());
 }
 
@@ -249,10 +238,7 @@ TEST(Merge, AFailedMergeLeavesTheTargetUnchanged) {
   const auto shard_file = dir / "shard.db";
   {
     Store shard = Store::open(shard_file);
-    const RunId run = shard.insert_run(testing::sample_run());
-    const ProblemId problem = shard.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-    const ConfigId config = shard.upsert_config(testing::kernel_config(128));
-    shard.insert_measurement(testing::ok_measurement(run, problem, config, 10));
+    testing::insert_sample_measurement(shard);
   }
   {
     // A row that breaks a CHECK constraint (written with checks off), so the copy fails half-way through.

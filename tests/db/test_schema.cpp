@@ -6,11 +6,13 @@
 #include "db/schema.hpp"
 #include "db/store.hpp"
 #include "kernels/error.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/db/db_test_support.hpp"
 
 namespace qtune::db {
 namespace {
 
+using test_support::expect_input_error;
 using testing::TempDir;
 
 std::vector<std::string> table_names(Connection& connection) {
@@ -108,15 +110,8 @@ TEST(Schema, NewerFileIsRefusedAndLeftByteForByteUnchanged) {
   const auto bytes_before = testing::file_bytes(file);
   const auto listing_before = dir.listing();
 
-  try {
-    Store::open(file);
-    FAIL() << "a newer schema was accepted";
-  } catch (const InputError& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("schema version " + std::to_string(kSchemaVersion + 1)), std::string::npos) << message;
-    EXPECT_NE(message.find("newer"), std::string::npos) << message;
-    EXPECT_NE(message.find(file.string()), std::string::npos) << message;
-  }
+  expect_input_error([&] { Store::open(file); },
+                     {"schema version " + std::to_string(kSchemaVersion + 1), "newer", file.string()});
   EXPECT_THROW(Store::open_read_only(file), InputError);
   EXPECT_THROW(Store::check_file(file), InputError);
   Connection connection(file, OpenMode::ReadWrite);
@@ -134,12 +129,7 @@ TEST(Schema, ForeignSqliteFileIsRefusedAndUnchanged) {
     connection.execute("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('keep me')");
   }
   const auto bytes_before = testing::file_bytes(file);
-  try {
-    Store::open(file);
-    FAIL() << "a foreign database was accepted";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("not a qtune database"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { Store::open(file); }, {"not a qtune database"});
   EXPECT_EQ(testing::file_bytes(file), bytes_before);
 }
 
@@ -148,12 +138,7 @@ TEST(Schema, NonDatabaseFileIsRefusedAndUnchanged) {
   const auto file = dir / "text.db";
   std::ofstream(file) << std::string(4096, 'x');
   const auto bytes_before = testing::file_bytes(file);
-  try {
-    Store::open(file);
-    FAIL() << "a text file was accepted";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find(file.string() + ": not a SQLite database"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { Store::open(file); }, {file.string() + ": not a SQLite database"});
   EXPECT_EQ(testing::file_bytes(file), bytes_before);
 }
 

@@ -210,9 +210,7 @@ TEST_F(StoreTest, VerificationRoundTrip) {
 }
 
 TEST_F(StoreTest, MeasurementRoundTripKeepsEverySampleExactly) {
-  const RunId run = store_.insert_run(testing::sample_run());
-  const ProblemId problem = store_.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-  const ConfigId config = store_.upsert_config(testing::kernel_config(128));
+  const auto [run, problem, config] = testing::insert_sample_rows(store_);
   Measurement measurement = testing::ok_measurement(run, problem, config, 21.75);
   measurement.samples_us.push_back(std::nextafter(21.75, 100.0));  // exactness down to the last bit
   measurement.samples_us.push_back(std::numeric_limits<double>::denorm_min());
@@ -272,9 +270,7 @@ TEST_F(StoreTest, MeasurementRoundTripKeepsEverySampleExactly) {
 }
 
 TEST_F(StoreTest, ImpossibleMeasurementsAreRefused) {
-  const RunId run = store_.insert_run(testing::sample_run());
-  const ProblemId problem = store_.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-  const ConfigId config = store_.upsert_config(testing::kernel_config(128));
+  const auto [run, problem, config] = testing::insert_sample_rows(store_);
   Measurement no_stats = testing::ok_measurement(run, problem, config, 10);
   no_stats.stats.reset();
   EXPECT_THROW(store_.insert_measurement(no_stats), Error);
@@ -300,9 +296,7 @@ TEST_F(StoreTest, WinnerNeedsAPassedVerificationOnThatGpu) {
 
   store_.insert_verification(testing::passed(run, problem, good));
   store_.insert_verification(testing::passed(run, problem, bad));
-  Verification failed = testing::passed(run, problem, bad);
-  failed.status = VerificationStatus::Failed;
-  store_.insert_verification(failed);
+  store_.insert_verification(testing::failed(run, problem, bad));
   store_.insert_verification(testing::passed(other_gpu_run, problem, unverified));  // verified, but on another GPU
 
   EXPECT_THROW(store_.set_winner(Winner{run, problem, bad, 9.0, "fastest"}), Error);
@@ -351,9 +345,7 @@ TEST_F(StoreTest, BestMeasurementSkipsFailedVerificationsBaselinesAndOtherGpus) 
   baseline_config.family = "cublaslt-f16";
   const ConfigId baseline = store_.upsert_config(baseline_config);
 
-  Verification failed = testing::passed(run, problem, wrong);
-  failed.status = VerificationStatus::Failed;
-  store_.insert_verification(failed);
+  store_.insert_verification(testing::failed(run, problem, wrong));
   store_.insert_measurement(testing::ok_measurement(run, problem, slow, 30));
   store_.insert_measurement(testing::ok_measurement(run, problem, wrong, 5));      // fastest, but wrong
   store_.insert_measurement(testing::ok_measurement(run, problem, baseline, 6));   // a baseline
@@ -404,9 +396,7 @@ TEST_F(StoreTest, ExternalResultsUpsertByKey) {
 }
 
 TEST_F(StoreTest, TableCountsAndRunSummaries) {
-  const RunId run = store_.insert_run(testing::sample_run());
-  const ProblemId problem = store_.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-  const ConfigId config = store_.upsert_config(testing::kernel_config(128));
+  const auto [run, problem, config] = testing::insert_sample_rows(store_);
   store_.insert_verification(testing::passed(run, problem, config));
   store_.insert_measurement(testing::ok_measurement(run, problem, config, 10));
   store_.insert_measurement(testing::ok_measurement(run, problem, config, 11));
@@ -430,10 +420,7 @@ TEST_F(StoreTest, TableCountsAndRunSummaries) {
 TEST_F(StoreTest, AnErrorInsideATransactionLeavesNothing) {
   try {
     auto transaction = store_.transaction();
-    const RunId run = store_.insert_run(testing::sample_run());
-    const ProblemId problem = store_.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-    const ConfigId config = store_.upsert_config(testing::kernel_config(128));
-    store_.insert_measurement(testing::ok_measurement(run, problem, config, 10));
+    const auto [run, problem, config] = testing::insert_sample_measurement(store_);
     store_.insert_measurement(testing::ok_measurement(run, problem, ConfigId{12345}, 10));  // foreign key fails
     transaction.commit();
     FAIL() << "the foreign key violation was accepted";
@@ -480,10 +467,7 @@ TEST(StoreCrash, KilledWriterLeavesOnlyCommittedUnits) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     Store store = Store::open(file);
-    const RunId run = store.insert_run(testing::sample_run());
-    const ProblemId problem = store.upsert_problem(Problem{"w4a16-int4-g128", 1, 8192, 8192});
-    const ConfigId config = store.upsert_config(testing::kernel_config(128));
-    store.insert_measurement(testing::ok_measurement(run, problem, config, 10));  // committed on its own
+    const auto [run, problem, config] = testing::insert_sample_measurement(store);  // committed on its own
     auto transaction = store.transaction();
     for (int i = 0; i < 50; ++i) store.insert_measurement(testing::ok_measurement(run, problem, config, 20 + i));
     store.upsert_problem(Problem{"never-committed", 1, 1, 1});

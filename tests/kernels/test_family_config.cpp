@@ -1,6 +1,8 @@
 // The kernel-family interface: config text/JSON, the registry, static rules, support refusals, launch geometry.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
@@ -8,9 +10,12 @@
 #include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune {
 namespace {
+
+using test_support::expect_input_error;
 
 KernelConfig mma_config(std::string_view text) { return KernelConfig::parse(text, "mma"); }
 
@@ -76,12 +81,7 @@ TEST(KernelFamilies, RegistryFindsMmaWgmmaAndTma) {
   EXPECT_EQ(find_family("wgmma").name(), "wgmma");
   EXPECT_EQ(find_family("tma").name(), "tma");
   EXPECT_EQ(find_family("tma").weight_layout(), "mma");  // it runs on the weights production packs once
-  try {
-    find_family("nope");
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("unknown kernel family 'nope' (known: mma, tma, wgmma)"), std::string::npos);
-  }
+  expect_input_error([&] { find_family("nope"); }, {"unknown kernel family 'nope' (known: mma, tma, wgmma)"});
 }
 
 // The tma family's rules: sm_90 only, 8-bit and 16-bit operands, clusters only with multicast, flushed formats at
@@ -309,8 +309,28 @@ TEST(KernelFamilies, ArchNames) {
   EXPECT_EQ(sm_of_arch("sm_120a"), 120);
   EXPECT_EQ(sm_of_arch("sm_80"), 80);
   EXPECT_THROW(sm_of_arch("compute_90"), InputError);
-  EXPECT_THROW(ArchLimits::for_sm(70), InputError);
+  expect_input_error([] { ArchLimits::for_sm(70); }, {"sm: ", "sm_70", "(known: 75, 80, 86, 89, 90, 100, 120)"});
   EXPECT_EQ(ArchLimits::for_sm(90).sm_count, 132);
+}
+
+// The datasheet numbers of every architecture, as they stood before they became a table.
+TEST(KernelFamilies, ArchLimitsOfEveryKnownArchitecture) {
+  // sm, SMs, shared per block, shared per SM, threads per SM, blocks per SM, registers per SM, per thread, threads
+  // per block.
+  using Numbers = std::array<int, 9>;
+  auto numbers = [](const ArchLimits& l) {
+    return Numbers{l.sm, l.sm_count, l.max_shared_per_block, l.shared_per_sm, l.max_threads_per_sm,
+                   l.max_blocks_per_sm, l.registers_per_sm, l.max_registers_per_thread, l.max_threads_per_block};
+  };
+  for (const Numbers& expected : {Numbers{75, 68, 65536, 65536, 1024, 16, 65536, 255, 1024},
+                                  Numbers{80, 108, 166912, 167936, 2048, 32, 65536, 255, 1024},
+                                  Numbers{86, 82, 101376, 102400, 1536, 16, 65536, 255, 1024},
+                                  Numbers{89, 128, 101376, 102400, 1536, 24, 65536, 255, 1024},
+                                  Numbers{90, 132, 232448, 233472, 2048, 32, 65536, 255, 1024},
+                                  Numbers{100, 148, 232448, 233472, 2048, 32, 65536, 255, 1024},
+                                  Numbers{120, 170, 101376, 102400, 1536, 24, 65536, 255, 1024}}) {
+    EXPECT_EQ(numbers(ArchLimits::for_sm(expected[0])), expected);
+  }
 }
 
 TEST(MmaFamily, ParameterSpaceListsEveryTemplateKnob) {

@@ -131,13 +131,8 @@ TEST(MoeRouting, FileRoundTripsAndNormalizesWeights) {
 
   test_support::TempDir dir;
   const auto file = dir.write("trace.json", document.dump());
-  MoeProblem problem;
-  problem.format = FormatSpec::parse("w4a16-int4-g128");
-  problem.experts = 4;
-  problem.top_k = 2;
-  problem.tokens = 3;
-  problem.n = 64;
-  problem.k = 128;
+  MoeProblem problem{.format = FormatSpec::parse("w4a16-int4-g128"), .experts = 4, .top_k = 2, .tokens = 3, .n = 64,
+                     .k = 128};
   problem.routing = RoutingSpec::parse("file:" + file.string());
   EXPECT_EQ(problem.make_routing().ids, routing.ids);
   problem.tokens = 4;  // a file of the wrong length
@@ -185,13 +180,8 @@ TEST(MoeRouting, BadRoutingFilesNameTheField) {
 }
 
 TEST(MoeProblem, BadProblemsNameTheField) {
-  MoeProblem problem;
-  problem.format = FormatSpec::parse("w4a16-int4-g128");
-  problem.experts = 8;
-  problem.top_k = 2;
-  problem.tokens = 16;
-  problem.n = 256;
-  problem.k = 256;
+  const MoeProblem problem{.format = FormatSpec::parse("w4a16-int4-g128"), .experts = 8, .top_k = 2, .tokens = 16,
+                           .n = 256, .k = 256};
   problem.validate();
   auto broken = [&](auto edit, std::vector<std::string> expected) {
     MoeProblem copy = problem;
@@ -211,15 +201,8 @@ TEST(MoeProblem, BadProblemsNameTheField) {
 }
 
 TEST(MoeProblem, JsonRoundTripAndRows) {
-  MoeProblem problem;
-  problem.format = FormatSpec::parse("w4a8-int4-fp8");
-  problem.experts = 256;
-  problem.top_k = 8;
-  problem.tokens = 64;
-  problem.n = 7168;
-  problem.k = 2048;
-  problem.projection = MoeProjection::Down;
-  problem.layout = MoeLayout::GroupedContiguous;
+  MoeProblem problem{.format = FormatSpec::parse("w4a8-int4-fp8"), .experts = 256, .top_k = 8, .tokens = 64, .n = 7168,
+                     .k = 2048, .projection = MoeProjection::Down, .layout = MoeLayout::GroupedContiguous};
   problem.routing = RoutingSpec::parse("zipf:1.5", 9);
   const MoeProblem back = MoeProblem::from_json(problem.to_json());
   EXPECT_EQ(back.to_string(), problem.to_string());
@@ -414,14 +397,8 @@ TEST(MoeReference, MatchesNaiveLoopForBothProjections) {
                            "w4a16-int4-g128-zp-bf16"}) {
     for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
       SCOPED_TRACE(std::string(spec) + " " + std::string(moe_projection_name(projection)));
-      MoeProblem problem;
-      problem.format = FormatSpec::parse(spec);
-      problem.experts = 6;
-      problem.top_k = 2;
-      problem.tokens = 9;
-      problem.n = 128;
-      problem.k = 256;
-      problem.projection = projection;
+      MoeProblem problem{.format = FormatSpec::parse(spec), .experts = 6, .top_k = 2, .tokens = 9, .n = 128, .k = 256,
+                         .projection = projection};
       problem.routing = spec_of(RoutingKind::Zipf, 3, 1.5);
       const Routing routing = problem.make_routing();
       const MoeOperands operands = make_moe_operands(problem, routing, 21);
@@ -443,13 +420,8 @@ TEST(MoeReference, MatchesNaiveLoopForBothProjections) {
 }
 
 TEST(MoeReference, EmptyExpertsAreNeverReadAndWrongOperandsAreRefused) {
-  MoeProblem problem;
-  problem.format = FormatSpec::parse("w4a16-int4-g128");
-  problem.experts = 10;
-  problem.top_k = 2;
-  problem.tokens = 7;
-  problem.n = 64;
-  problem.k = 128;
+  MoeProblem problem{.format = FormatSpec::parse("w4a16-int4-g128"), .experts = 10, .top_k = 2, .tokens = 7, .n = 64,
+                     .k = 128};
   MoeOperands operands = make_moe_operands(problem, routing_with_empty_experts(), 5);
   EXPECT_EQ(operands.experts[1].n, 0);  // untouched experts are not even quantized
   EXPECT_EQ(operands.experts[3].n, 64);
@@ -480,16 +452,8 @@ TEST(MoeReference, EmptyExpertsAreNeverReadAndWrongOperandsAreRefused) {
 // ------------------------------------------------------------------------------------------------ mma MoE host side
 
 MoeProblem small_problem(const char* spec, MoeLayout layout, MoeProjection projection) {
-  MoeProblem problem;
-  problem.format = FormatSpec::parse(spec);
-  problem.experts = 10;
-  problem.top_k = 2;
-  problem.tokens = 7;
-  problem.n = 128;
-  problem.k = 256;
-  problem.layout = layout;
-  problem.projection = projection;
-  return problem;
+  return MoeProblem{.format = FormatSpec::parse(spec), .experts = 10, .top_k = 2, .tokens = 7, .n = 128, .k = 256,
+                    .projection = projection, .layout = layout};
 }
 
 TEST(MmaMoe, TokenIndexedLaunchRowsBoundThePaddedRows) {

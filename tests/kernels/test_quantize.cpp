@@ -13,6 +13,13 @@ namespace qtune {
 namespace {
 
 // Normal data with a few outliers, so the scale cells see different ranges.
+// The largest |value| of `count` values from column `first` of row `row` in a row-major matrix of `k` columns.
+double row_amax(const std::vector<float>& matrix, int64_t k, int64_t row, int64_t first, int64_t count) {
+  double result = 0;
+  for (int64_t c = first; c < first + count; ++c) result = std::max(result, std::fabs(static_cast<double>(matrix[row * k + c])));
+  return result;
+}
+
 std::vector<float> test_matrix(int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<float> values = random_normal(static_cast<size_t>(rows * cols), seed);
   RandomGenerator random(seed + 1000);
@@ -142,24 +149,19 @@ TEST(Quantize, ScalesFollowTheDocumentedRules) {
   const int64_t n = 32;
   const int64_t k = 128;
   std::vector<float> weights = test_matrix(n, k, 5);
-  auto amax = [&](int64_t row, int64_t first, int64_t count) {
-    double result = 0;
-    for (int64_t c = first; c < first + count; ++c) result = std::max(result, std::fabs(static_cast<double>(weights[row * k + c])));
-    return result;
-  };
   // Per channel int8 with f16 scales: s = round_f16(amax / 127).
   QuantizedWeights int8 = quantize_weights(FormatSpec::parse("w8a16-int8-ch"), weights, n, k);
   ASSERT_EQ(int8.scales.rows, n);
   ASSERT_EQ(int8.scales.cols, 1);
   for (int64_t row = 0; row < n; ++row) {
-    EXPECT_EQ(int8.scales.values[row], round_to_scale(ScaleType::F16, amax(row, 0, k) / 127.0));
+    EXPECT_EQ(int8.scales.values[row], round_to_scale(ScaleType::F16, row_amax(weights, k, row, 0, k) / 127.0));
   }
   // MX: the shared exponent is floor(log2(amax)) - 2 for e2m1 (max 6 = 1.5 * 2^2).
   QuantizedWeights mx = quantize_weights(FormatSpec::parse("mxfp4"), weights, n, k);
   ASSERT_EQ(mx.scales.cols, k / 32);
   for (int64_t row = 0; row < n; ++row) {
     for (int64_t group = 0; group < k / 32; ++group) {
-      uint32_t expected = static_cast<uint32_t>(std::ilogb(amax(row, group * 32, 32)) - 2 + 127);
+      uint32_t expected = static_cast<uint32_t>(std::ilogb(row_amax(weights, k, row, group * 32, 32)) - 2 + 127);
       EXPECT_EQ(mx.scales.bits[row * (k / 32) + group], expected);
     }
   }
@@ -171,7 +173,7 @@ TEST(Quantize, ScalesFollowTheDocumentedRules) {
   float largest_block_scale = 0;
   for (int64_t row = 0; row < n; ++row) {
     for (int64_t group = 0; group < k / 16; ++group) {
-      double target = amax(row, group * 16, 16) / 6.0 / nv.global_scale;
+      double target = row_amax(weights, k, row, group * 16, 16) / 6.0 / nv.global_scale;
       float scale = nv.scales.values[row * (k / 16) + group];
       EXPECT_EQ(scale, static_cast<float>(round_to_scale(ScaleType::E4M3, target)));
       largest_block_scale = std::max(largest_block_scale, scale);
@@ -211,13 +213,6 @@ TEST(Quantize, ActivationsPerTokenPerTensorPerGroup) {
   const int64_t m = 8;
   const int64_t k = 256;
   std::vector<float> activations = test_matrix(m, k, 21);
-  auto row_amax = [&](int64_t row, int64_t first, int64_t count) {
-    double result = 0;
-    for (int64_t c = first; c < first + count; ++c) {
-      result = std::max(result, std::fabs(static_cast<double>(activations[row * k + c])));
-    }
-    return result;
-  };
 
   QuantizedActivations int8 = quantize_activations(FormatSpec::parse("w8a8-int8-ch"), activations, m, k);
   ASSERT_EQ(int8.scales.rows, m);
@@ -225,7 +220,7 @@ TEST(Quantize, ActivationsPerTokenPerTensorPerGroup) {
   ASSERT_TRUE(int8.values.empty());
   std::vector<float> int8_dq = dequantize(int8);
   for (int64_t row = 0; row < m; ++row) {
-    float scale = static_cast<float>(row_amax(row, 0, k) / 127.0);
+    float scale = static_cast<float>(row_amax(activations, k, row, 0, k) / 127.0);
     EXPECT_EQ(int8.scales.values[row], scale);
     for (int64_t c = 0; c < k; ++c) {
       ASSERT_LE(std::fabs(activations[row * k + c] - int8_dq[row * k + c]), scale / 2 * (1 + 1e-6));
@@ -235,7 +230,7 @@ TEST(Quantize, ActivationsPerTokenPerTensorPerGroup) {
   QuantizedActivations fp8 = quantize_activations(FormatSpec::parse("w8a8-fp8-tensor"), activations, m, k);
   ASSERT_EQ(fp8.scales.values.size(), 1u);
   double amax = 0;
-  for (int64_t row = 0; row < m; ++row) amax = std::max(amax, row_amax(row, 0, k));
+  for (int64_t row = 0; row < m; ++row) amax = std::max(amax, row_amax(activations, k, row, 0, k));
   EXPECT_EQ(fp8.scales.values[0], static_cast<float>(amax / 448.0));
   std::vector<float> fp8_dq = dequantize(fp8);
   for (size_t i = 0; i < activations.size(); ++i) {
@@ -245,7 +240,7 @@ TEST(Quantize, ActivationsPerTokenPerTensorPerGroup) {
   QuantizedActivations groups = quantize_activations(FormatSpec::parse("w8a8-fp8-block128x128"), activations, m, k);
   ASSERT_EQ(groups.scales.rows, m);
   ASSERT_EQ(groups.scales.cols, k / 128);
-  EXPECT_EQ(groups.scales.values[3 * 2 + 1], static_cast<float>(row_amax(3, 128, 128) / 448.0));
+  EXPECT_EQ(groups.scales.values[3 * 2 + 1], static_cast<float>(row_amax(activations, k, 3, 128, 128) / 448.0));
 
   QuantizedActivations nv = quantize_activations(FormatSpec::parse("w4a4-nvfp4"), activations, m, k);
   EXPECT_EQ(nv.global_scale, static_cast<float>(amax / (6.0 * 448.0)));

@@ -10,10 +10,13 @@
 #include "kernels/error.hpp"
 #include "reports/selection_build.hpp"
 #include "reports/tuning_data.hpp"
+#include "tests/common/expect_error.hpp"
 #include "tests/reports/report_test_support.hpp"
 
 namespace qtune::reports {
 namespace {
+
+using test_support::expect_input_error;
 
 namespace fs = std::filesystem;
 using testing::FixtureSpec;
@@ -223,13 +226,7 @@ TEST_F(ExportFixture, RegretFallsBackToTheHeuristicWhereTheChosenConfigWasNotMea
 }
 
 TEST_F(ExportFixture, BuildRefusesAGpuWithoutWinners) {
-  try {
-    build_selection_table(data_, "a100");
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("--gpu"), std::string::npos) << error.what();
-    EXPECT_NE(std::string(error.what()).find("h200"), std::string::npos) << error.what();
-  }
+  expect_input_error([&] { build_selection_table(data_, "a100"); }, {"--gpu", "h200"});
 }
 
 TEST(SelectionTableJson, MalformedTablesNameTheField) {
@@ -242,12 +239,7 @@ TEST(SelectionTableJson, MalformedTablesNameTheField) {
            {{{"n", 8192}, {"k", 8192}, {"ranges", {{{"m_min", 1}, {"m_max", nullptr}, {"config", "bm=16,bn=128"}, {"family", "mma"}}}}}}}}}}}};
   EXPECT_NO_THROW(SelectionTable::from_json(good, "t.json"));
   auto expect_field = [](const nlohmann::json& json, const std::string& field) {
-    try {
-      SelectionTable::from_json(json, "t.json");
-      FAIL() << "expected InputError for " << field;
-    } catch (const InputError& error) {
-      EXPECT_NE(std::string(error.what()).find("t.json: field '" + field + "'"), std::string::npos) << error.what();
-    }
+    expect_input_error([&] { SelectionTable::from_json(json, "t.json"); }, {"t.json: field '" + field + "'"});
   };
   nlohmann::json bad = good;
   bad["formats"]["w4a16-int4-ch"]["shapes"][0]["n"] = -3;
@@ -367,6 +359,13 @@ TEST_F(ExportFixture, GeneratedHeaderCompilesStandaloneAndSelectsLikeTheLibrary)
   const fs::path header = dir_ / "tuned_table.hpp";
   testing::write_text(header, table_.to_cpp_header("tuned"));
   const std::string text = testing::file_text(header);
+  // Its natural_log and shape_distance are the text of reports/selection_table_distance.hpp, not a copy that could drift.
+  const std::string shared = testing::file_text(fs::path(QTUNE_SOURCE_DIR) / "reports" / "selection_table_distance.hpp");
+  const size_t begin = shared.find("constexpr double natural_log(double x) {");
+  const size_t end = shared.find("// ---- end of the text generated headers share");
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  EXPECT_NE(text.find(shared.substr(begin, end - begin)), std::string::npos) << text;
   // Self-contained: the only includes are the three standard headers.
   std::set<std::string> includes;
   std::istringstream lines(text);

@@ -19,6 +19,7 @@
 #include "search/m_buckets.hpp"
 #include "search/model_shapes.hpp"
 #include "tests/common/expect_error.hpp"
+#include "tests/common/scoped_environment.hpp"
 
 namespace qtune::search {
 namespace {
@@ -30,29 +31,10 @@ const fs::path kConfigs = fs::path(QTUNE_SOURCE_DIR) / "configs";
 
 using TempDir = ::qtune::test_support::TempDir;
 
-// Sets an environment variable for one scope and restores the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
+using test_support::ScopedEnvironment;
 
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+// The model shape set shipped as configs/models/<name>.json.
+ModelShapes shipped_model(const std::string& name) { return load_model_shapes(kConfigs / "models" / (name + ".json")); }
 
 json read(const fs::path& file) {
   std::ifstream stream(file);
@@ -65,17 +47,17 @@ using test_support::expect_input_error;
 
 TEST(ConfigDir, EnvironmentVariableWins) {
   TempDir dir;
-  ScopedEnv env("QTUNE_CONFIG_DIR", dir.path().c_str());
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", dir.path().c_str());
   EXPECT_EQ(fs::canonical(config_dir()), fs::canonical(dir.path()));
 }
 
 TEST(ConfigDir, MissingEnvironmentDirectoryIsNamed) {
-  ScopedEnv env("QTUNE_CONFIG_DIR", "/nonexistent/qtune-configs");
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", "/nonexistent/qtune-configs");
   expect_input_error([] { config_dir(); }, {"QTUNE_CONFIG_DIR", "/nonexistent/qtune-configs"});
 }
 
 TEST(ConfigDir, DefaultsToTheSourceTree) {
-  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(fs::canonical(config_dir()), fs::canonical(kConfigs));
   ASSERT_FALSE(config_dir_candidates().empty());
 }
@@ -175,7 +157,7 @@ TEST(GpuProfiles, DeviceMatchRequiresAgreeingArchitectureAndSmCount) {
 }
 
 TEST(GpuProfiles, ByNameFromShippedConfigsOrPath) {
-  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(gpu_profile_by_name("NVIDIA H200").name, "h200");
   EXPECT_EQ(gpu_profile_by_name((kConfigs / "gpus" / "l40s.json").string()).name, "l40s");
   expect_input_error([] { gpu_profile_by_name("b300", "--gpu"); }, {"--gpu", "unknown GPU profile 'b300'", "h200"});
@@ -194,6 +176,22 @@ struct ProfileMutation {
   std::function<void(json&)> mutate;
   std::vector<std::string> expected;  // pieces of the error message
 };
+
+// Writes each mutation of `good` to `file_name` in a fresh directory and expects `load` to refuse it with an error
+// naming the file and every piece the mutation expects.
+void expect_mutations_refused(const json& good, const std::vector<ProfileMutation>& mutations, const std::string& file_name,
+                              const std::function<void(const fs::path&)>& load) {
+  TempDir dir;
+  for (const auto& mutation : mutations) {
+    SCOPED_TRACE(mutation.description);
+    json broken = good;
+    mutation.mutate(broken);
+    const fs::path file = dir.write(file_name, broken.dump(2));
+    auto expected = mutation.expected;
+    expected.push_back(file.string());
+    expect_input_error([&] { load(file); }, expected);
+  }
+}
 
 TEST(GpuProfiles, MalformedProfilesNameTheField) {
   const json good = read(kConfigs / "gpus" / "h200.json");
@@ -216,16 +214,7 @@ TEST(GpuProfiles, MalformedProfilesNameTheField) {
       {"bad name", [](json& j) { j["name"] = "H 200"; }, {"field 'name'", "lower-case"}},
       {"not an object", [](json& j) { j = json::array({1, 2}); }, {"expected a JSON object"}},
   };
-  TempDir dir;
-  for (const auto& mutation : mutations) {
-    SCOPED_TRACE(mutation.description);
-    json broken = good;
-    mutation.mutate(broken);
-    const fs::path file = dir.write("h200.json", broken.dump(2));
-    auto expected = mutation.expected;
-    expected.push_back(file.string());
-    expect_input_error([&] { load_gpu_profile(file); }, expected);
-  }
+  expect_mutations_refused(good, mutations, "h200.json", [](const fs::path& file) { load_gpu_profile(file); });
 }
 
 TEST(GpuProfiles, DirectoryRejectsDuplicateAliasesAndMismatchedNames) {
@@ -265,6 +254,19 @@ void expect_shape(const std::vector<ShardedGemm>& gemms, const std::string& name
   EXPECT_EQ(gemm.k, k) << name;
 }
 
+struct NamedShape {
+  std::string gemm;
+  std::int64_t n;
+  std::int64_t k;
+};
+
+// The N x K of each named GEMM of a shipped model sharded `tp` ways.
+void expect_sharded_shapes(const std::string& model, int tp, const std::vector<NamedShape>& shapes) {
+  SCOPED_TRACE(model + " at tp " + std::to_string(tp));
+  const auto gemms = sharded_gemms(shipped_model(model), tp);
+  for (const NamedShape& shape : shapes) expect_shape(gemms, shape.gemm, shape.n, shape.k);
+}
+
 TEST(ModelShapes, EveryShippedModelLoads) {
   const auto models = load_model_shape_sets(kConfigs / "models");
   std::vector<std::string> names;
@@ -278,7 +280,7 @@ TEST(ModelShapes, EveryShippedModelLoads) {
 }
 
 TEST(ModelShapes, Llama3_70bKnownShapes) {
-  const ModelShapes model = load_model_shapes(kConfigs / "models" / "llama-3-70b.json");
+  const ModelShapes model = shipped_model("llama-3-70b");
   const auto tp1 = sharded_gemms(model, 1);
   expect_shape(tp1, "qkv_proj", 10240, 8192);
   expect_shape(tp1, "o_proj", 8192, 8192);
@@ -298,7 +300,7 @@ TEST(ModelShapes, Llama3_70bKnownShapes) {
 TEST(ModelShapes, LlamaStyleShapesFollowTheirHyperparameters) {
   for (const char* name : {"llama-3-8b", "llama-3-70b", "qwen2.5-72b"}) {
     SCOPED_TRACE(name);
-    const ModelShapes model = load_model_shapes(kConfigs / "models" / (std::string(name) + ".json"));
+    const ModelShapes model = shipped_model(name);
     const auto& h = model.hyperparameters;
     const std::int64_t hidden = h.at("hidden_size");
     const std::int64_t inter = h.at("intermediate_size");
@@ -317,19 +319,13 @@ TEST(ModelShapes, LlamaStyleShapesFollowTheirHyperparameters) {
 }
 
 TEST(ModelShapes, SmallerModelsKnownShapes) {
-  const auto llama8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "llama-3-8b.json"), 8);
-  expect_shape(llama8, "qkv_proj", 768, 4096);
-  expect_shape(llama8, "down_proj", 4096, 1792);
-  const auto qwen1 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen2.5-72b.json"), 1);
-  expect_shape(qwen1, "gate_up_proj", 59136, 8192);
-  expect_shape(qwen1, "down_proj", 8192, 29568);
-  const auto qwen8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen2.5-72b.json"), 8);
-  expect_shape(qwen8, "gate_up_proj", 7392, 8192);
-  expect_shape(qwen8, "down_proj", 8192, 3696);
+  expect_sharded_shapes("llama-3-8b", 8, {{"qkv_proj", 768, 4096}, {"down_proj", 4096, 1792}});
+  expect_sharded_shapes("qwen2.5-72b", 1, {{"gate_up_proj", 59136, 8192}, {"down_proj", 8192, 29568}});
+  expect_sharded_shapes("qwen2.5-72b", 8, {{"gate_up_proj", 7392, 8192}, {"down_proj", 8192, 3696}});
 }
 
 TEST(ModelShapes, DeepSeekV3DenseAndExpertShapes) {
-  const ModelShapes model = load_model_shapes(kConfigs / "models" / "deepseek-v3.json");
+  const ModelShapes model = shipped_model("deepseek-v3");
   const auto& h = model.hyperparameters;
   const std::int64_t hidden = h.at("hidden_size");
   const std::int64_t heads = h.at("num_attention_heads");
@@ -386,7 +382,7 @@ TEST(ModelShapes, MoeModelsFollowTheirHyperparameters) {
                                    Expected{"qwen3-30b-a3b", "num_experts", 768, 128, 8},
                                    Expected{"mixtral-8x7b", "num_local_experts", 14336, 8, 2}}) {
     SCOPED_TRACE(expected.name);
-    const ModelShapes model = load_model_shapes(kConfigs / "models" / (std::string(expected.name) + ".json"));
+    const ModelShapes model = shipped_model(expected.name);
     const auto& h = model.hyperparameters;
     const std::int64_t hidden = h.at("hidden_size");
     const std::int64_t heads = h.at("num_attention_heads");
@@ -415,21 +411,17 @@ TEST(ModelShapes, MoeModelsFollowTheirHyperparameters) {
     EXPECT_EQ(distinct_shapes(model, 1, GemmFilter::Dense).size(), 2u);
   }
   // Known numbers: Qwen3-235B-A22B's experts at TP 1 and 8, Mixtral's at TP 1.
-  const auto qwen8 = sharded_gemms(load_model_shapes(kConfigs / "models" / "qwen3-235b-a22b.json"), 8);
-  expect_shape(qwen8, "experts.gate_up_proj", 384, 4096);
-  expect_shape(qwen8, "experts.down_proj", 4096, 192);
-  const auto mixtral = sharded_gemms(load_model_shapes(kConfigs / "models" / "mixtral-8x7b.json"), 1);
-  expect_shape(mixtral, "experts.gate_up_proj", 28672, 4096);
-  expect_shape(mixtral, "experts.down_proj", 4096, 14336);
+  expect_sharded_shapes("qwen3-235b-a22b", 8, {{"experts.gate_up_proj", 384, 4096}, {"experts.down_proj", 4096, 192}});
+  expect_sharded_shapes("mixtral-8x7b", 1, {{"experts.gate_up_proj", 28672, 4096}, {"experts.down_proj", 4096, 14336}});
 }
 
 TEST(ModelShapes, UnlistedTensorParallelIsAnInputError) {
-  const ModelShapes model = load_model_shapes(kConfigs / "models" / "llama-3-70b.json");
+  const ModelShapes model = shipped_model("llama-3-70b");
   expect_input_error([&] { sharded_gemms(model, 4, "--tp"); }, {"--tp", "tensor parallel 4", "llama-3-70b", "1, 8"});
 }
 
 TEST(ModelShapes, ByNameIsCaseInsensitive) {
-  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(model_shapes_by_name("Llama-3-70B").name, "llama-3-70b");
   EXPECT_EQ(model_shapes_by_name((kConfigs / "models" / "deepseek-v3.json").string()).name, "deepseek-v3");
   expect_input_error([] { model_shapes_by_name("llama-4", "--model"); }, {"--model", "unknown model 'llama-4'", "llama-3-8b"});
@@ -466,16 +458,7 @@ TEST(ModelShapes, MalformedModelsNameTheField) {
       {"no gemms", [](json& j) { j["gemms"] = json::array(); }, {"field 'gemms'", "non-empty array"}},
       {"typo", [](json& j) { j["gemms"][0]["N"] = 1; }, {"field 'gemms[0].N'", "unknown field"}},
   };
-  TempDir dir;
-  for (const auto& mutation : mutations) {
-    SCOPED_TRACE(mutation.description);
-    json broken = good;
-    mutation.mutate(broken);
-    const fs::path file = dir.write("model.json", broken.dump(2));
-    auto expected = mutation.expected;
-    expected.push_back(file.string());
-    expect_input_error([&] { load_model_shapes(file); }, expected);
-  }
+  expect_mutations_refused(good, mutations, "model.json", [](const fs::path& file) { load_model_shapes(file); });
 }
 
 // ------------------------------------------------------------------------------------------------ M buckets
@@ -484,7 +467,7 @@ TEST(MBuckets, ShippedBucketsArePowersOfTwoTo8192) {
   const auto buckets = load_m_buckets(kConfigs / "m_buckets.json");
   ASSERT_EQ(buckets.size(), 14u);
   for (std::size_t i = 0; i < buckets.size(); ++i) EXPECT_EQ(buckets[i], std::int64_t{1} << i);
-  ScopedEnv env("QTUNE_CONFIG_DIR", nullptr);
+  ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(load_m_buckets(), buckets);
 }
 

@@ -5,9 +5,12 @@
 #include <cmath>
 
 #include "kernels/error.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune::search {
 namespace {
+
+using test_support::expect_input_error;
 
 // A step in one feature and a product of two others: what tile thresholds and wave counts look like.
 double step_objective(double a, double b, double c) { return std::exp((a > 4.5 ? 1.0 : 0.0) + 0.3 * std::floor(b / 3) * c + 2.0); }
@@ -70,12 +73,7 @@ TEST(BoostedTreesCostModel, RejectsMisuse) {
 TEST(CostModelFactory, NamesTheFieldForAnUnknownModel) {
   EXPECT_NE(make_cost_model("trees"), nullptr);
   EXPECT_NE(make_cost_model("ridge"), nullptr);
-  try {
-    make_cost_model("forest");
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("cost_model"), std::string::npos);
-  }
+  expect_input_error([&] { make_cost_model("forest"); }, {"cost_model"});
 }
 
 }  // namespace

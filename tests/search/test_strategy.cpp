@@ -5,9 +5,12 @@
 
 #include "kernels/error.hpp"
 #include "search/strategy.hpp"
+#include "tests/common/expect_error.hpp"
 
 namespace qtune::search {
 namespace {
+
+using test_support::expect_input_error;
 
 // A synthetic objective with a known optimum at (x, y) = (7, 3) on a 16 x 12 grid; some candidates are invalid.
 class BowlObjective : public Objective {
@@ -45,14 +48,23 @@ std::vector<Candidate> grid() {
 
 size_t optimum_id() { return 7 * 12 + 3; }
 
-TEST(Strategy, ExhaustiveFindsTheOptimumAndEvaluatesEverything) {
-  auto candidates = grid();
-  BowlObjective objective;
-  auto outcome = make_strategy("exhaustive")->run(candidates, objective, {});
+// One strategy's search of the grid with a fresh bowl objective, which keeps its call counts for the test.
+class StrategySearch : public ::testing::Test {
+ protected:
+  SearchOutcome search(std::string_view name, const StrategyOptions& options = {}, const Budget& budget = {}) {
+    return make_strategy(name, options)->run(candidates_, objective_, budget);
+  }
+
+  const std::vector<Candidate> candidates_ = grid();
+  BowlObjective objective_;
+};
+
+TEST_F(StrategySearch, ExhaustiveFindsTheOptimumAndEvaluatesEverything) {
+  const SearchOutcome outcome = search("exhaustive");
   ASSERT_TRUE(outcome.best_id);
   EXPECT_EQ(*outcome.best_id, optimum_id());
   EXPECT_DOUBLE_EQ(outcome.best_time_us, 10.0);
-  EXPECT_EQ(outcome.history.size(), candidates.size());
+  EXPECT_EQ(outcome.history.size(), candidates_.size());
 }
 
 TEST(Strategy, BudgetInEvaluationsIsRespected) {
@@ -65,70 +77,53 @@ TEST(Strategy, BudgetInEvaluationsIsRespected) {
   }
 }
 
-TEST(Strategy, BudgetInSecondsStopsEarly) {
-  auto candidates = grid();
-  BowlObjective objective;
-  auto outcome = make_strategy("exhaustive")->run(candidates, objective, Budget{std::numeric_limits<size_t>::max(), 0.0});
+TEST_F(StrategySearch, BudgetInSecondsStopsEarly) {
+  const SearchOutcome outcome = search("exhaustive", {}, Budget{std::numeric_limits<size_t>::max(), 0.0});
   EXPECT_TRUE(outcome.history.empty());
   EXPECT_FALSE(outcome.best_id);
 }
 
-TEST(Strategy, RandomWithFullBudgetFindsTheOptimumInAnotherOrder) {
-  auto candidates = grid();
-  BowlObjective objective;
-  auto outcome = make_strategy("random", seeded(42))->run(candidates, objective, {});
+TEST_F(StrategySearch, RandomWithFullBudgetFindsTheOptimumInAnotherOrder) {
+  const SearchOutcome outcome = search("random", seeded(42));
   ASSERT_TRUE(outcome.best_id);
   EXPECT_EQ(*outcome.best_id, optimum_id());
   EXPECT_NE(outcome.history.front().id, 0u);  // shuffled
 }
 
-TEST(Strategy, SuccessiveHalvingSpendsShortRunsOnManyAndFullRunsOnFew) {
-  auto candidates = grid();
-  BowlObjective objective;
-  auto outcome = make_strategy("halving", seeded(3))->run(candidates, objective, {});
+TEST_F(StrategySearch, SuccessiveHalvingSpendsShortRunsOnManyAndFullRunsOnFew) {
+  const SearchOutcome outcome = search("halving", seeded(3));
   ASSERT_TRUE(outcome.best_id);
   EXPECT_EQ(*outcome.best_id, optimum_id());
-  EXPECT_EQ(objective.calls[Fidelity::Short], int(candidates.size()) + 64 + 22 + 8);
-  EXPECT_LE(objective.calls[Fidelity::Full], 3);
+  EXPECT_EQ(objective_.calls[Fidelity::Short], int(candidates_.size()) + 64 + 22 + 8);
+  EXPECT_LE(objective_.calls[Fidelity::Full], 3);
 }
 
-TEST(Strategy, ModelGuidedFindsTheOptimumWithFewEvaluations) {
-  auto candidates = grid();
-  BowlObjective objective;
-  size_t budget = candidates.size() * 15 / 100;
-  auto outcome = make_strategy("model", seeded(5))->run(candidates, objective, evaluations(budget));
+TEST_F(StrategySearch, ModelGuidedFindsTheOptimumWithFewEvaluations) {
+  const size_t budget = candidates_.size() * 15 / 100;
+  const SearchOutcome outcome = search("model", seeded(5), evaluations(budget));
   ASSERT_TRUE(outcome.best_id);
   EXPECT_LE(outcome.best_time_us, 10.0 * 1.02);
   EXPECT_LE(outcome.history.size(), budget);
 }
 
-TEST(Strategy, ModelGuidedUsesThePriorToStartNearTheOptimum) {
-  auto candidates = grid();
+TEST_F(StrategySearch, ModelGuidedUsesThePriorToStartNearTheOptimum) {
   StrategyOptions options = seeded(9);
   // Prior from a "similar problem": the same bowl, slightly shifted in time.
-  for (const auto& candidate : candidates) {
+  for (const auto& candidate : candidates_) {
     double x = candidate.features[0], y = candidate.features[1];
     options.prior.push_back({candidate.features, 12.0 + 0.5 * (x - 7) * (x - 7) + 0.8 * (y - 3) * (y - 3)});
   }
-  BowlObjective objective;
-  auto outcome = make_strategy("model", options)->run(candidates, objective, evaluations(4));
+  const SearchOutcome outcome = search("model", options, evaluations(4));
   ASSERT_TRUE(outcome.best_id);
   EXPECT_EQ(*outcome.best_id, optimum_id());
 }
 
 TEST(Strategy, UnknownNameIsAnInputErrorNamingTheField) {
-  try {
-    make_strategy("annealing");
-    FAIL() << "expected InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("strategy"), std::string::npos);
-  }
+  expect_input_error([&] { make_strategy("annealing"); }, {"strategy"});
 }
 
-TEST(Strategy, BestAfterEachEvaluationIsMonotone) {
-  auto candidates = grid();
-  BowlObjective objective;
-  auto outcome = make_strategy("random", seeded(1))->run(candidates, objective, evaluations(50));
+TEST_F(StrategySearch, BestAfterEachEvaluationIsMonotone) {
+  const SearchOutcome outcome = search("random", seeded(1), evaluations(50));
   auto curve = outcome.best_after_each_evaluation();
   ASSERT_EQ(curve.size(), 50u);
   for (size_t i = 1; i < curve.size(); ++i) EXPECT_LE(curve[i], curve[i - 1]);

@@ -11,6 +11,7 @@
 #include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
+#include "tests/tuner/kernel/kernel_test_support.hpp"
 #include "tuner/jit/compiler.hpp"
 
 namespace qtune {
@@ -45,12 +46,8 @@ struct Instantiation {
 };
 
 jit::CompileRequest request_for(const Instantiation& instantiation) {
-  const FormatSpec format = FormatSpec::parse(instantiation.spec);
-  jit::CompileRequest request;
-  request.source = mma_family().instantiation_source(instantiation.config, format, instantiation.arch);
-  request.kernel_name = mma_family().kernel_name(instantiation.config, format);
-  request.arch = instantiation.arch;
-  return request;
+  return test_support::family_compile_request(mma_family(), instantiation.config, FormatSpec::parse(instantiation.spec),
+                                              instantiation.arch);
 }
 
 // A problem every format's group sizes divide; the default config for it on that architecture.
@@ -66,22 +63,16 @@ Instantiation representative(const std::string& spec, const std::string& arch, i
 
 void compile_all_or_fail(const std::vector<Instantiation>& instantiations) {
   std::vector<jit::CompileRequest> requests;
-  for (const Instantiation& instantiation : instantiations) requests.push_back(request_for(instantiation));
-  const jit::Compiler compiler;
-  const std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(requests);
-  ASSERT_EQ(outcomes.size(), instantiations.size());
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    const Instantiation& instantiation = instantiations[i];
-    const std::string what = instantiation.spec + " " + instantiation.arch + " " + instantiation.config.to_string();
-    if (!outcomes[i].ok()) {
-      ADD_FAILURE() << what << ": " << outcomes[i].error_message.substr(0, 4000);
-      continue;
-    }
-    const jit::CompiledKernel& kernel = *outcomes[i].kernel;
+  std::vector<std::string> labels;
+  for (const Instantiation& instantiation : instantiations) {
+    requests.push_back(request_for(instantiation));
+    labels.push_back(instantiation.spec + " " + instantiation.arch + " " + instantiation.config.to_string());
+  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& what, const jit::CompiledKernel& kernel) {
     EXPECT_FALSE(kernel.cubin.empty()) << what;
     EXPECT_GT(kernel.resources.registers, 0) << what;
     EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << what << " spills";
-  }
+  });
 }
 
 TEST(MmaCompile, EveryPresetOnEveryArchitectureOrARefusal) {
@@ -192,26 +183,16 @@ TEST(WgmmaCompile, WeightOnlyFormatsOnSm90a) {
     const Problem problem{FormatSpec::parse(spec), m, 4096, 4096, false};
     const KernelConfig config = wgmma_family().default_config(problem, hopper);
     ASSERT_TRUE(wgmma_family().check(config, problem, hopper).valid) << spec << " " << config.to_string();
-    jit::CompileRequest request;
-    request.source = wgmma_family().instantiation_source(config, problem.format, "sm_90a");
-    request.kernel_name = wgmma_family().kernel_name(config, problem.format);
-    request.arch = "sm_90a";
-    requests.push_back(request);
+    requests.push_back(test_support::family_compile_request(wgmma_family(), config, problem.format, "sm_90a"));
     labels.push_back(spec + " m=" + std::to_string(m) + " " + config.to_string());
   };
   for (const char* spec : kWeightOnlyEverywhere) add(spec, 64);
   for (const char* spec : kExtraSpecs) add(spec, 16);
   for (int64_t m : {1, 32, 128, 4096}) add("w4a16-int4-ch", m);
-  const std::vector<jit::CompileOutcome> outcomes = jit::Compiler().compile_all(requests);
-  ASSERT_EQ(outcomes.size(), requests.size());
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    if (!outcomes[i].ok()) {
-      ADD_FAILURE() << labels[i] << ": " << outcomes[i].error_message.substr(0, 4000);
-      continue;
-    }
-    EXPECT_EQ(outcomes[i].kernel->resources.spill_store_bytes, 0) << labels[i];
-    EXPECT_LE(outcomes[i].kernel->resources.registers, 255) << labels[i];
-  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label;
+    EXPECT_LE(kernel.resources.registers, 255) << label;
+  });
   for (int sm : {80, 89, 100, 120}) {
     const ArchSupport support = wgmma_family().supports(FormatSpec::parse("w4a16-int4-ch"), sm);
     EXPECT_FALSE(support.supported) << sm;
@@ -237,11 +218,7 @@ TEST(TmaCompile, FormatsAndConfigurationsOnSm90a) {
     const KernelConfig config = text.empty() ? tma_family().default_config(problem, hopper) : KernelConfig::parse(text, "tma");
     const RuleVerdict verdict = tma_family().check(config, problem, hopper);
     ASSERT_TRUE(verdict.valid) << spec << " " << config.to_string() << ": " << verdict.detail;
-    jit::CompileRequest request;
-    request.source = tma_family().instantiation_source(config, problem.format, "sm_90a");
-    request.kernel_name = tma_family().kernel_name(config, problem.format);
-    request.arch = "sm_90a";
-    requests.push_back(request);
+    requests.push_back(test_support::family_compile_request(tma_family(), config, problem.format, "sm_90a"));
     labels.push_back(spec + " m=" + std::to_string(m) + " " + config.to_string());
   };
   for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-tensor", "w8a8-fp8-block128x128", "w8a8-e5m2-e5m2", "w8a8-fp8-e5m2",
@@ -276,19 +253,12 @@ TEST(TmaCompile, FormatsAndConfigurationsOnSm90a) {
   add("w4a8-int4-fp8", 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
   add("w4a16-int4-ch", 4096, "bm=256,bn=128,bk=64,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1");
   add("w4a8-int4-e5m2", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0");
-  const std::vector<jit::CompileOutcome> outcomes = jit::Compiler().compile_all(requests);
-  ASSERT_EQ(outcomes.size(), requests.size());
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    if (!outcomes[i].ok()) {
-      ADD_FAILURE() << labels[i] << ": " << outcomes[i].error_message.substr(0, 4000);
-      continue;
-    }
-    const jit::CompiledKernel& kernel = *outcomes[i].kernel;
-    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << labels[i];
-    EXPECT_EQ(kernel.resources.stack_frame_bytes, 0) << labels[i];
-    EXPECT_EQ(kernel.log.find("C751"), std::string::npos) << labels[i] << ": " << kernel.log;
-    EXPECT_EQ(kernel.log.find("C7508"), std::string::npos) << labels[i] << ": " << kernel.log;
-  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label;
+    EXPECT_EQ(kernel.resources.stack_frame_bytes, 0) << label;
+    EXPECT_EQ(kernel.log.find("C751"), std::string::npos) << label << ": " << kernel.log;
+    EXPECT_EQ(kernel.log.find("C7508"), std::string::npos) << label << ": " << kernel.log;
+  });
   for (int sm : {80, 89, 100, 120}) {
     const ArchSupport support = tma_family().supports(FormatSpec::parse("w8a8-fp8-ch"), sm);
     EXPECT_FALSE(support.supported) << sm;

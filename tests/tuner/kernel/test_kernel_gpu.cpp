@@ -19,6 +19,8 @@
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/family.hpp"
 #include "kernels/reference.hpp"
+#include "tests/tuner/kernel/kernel_test_support.hpp"
+#include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
 #include "tuner/jit/compiler.hpp"
 #include "tuner/runtime/device.hpp"
@@ -26,21 +28,6 @@
 
 namespace qtune {
 namespace {
-
-// The GPU, or the reason there is none.
-std::optional<std::string> no_gpu_reason() {
-  try {
-    runtime::Device::get();
-    return std::nullopt;
-  } catch (const NoGpuError& error) {
-    return std::string(error.what());
-  }
-}
-
-#define QTUNE_REQUIRE_GPU()                                              \
-  do {                                                                   \
-    if (auto reason = no_gpu_reason()) GTEST_SKIP() << "no GPU: " << *reason; \
-  } while (0)
 
 struct Case {
   std::string spec;
@@ -78,10 +65,8 @@ std::vector<CaseResult> run_cases(const std::vector<Case>& cases, const KernelFa
       result.config = c.config.empty() ? family.default_config(problem, limits) : KernelConfig::parse(c.config, family.name());
       const RuleVerdict verdict = family.check(result.config, problem, limits);
       if (!verdict.valid) QTUNE_THROW(Error, "check() rejects the case: " + verdict.rule + ": " + verdict.detail);
-      jit::CompileRequest request;
-      request.source = family.instantiation_source(result.config, problem.format, arch);
-      request.kernel_name = family.kernel_name(result.config, problem.format);
-      request.arch = arch;
+      const jit::CompileRequest request =
+          test_support::family_compile_request(family, result.config, problem.format, arch);
       auto [it, inserted] = request_index.emplace(request.source, requests.size());
       if (inserted) requests.push_back(request);
       case_request.push_back(it->second);
@@ -443,24 +428,24 @@ TEST(MmaGpu, QuantizedActivationConfigurations) {
   expect_all_pass(run_cases(cases));
 }
 
-TEST(MmaGpu, QuantizedSplitKIsBitIdentical) {
-  QTUNE_REQUIRE_GPU();
+// Compiles `config` for the device, runs it `runs` times on the same data with the output poisoned each time, checks
+// the first run against the CPU reference and every later one bit for bit against the first.
+void expect_bit_identical_runs(const Problem& problem, const gemm::GemmData& data, const std::string& config_text,
+                               int runs) {
   const ArchLimits limits = gemm::device_limits();
+  const std::string arch = gemm::nvrtc_arch(limits.sm);
   const jit::Compiler compiler;
   runtime::Stream stream;
-  const Problem problem{FormatSpec::parse("w8a8-int8-block128x128"), 16, 4096, 8192, true};
-  const gemm::GemmData data = gemm::make_gemm_data(problem, 78);
-  const KernelConfig config = KernelConfig::parse("bm=16,bn=64,bk=512,wm=1,wn=2,wk=2,stages=2,split=8,raster=0");
-  ASSERT_TRUE(mma_family().check(config, problem, limits).valid) << mma_family().check(config, problem, limits).detail;
-  jit::CompileRequest request;
-  request.source = mma_family().instantiation_source(config, problem.format, gemm::nvrtc_arch(limits.sm));
-  request.kernel_name = mma_family().kernel_name(config, problem.format);
-  request.arch = gemm::nvrtc_arch(limits.sm);
+  const KernelConfig config = KernelConfig::parse(config_text);
+  const RuleVerdict verdict = mma_family().check(config, problem, limits);
+  ASSERT_TRUE(verdict.valid) << config_text << ": " << verdict.detail;
+  const jit::CompileRequest request =
+      test_support::family_compile_request(mma_family(), config, problem.format, arch);
   gemm::LoadedKernel kernel(mma_family(), config, problem.format, compiler.compile(request));
   gemm::GemmDeviceData device(mma_family(), config, data);
   device.prepare(config);
   std::vector<uint16_t> first;
-  for (int run = 0; run < 3; ++run) {
+  for (int run = 0; run < runs; ++run) {
     device.poison_output();
     device.launch(kernel, stream.get());
     stream.synchronize();
@@ -469,50 +454,31 @@ TEST(MmaGpu, QuantizedSplitKIsBitIdentical) {
       first = bits;
       const gemm::Verification verification =
           gemm::verify_output(bits, problem.format.output, gemm::reference_for(data), default_tolerance(problem.format));
-      EXPECT_TRUE(verification.passed) << verification.summary();
+      EXPECT_TRUE(verification.passed) << config_text << ": " << verification.summary();
     } else {
-      EXPECT_EQ(bits, first) << "run " << run << " differs from run 0";
+      ASSERT_EQ(bits.size(), first.size()) << config_text << ": run " << run;
+      size_t differing = 0;
+      for (size_t i = 0; i < bits.size(); ++i) differing += bits[i] != first[i];
+      EXPECT_EQ(differing, 0u) << config_text << ": run " << run << " differs from run 0 in " << differing << " elements";
     }
   }
 }
 
+TEST(MmaGpu, QuantizedSplitKIsBitIdentical) {
+  QTUNE_REQUIRE_GPU();
+  const Problem problem{FormatSpec::parse("w8a8-int8-block128x128"), 16, 4096, 8192, true};
+  const gemm::GemmData data = gemm::make_gemm_data(problem, 78);
+  expect_bit_identical_runs(problem, data, "bm=16,bn=64,bk=512,wm=1,wn=2,wk=2,stages=2,split=8,raster=0", 3);
+}
+
 TEST(MmaGpu, SplitAndWarpKReductionsAreBitIdentical) {
   QTUNE_REQUIRE_GPU();
-  const ArchLimits limits = gemm::device_limits();
-  const std::string arch = gemm::nvrtc_arch(limits.sm);
-  const jit::Compiler compiler;
-  runtime::Stream stream;
   const Problem problem{FormatSpec::parse("w4a16-int4-g128"), 16, 4096, 8192, true};
   const gemm::GemmData data = gemm::make_gemm_data(problem, 77);
   for (const char* text : {"bm=16,bn=64,bk=128,wm=1,wn=2,wk=2,stages=4,split=8,raster=0",
                            "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=3,split=16,raster=0",
                            "bm=16,bn=32,bk=512,wm=1,wn=1,wk=4,stages=2,split=3,raster=0"}) {
-    const KernelConfig config = KernelConfig::parse(text);
-    ASSERT_TRUE(mma_family().check(config, problem, limits).valid) << text;
-    jit::CompileRequest request;
-    request.source = mma_family().instantiation_source(config, problem.format, arch);
-    request.kernel_name = mma_family().kernel_name(config, problem.format);
-    request.arch = arch;
-    gemm::LoadedKernel kernel(mma_family(), config, problem.format, compiler.compile(request));
-    gemm::GemmDeviceData device(mma_family(), config, data);
-    device.prepare(config);
-    std::vector<uint16_t> first;
-    for (int run = 0; run < 4; ++run) {
-      device.poison_output();
-      device.launch(kernel, stream.get());
-      stream.synchronize();
-      const std::vector<uint16_t> bits = device.output_bits();
-      if (run == 0) {
-        first = bits;
-        const gemm::Verification verification =
-            gemm::verify_output(bits, problem.format.output, gemm::reference_for(data), default_tolerance(problem.format));
-        EXPECT_TRUE(verification.passed) << text << ": " << verification.summary();
-      } else {
-        size_t differing = 0;
-        for (size_t i = 0; i < bits.size(); ++i) differing += bits[i] != first[i];
-        EXPECT_EQ(differing, 0u) << text << ": run " << run << " differs from run 0 in " << differing << " elements";
-      }
-    }
+    expect_bit_identical_runs(problem, data, text, 4);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
 #include "kernels/moe.hpp"
+#include "tests/tuner/kernel/kernel_test_support.hpp"
 #include "tuner/jit/compiler.hpp"
 
 namespace qtune {
@@ -19,16 +20,8 @@ const char* kConfigs[] = {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,r
                           "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=2,raster=0"};
 
 MoeProblem problem_of(const std::string& spec, MoeLayout layout, MoeProjection projection) {
-  MoeProblem problem;
-  problem.format = FormatSpec::parse(spec);
-  problem.experts = 8;
-  problem.top_k = 2;
-  problem.tokens = 64;
-  problem.n = 1024;
-  problem.k = 1024;
-  problem.layout = layout;
-  problem.projection = projection;
-  return problem;
+  return MoeProblem{.format = FormatSpec::parse(spec), .experts = 8, .top_k = 2, .tokens = 64, .n = 1024, .k = 1024,
+                    .projection = projection, .layout = layout};
 }
 
 TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
@@ -74,17 +67,10 @@ TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
     }
   }
   EXPECT_EQ(requests.size(), 2u * 2 + 2 * 8 + 4 * 8);  // reductions; sm_80: 2 formats x 8; sm_90a: 4 formats x 8
-  const jit::Compiler compiler;
-  const std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(requests);
-  ASSERT_EQ(outcomes.size(), requests.size());
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    if (!outcomes[i].ok()) {
-      ADD_FAILURE() << labels[i] << ": " << outcomes[i].error_message.substr(0, 4000);
-      continue;
-    }
-    EXPECT_FALSE(outcomes[i].kernel->cubin.empty()) << labels[i];
-    EXPECT_EQ(outcomes[i].kernel->resources.spill_store_bytes, 0) << labels[i] << " spills";
-  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+  });
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "kernels/moe.hpp"
 #include "kernels/moe_layout.hpp"
 #include "kernels/moe_reference.hpp"
+#include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
 #include "tuner/jit/compiler.hpp"
 #include "tuner/runtime/device.hpp"
@@ -29,20 +30,6 @@
 
 namespace qtune {
 namespace {
-
-std::optional<std::string> no_gpu_reason() {
-  try {
-    runtime::Device::get();
-    return std::nullopt;
-  } catch (const NoGpuError& error) {
-    return std::string(error.what());
-  }
-}
-
-#define QTUNE_REQUIRE_GPU()                                                   \
-  do {                                                                        \
-    if (auto reason = no_gpu_reason()) GTEST_SKIP() << "no GPU: " << *reason; \
-  } while (0)
 
 struct MoeCase {
   std::string spec;
@@ -65,15 +52,8 @@ std::string label(const MoeCase& c) {
 
 // Runs one case on the GPU; returns "" when it passes, else what went wrong.
 std::string run_case(const MoeCase& c, const jit::Compiler& compiler, const runtime::Stream& stream) {
-  MoeProblem problem;
-  problem.format = FormatSpec::parse(c.spec);
-  problem.experts = c.experts;
-  problem.top_k = c.top_k;
-  problem.tokens = c.tokens;
-  problem.n = c.n;
-  problem.k = c.k;
-  problem.layout = c.layout;
-  problem.projection = c.projection;
+  MoeProblem problem{.format = FormatSpec::parse(c.spec), .experts = c.experts, .top_k = c.top_k, .tokens = c.tokens,
+                     .n = c.n, .k = c.k, .projection = c.projection, .layout = c.layout};
   problem.routing = RoutingSpec::parse(c.routing, 17);
   const KernelConfig config = KernelConfig::parse(c.config);
   const int sm = gemm::device_limits().sm;
@@ -232,6 +212,12 @@ const char* kSplitTile = "bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,ras
 const char* kTallTile = "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0";
 const char* kFormats[] = {"w4a16-int4-g128", "w4a8-int4-fp8", "w8a8-fp8-ch"};
 
+// A case of the default shape on the small tile, or on the tall one from 64 tokens on.
+MoeCase routed_case(const char* spec, MoeLayout layout, MoeProjection projection, const char* routing, int64_t tokens) {
+  return MoeCase{.spec = spec, .layout = layout, .projection = projection, .routing = routing, .tokens = tokens,
+                 .config = tokens >= 64 ? kTallTile : kSmallTile};
+}
+
 TEST(MoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
   QTUNE_REQUIRE_GPU();
   std::vector<MoeCase> cases;
@@ -239,13 +225,7 @@ TEST(MoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
     for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
       for (int64_t tokens : {1, 16, 64, 300}) {
         for (const char* routing : {"uniform", "zipf:1.5"}) {
-          MoeCase c;
-          c.spec = spec;
-          c.projection = projection;
-          c.tokens = tokens;
-          c.routing = routing;
-          c.config = tokens >= 64 ? kTallTile : kSmallTile;
-          cases.push_back(c);
+          cases.push_back(routed_case(spec, MoeLayout::TokenIndexed, projection, routing, tokens));
         }
       }
     }
@@ -261,14 +241,7 @@ TEST(MoeGpu, GroupedLayoutsEveryRouting) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
         for (const char* routing : {"uniform", "zipf:1.5", "balanced"}) {
           for (int64_t tokens : {1, 64, 300}) {
-            MoeCase c;
-            c.spec = spec;
-            c.layout = layout;
-            c.projection = projection;
-            c.routing = routing;
-            c.tokens = tokens;
-            c.config = tokens >= 64 ? kTallTile : kSmallTile;
-            cases.push_back(c);
+            cases.push_back(routed_case(spec, layout, projection, routing, tokens));
           }
         }
       }
@@ -309,14 +282,7 @@ TEST(MoeGpu, MoreFormats) {
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
         for (int64_t tokens : {16, 300}) {
-          MoeCase c;
-          c.spec = spec;
-          c.layout = layout;
-          c.projection = projection;
-          c.routing = "zipf:1.5";
-          c.tokens = tokens;
-          c.config = tokens >= 64 ? kTallTile : kSmallTile;
-          cases.push_back(c);
+          cases.push_back(routed_case(spec, layout, projection, "zipf:1.5", tokens));
         }
       }
     }
