@@ -965,4 +965,16 @@ std::vector<std::string> Store::check_file(const fs::path& path) {
   }
 }
 
+std::map<ConfigId, ::qtune::KernelConfig> kernel_configs_of_family(Store& store, std::string_view family) {
+  std::map<ConfigId, ::qtune::KernelConfig> configs;
+  for (const KernelConfigRecord& record : store.list_configs()) {
+    if (record.kind != ConfigKind::Kernel || record.family != family) continue;
+    try {
+      configs[record.id] = to_kernel_config(record);
+    } catch (const std::exception&) {
+    }
+  }
+  return configs;
+}
+
 }  // namespace qtune::db

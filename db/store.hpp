@@ -7,6 +7,7 @@
 // before commit(), none of it stays. A Store is one connection: use one per thread.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -340,5 +341,9 @@ class Store {
   int version_at_open_ = 0;
   int schema_version_ = 0;
 };
+
+// The kernel configs of one family in the store, by id; a config whose params this build cannot read (another
+// version's) is left out, as a prior or a replay has no use for it.
+std::map<ConfigId, ::qtune::KernelConfig> kernel_configs_of_family(Store& store, std::string_view family);
 
 }  // namespace qtune::db

@@ -36,4 +36,16 @@ nlohmann::json parse_json(std::string_view text, std::string_view context) {
   }
 }
 
+nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view field, std::string_view hint) {
+  if (field.empty()) return parse_json_text(read_file_text(path), path.string());
+  const std::optional<std::string> text = try_read_file_text(path);
+  if (!text) QTUNE_INPUT_ERROR(std::string(field) + ": cannot read " + path.string() + " (" + std::string(hint) + ")");
+  return parse_json_text(*text, path.string(), field);
+}
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& label, std::string_view field) {
+  if (field.empty()) return parse_json(text, label + ": invalid JSON");
+  return parse_json(text, std::string(field) + ": " + label + " is not JSON");
+}
+
 }  // namespace qtune

@@ -20,4 +20,11 @@ std::string read_file_text(const std::filesystem::path& path);
 // input it echoes quoted as quote_input does.
 nlohmann::json parse_json(std::string_view text, std::string_view context);
 
+// A JSON file qtune is given, read whole and parsed. Without a field the file leads the message: InputError
+// "<path>: cannot read the file" or "<path>: invalid JSON: ..."; with the field (the option or setting that named
+// the file) and a hint (how to make one): "<field>: cannot read <path> (<hint>)" or "<field>: <path> is not JSON: ...".
+nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view field = {}, std::string_view hint = {});
+// The text of such a file, with the same messages (`label` names the file).
+nlohmann::json parse_json_text(std::string_view text, const std::string& label, std::string_view field = {});
+
 }  // namespace qtune

@@ -55,10 +55,6 @@ fs::path config_dir() {
   QTUNE_INPUT_ERROR("configs directory not found (tried " + tried + "); set QTUNE_CONFIG_DIR");
 }
 
-nlohmann::json read_json_file(const fs::path& file) { return parse_json_text(read_file_text(file), file.string()); }
-
-nlohmann::json parse_json_text(std::string_view text, const std::string& file) { return parse_json(text, file + ": invalid JSON"); }
-
 std::vector<fs::path> json_files_in(const fs::path& directory) {
   std::error_code error;
   fs::directory_iterator iterator(directory, error);

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/input_file.hpp"
+
 namespace qtune::search {
 
 // Where configs/ is looked for, in order: $QTUNE_CONFIG_DIR (must exist when set), the source tree's configs/
@@ -19,10 +21,9 @@ std::vector<std::filesystem::path> config_dir_candidates();
 // The first candidate that is a directory. Throws InputError listing every place tried when none is.
 std::filesystem::path config_dir();
 
-// Reads and parses a JSON file. Throws InputError "<file>: cannot read ..." or "<file>: invalid JSON: ...".
-nlohmann::json read_json_file(const std::filesystem::path& file);
-// Parses the text of a JSON file named `file`. Throws InputError "<file>: invalid JSON: ...".
-nlohmann::json parse_json_text(std::string_view text, const std::string& file);
+// Config files are read with qtune::read_json_file and qtune::parse_json_text (kernels/input_file.hpp).
+using ::qtune::parse_json_text;
+using ::qtune::read_json_file;
 
 // The *.json files of a directory, sorted by name. Throws InputError if the directory cannot be listed.
 std::vector<std::filesystem::path> json_files_in(const std::filesystem::path& directory);

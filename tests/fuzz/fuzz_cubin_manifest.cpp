@@ -1,4 +1,5 @@
 // The cubin manifest libqtune_runtime reads (tuner/production/cubin_store.cpp): DIR/manifest.json.
+#include "kernels/input_file.hpp"
 #include "tests/fuzz/fuzz_target.hpp"
 #include "tuner/production/cubin_store.hpp"
 #include "tuner/production/selector.hpp"
@@ -8,7 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     namespace production = qtune::production;
     const std::string file = "fuzz/manifest.json";
     const production::CubinManifest manifest =
-        production::CubinManifest::from_json(production::parse_json_text(text, file, "cubins"), file);
+        production::CubinManifest::from_json(qtune::parse_json_text(text, file, "cubins"), file);
     for (const production::CubinEntry& entry : manifest.kernels) {
       const int sm = production::ArchTarget::parse(entry.arch).sm;
       if (manifest.find(entry.format, entry.config, sm, entry.arch) == nullptr) {

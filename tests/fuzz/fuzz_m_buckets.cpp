@@ -8,7 +8,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   return qtune::fuzz::parse_or_reject(data, size, [](const std::string& text) {
     const std::string file = "fuzz/m_buckets.json";
     const std::vector<std::int64_t> buckets =
-        qtune::search::m_buckets_from_json(qtune::search::parse_json_text(text, file), file);
+        qtune::search::m_buckets_from_json(qtune::parse_json_text(text, file), file);
     for (const std::int64_t m : buckets) {
       if (qtune::search::m_bucket_for(buckets, m) != m) qtune::fuzz::finding("bucket " + std::to_string(m) + " is not its own bucket");
     }

@@ -39,5 +39,23 @@ TEST(InputFile, JsonErrorsAreOneQuotedLineNamingTheContext) {
   EXPECT_NE(overflow.find("number overflow"), std::string::npos) << overflow;
 }
 
+TEST(InputFile, JsonFilesNameThePathOrTheFieldThatNamedThem) {
+  const test_support::TempDir dir;
+  const std::filesystem::path good = dir.path() / "good.json";
+  const std::filesystem::path bad = dir.path() / "bad.json";
+  const std::filesystem::path missing = dir.path() / "missing.json";
+  std::ofstream(good) << R"({"k": 7})";
+  std::ofstream(bad) << "{";
+  EXPECT_EQ(read_json_file(good)["k"], 7);
+  EXPECT_EQ(read_json_file(good, "table", "export one")["k"], 7);
+  EXPECT_EQ(input_error([&] { read_json_file(missing); }), missing.string() + ": cannot read the file");
+  EXPECT_EQ(input_error([&] { read_json_file(missing, "table", "write it with `qtune export -o table.json`"); }),
+            "table: cannot read " + missing.string() + " (write it with `qtune export -o table.json`)");
+  EXPECT_EQ(input_error([&] { read_json_file(bad); }).rfind(bad.string() + ": invalid JSON: '", 0), 0u);
+  EXPECT_EQ(input_error([&] { read_json_file(bad, "cubins", "x"); }).rfind("cubins: " + bad.string() + " is not JSON: '", 0), 0u);
+  EXPECT_EQ(input_error([] { parse_json_text("[", "m.json"); }).rfind("m.json: invalid JSON: '", 0), 0u);
+  EXPECT_EQ(input_error([] { parse_json_text("[", "m.json", "cubins"); }).rfind("cubins: m.json is not JSON: '", 0), 0u);
+}
+
 }  // namespace
 }  // namespace qtune

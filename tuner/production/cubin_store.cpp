@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "kernels/error.hpp"
+#include "kernels/input_file.hpp"
 #include "tuner/jit/sha256.hpp"
 #include "tuner/production/selector.hpp"
 
@@ -133,7 +134,7 @@ CubinManifest CubinManifest::from_json(const nlohmann::json& json, std::string_v
 
 CubinManifest CubinManifest::read(const fs::path& directory) {
   const fs::path file = directory / kManifestName;
-  return from_json(production::read_json_file(file, "cubins", "write it with `qtune export --cubins DIR --arch ...`"), file.string());
+  return from_json(qtune::read_json_file(file, "cubins", "write it with `qtune export --cubins DIR --arch ...`"), file.string());
 }
 
 const CubinEntry* CubinManifest::find(std::string_view format, const KernelConfig& config, int device_sm,

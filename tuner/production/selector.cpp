@@ -18,16 +18,6 @@ std::string range_text(const reports::MRange& range) {
 
 }  // namespace
 
-nlohmann::json read_json_file(const std::filesystem::path& path, const std::string& field, const std::string& hint) {
-  const std::optional<std::string> text = try_read_file_text(path);
-  if (!text) QTUNE_INPUT_ERROR(field + ": cannot read " + path.string() + " (" + hint + ")");
-  return parse_json_text(*text, path, field);
-}
-
-nlohmann::json parse_json_text(const std::string& text, const std::filesystem::path& path, const std::string& field) {
-  return parse_json(text, field + ": " + path.string() + " is not JSON");
-}
-
 reports::SelectionTable read_selection_table(const std::filesystem::path& path) {
   return reports::SelectionTable::from_json(read_json_file(path, "table", "write it with `qtune export -o table.json`"),
                                             path.string());

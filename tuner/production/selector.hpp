@@ -13,11 +13,6 @@
 
 namespace qtune::production {
 
-// A JSON file production reads; InputError "<field>: cannot read <path> (<hint>)" or "<field>: <path> is not JSON".
-nlohmann::json read_json_file(const std::filesystem::path& path, const std::string& field, const std::string& hint);
-// The text of such a file: InputError "<field>: <path> is not JSON".
-nlohmann::json parse_json_text(const std::string& text, const std::filesystem::path& path, const std::string& field);
-
 // An exported table (`qtune export -o table.json`); InputError naming the file when it cannot be read or parsed.
 reports::SelectionTable read_selection_table(const std::filesystem::path& path);
 

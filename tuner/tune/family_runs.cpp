@@ -38,7 +38,8 @@ FamilyRuns run_tune_families(TuneOptions options, const std::vector<const Kernel
                              FamilyRunObserver* family_observer, const std::atomic<bool>* stop) {
   if (problems_of_family.size() != families.size()) QTUNE_THROW(Error, "run_tune_families: one problem list per family");
   const std::map<std::string, std::vector<int>> parameter_values = options.parameter_values;
-  for (const auto& [name, values] : parameter_values) {
+  for (const auto& entry : parameter_values) {
+    const std::string& name = entry.first;  // a plain reference: clang 14 cannot capture a structured binding
     if (std::none_of(families.begin(), families.end(), [&](const KernelFamily* family) { return has_parameter(*family, name); })) {
       QTUNE_INPUT_ERROR("--param: no family tuned here has a parameter '" + name + "'");
     }

@@ -97,14 +97,7 @@ SearchEvalReport run_search_eval(db::Store& store, const SearchEvalOptions& opti
 
   std::map<db::ProblemId, db::ProblemRecord> problem_records;
   for (const db::ProblemRecord& record : store.list_problems()) problem_records[record.id] = record;
-  std::map<db::ConfigId, KernelConfig> configs;
-  for (const db::KernelConfigRecord& record : store.list_configs()) {
-    if (record.kind != db::ConfigKind::Kernel || record.family != family.name()) continue;
-    try {
-      configs[record.id] = db::to_kernel_config(record);
-    } catch (const std::exception&) {
-    }
-  }
+  const std::map<db::ConfigId, KernelConfig> configs = db::kernel_configs_of_family(store, family.name());
   const std::vector<db::RunRecord> runs = store.list_runs();
   std::set<std::string> gpus;
   for (const db::RunRecord& run : runs) {

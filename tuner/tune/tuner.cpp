@@ -328,14 +328,7 @@ void load_prior_pool(db::Store& store, const KernelFamily& family, const TuneTar
       // A format this build cannot parse: not usable as a prior.
     }
   }
-  std::map<db::ConfigId, KernelConfig> configs;
-  for (const db::KernelConfigRecord& record : store.list_configs()) {
-    if (record.kind != db::ConfigKind::Kernel || record.family != family.name()) continue;
-    try {
-      configs[record.id] = db::to_kernel_config(record);
-    } catch (const std::exception&) {
-    }
-  }
+  const std::map<db::ConfigId, KernelConfig> configs = db::kernel_configs_of_family(store, family.name());
   std::map<db::RunId, ArchLimits> limits_of_run;
   for (const db::RunRecord& run : store.list_runs()) {
     ArchLimits limits = target.limits;
