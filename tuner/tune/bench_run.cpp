@@ -24,27 +24,26 @@ BenchTarget make_baseline_target(BaselineKind kind, const BenchRequest& request)
   BenchTarget target;
   target.label = baselines::baseline_id(kind);
   target.job = baselines::kBenchBaselineJob;
-  baselines::BaselineOptions baseline_options;
-  baseline_options.top_k = request.top_k;
-  baseline_options.fp8_output = request.fp8_output;
-  baseline_options.device = request.device;
-  const uint64_t seed = request.seed;
-  const int placements = request.placements;
-  const measure::MeasureOptions measure_options = request.measure;
+  baselines::BaselineOptions baseline;
+  baseline.top_k = request.top_k;
+  baseline.fp8_output = request.fp8_output;
+  baseline.device = request.device;
   baselines::RunoffOptions runoff;
   runoff.screen_time_s = request.screen_time_s;
-  target.job_params = [kind, seed, baseline_options, measure_options, runoff, placements](
-                          const GemmProblem& problem, const std::optional<PinnedAlgorithm>& pinned) {
-    baselines::BenchBaselineRequest job;
-    job.kind = kind;
-    job.problem = problem;
-    job.seed = seed;
-    job.baseline = baseline_options;
-    job.measure = measure_options;
-    job.runoff = runoff;
-    job.pinned = pinned;
-    job.placements = placements;
-    return baselines::to_job_params(job);
+  // Everything but the problem and the pin, which each job call fills in.
+  const baselines::BenchBaselineRequest job{.kind = kind,
+                                            .problem = {},
+                                            .seed = request.seed,
+                                            .baseline = baseline,
+                                            .measure = request.measure,
+                                            .runoff = runoff,
+                                            .pinned = std::nullopt,
+                                            .placements = request.placements};
+  target.job_params = [job](const GemmProblem& problem, const std::optional<PinnedAlgorithm>& pinned) {
+    baselines::BenchBaselineRequest params = job;
+    params.problem = problem;
+    params.pinned = pinned;
+    return baselines::to_job_params(params);
   };
   target.traffic = [kind](const GemmProblem& problem) { return baselines::traffic(kind, problem); };
   target.tensor_type = baselines::tensor_type(kind);
