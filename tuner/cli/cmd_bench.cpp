@@ -1,18 +1,14 @@
-// `qtune bench`: measures GEMM targets for N,K and a list of M, in a worker process (a faulting kernel kills only the
-// worker), and prints median/p10/p90 microseconds, GB/s, TFLOP/s and the percentage of the GPU's copy bandwidth and
-// tensor peak. Targets are cuBLASLt baselines today; a kernel configuration of a qtune family is another BenchTarget
-// (a worker job answering with the same TargetResult JSON), added next to make_baseline_target.
+// `qtune bench`: parses the options into a tune::BenchRequest, runs it (tuner/tune/bench_run.hpp: measures GEMM
+// targets for N,K and a list of M in a worker process) and prints median/p10/p90 microseconds, GB/s, TFLOP/s and the
+// percentage of the GPU's copy bandwidth and tensor peak; stores the results unless --no-db.
 #include <algorithm>
 #include <cstdlib>
-#include <cmath>
-#include <filesystem>
-#include <functional>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "db/store.hpp"
@@ -24,14 +20,10 @@
 #include "search/shape_limits.hpp"
 #include "tuner/baselines/baseline.hpp"
 #include "tuner/baselines/baseline_bench.hpp"
-#include "tuner/baselines/cublaslt_provider.hpp"
-#include "tuner/baselines/baseline_pin.hpp"
 #include "tuner/cli/commands.hpp"
-#include "tuner/measure/worker.hpp"
-#include "tuner/tune/records.hpp"
-#include "tuner/tune/worker_jobs.hpp"
-#include "tuner/runtime/device.hpp"
-#include "tuner/tune/tuner.hpp"
+#include "tuner/measure/measure.hpp"
+#include "tuner/measure/nvml.hpp"
+#include "tuner/tune/bench_run.hpp"
 
 namespace qtune::cli {
 
@@ -39,9 +31,7 @@ namespace {
 
 using baselines::BaselineKind;
 using baselines::GemmProblem;
-using baselines::PinnedAlgorithm;
 using baselines::TargetResult;
-using baselines::TrafficModel;
 
 struct BenchOptions {
   std::string baselines;
@@ -71,99 +61,8 @@ struct BenchOptions {
   std::string worker_executable = "/proc/self/exe";
 };
 
-// Something measured for a GEMM problem: the worker job that prepares, verifies and times it (answering with a
-// TargetResult), how its memory traffic is counted, which tensor peak it is compared with, and how it is stored.
-struct BenchTarget {
-  std::string label;
-  std::string job;
-  // The job's params; `pinned`: re-time this algorithm alone (see baselines::PinnedAlgorithm).
-  std::function<nlohmann::json(const GemmProblem&, const std::optional<PinnedAlgorithm>& pinned)> job_params;
-  std::function<TrafficModel(const GemmProblem&)> traffic;
-  search::TensorType tensor_type = search::TensorType::F16;
-  std::string problem_format;  // the database problem's format text
-  db::ConfigKind config_kind = db::ConfigKind::Baseline;
-  std::string config_family;  // the database config family
-};
-
-
-BenchTarget make_baseline_target(BaselineKind kind, const BenchOptions& options,
-                                 const std::optional<FormatSpec>& format,
-                                 const measure::MeasureOptions& measure_options) {
-  BenchTarget target;
-  target.label = baselines::baseline_id(kind);
-  target.job = baselines::kBenchBaselineJob;
-  baselines::BaselineOptions baseline_options;
-  baseline_options.top_k = options.top_k;
-  baseline_options.fp8_output = parse_output_type(options.fp8_output, "--fp8-output");
-  baseline_options.device = options.device;
-  const uint64_t seed = options.seed;
-  const int placements = options.placements;
-  baselines::RunoffOptions runoff;
-  runoff.screen_time_s = options.screen_time_s;
-  target.job_params = [kind, seed, baseline_options, measure_options, runoff, placements](
-                          const GemmProblem& problem, const std::optional<PinnedAlgorithm>& pinned) {
-    baselines::BenchBaselineRequest request;
-    request.kind = kind;
-    request.problem = problem;
-    request.seed = seed;
-    request.baseline = baseline_options;
-    request.measure = measure_options;
-    request.runoff = runoff;
-    request.pinned = pinned;
-    request.placements = placements;
-    return baselines::to_job_params(request);
-  };
-  target.traffic = [kind](const GemmProblem& problem) { return baselines::traffic(kind, problem); };
-  target.tensor_type = baselines::tensor_type(kind);
-  // Stored under the format it is compared with: --format, else the format its operands have ("f16"/"bf16" for
-  // the dense baselines, which no quantization format describes).
-  if (format) {
-    target.problem_format = format->to_string();
-  } else if (const auto own = baselines::baseline_format(kind)) {
-    target.problem_format = own->to_string();
-  } else {
-    target.problem_format = kind == BaselineKind::BF16 ? "bf16" : "f16";
-  }
-  target.config_kind = db::ConfigKind::Baseline;
-  target.config_family = target.label;
-  return target;
-}
-
-// Runs jobs in a worker process, or (--in-process) right here.
-class JobRunner {
- public:
-  explicit JobRunner(const BenchOptions& options) : in_process_(options.in_process) {
-    if (in_process_) tune::register_worker_jobs();
-    if (!in_process_) {
-      measure::WorkerOptions worker_options;
-      worker_options.executable = options.worker_executable;
-      worker_ = std::make_unique<measure::Worker>(worker_options);
-    }
-  }
-
-  measure::JobOutcome run(const std::string& job, const nlohmann::json& params, double timeout_s) {
-    if (!in_process_) return worker_->run(job, params, timeout_s);
-    return measure::run_job_here(job, params);  // the jobs of the one registry (tune/worker_jobs.hpp)
-  }
-
- private:
-  bool in_process_;
-  std::unique_ptr<measure::Worker> worker_;
-};
-
-// A failed job: no GPU or bad input end the command (exit 3 / 2); anything else is one failed row.
-void stop_on_fatal(const measure::JobOutcome& outcome, const std::string& job) {
-  if (outcome.ok()) return;
-  if (outcome.error_type == "NoGpuError" || outcome.error_type == "InputError") measure::throw_if_failed(outcome, job);
-}
-
-struct Row {
-  const BenchTarget* target = nullptr;
-  GemmProblem problem;
-  std::optional<TargetResult> result;
-  std::string failure;  // the job failed (crash, timeout, error): why
-  std::string pin_note;  // --pin-algorithm found nothing to pin: why (the worker's result notes say the rest)
-};
+using Row = tune::BenchRow;
+using Context = tune::BenchContext;
 
 std::string short_note(const Row& row) {
   const std::string pin_prefix = row.pin_note.empty() ? "" : row.pin_note + "; ";
@@ -180,13 +79,6 @@ std::string short_note(const Row& row) {
   }
   return note;
 }
-
-struct Context {
-  std::optional<double> copy_gbps;
-  std::string bandwidth_source;
-  std::optional<search::GpuProfile> profile;
-  nlohmann::json device;
-};
 
 void add_variant_row(reports::Table& table, const Row& row, const baselines::VariantResult& variant, bool is_best,
                      bool mark_best, const Context& context, const std::string& note) {
@@ -262,57 +154,6 @@ reports::Table make_table(const std::vector<Row>& rows, const Context& context, 
   return table;
 }
 
-void store_results(const BenchOptions& options, const std::vector<Row>& rows, const Context& context,
-                   const std::string& command_line) {
-  db::Store store = db::Store::open(options.db_path);
-  auto transaction = store.transaction();
-  db::RunInfo info = tune::run_info_of_this_build("bench");
-  info.command_line = command_line;
-  const nlohmann::json& device = context.device;
-  if (device.is_object()) {
-    info.gpu_name = device.value("name", std::string());
-    info.gpu_uuid = device.value("uuid", std::string());
-    info.sm = device.value("compute_capability_major", 0) * 10 + device.value("compute_capability_minor", 0);
-    info.sm_count = device.value("sm_count", 0);
-    info.cuda_version = std::to_string(device.value("runtime_version", 0));
-    info.driver_version = std::to_string(device.value("driver_version", 0));
-    const int sm_clock = device.value("current_sm_clock_mhz", -1);
-    const int mem_clock = device.value("current_memory_clock_mhz", -1);
-    if (sm_clock > 0) info.sm_clock_mhz = sm_clock;
-    if (mem_clock > 0) info.mem_clock_mhz = mem_clock;
-  }
-  if (context.profile) info.gpu_profile = context.profile->name;
-  info.notes = "copy bandwidth: " + context.bandwidth_source;
-  const db::RunId run = store.insert_run(info);
-
-  for (const Row& row : rows) {
-    if (!row.result || !row.result->supported) continue;
-    const db::ProblemId problem =
-        store.upsert_problem({row.target->problem_format, row.problem.m, row.problem.n, row.problem.k});
-    for (size_t i = 0; i < row.result->variants.size(); ++i) {
-      const auto& variant = row.result->variants[i];
-      const db::ConfigId config =
-          store.upsert_config({row.target->config_kind, row.target->config_family, variant.params.dump(), ""});
-      const std::string phase =
-          static_cast<int>(i) != row.result->best
-              ? baselines::kTopKPhase
-              : (row.result->pin == baselines::PinOutcome::Pinned ? baselines::kPinnedPhase : baselines::kBestOfTopKPhase);
-      tune::CandidateRecords records = tune::candidate_records(baselines::candidate_result(variant), run, problem, config, phase);
-      store.insert_verification(records.verification);
-      if (!records.measurement) continue;  // verification failed: nothing timed
-      db::Measurement& measurement = *records.measurement;
-      if (measurement.status == db::MeasurementStatus::Ok) {
-        measurement.message = row.result->notes;
-      } else {
-        measurement.l2_mode = options.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
-      }
-      store.insert_measurement(measurement);
-    }
-  }
-  store.finish_run(run, db::RunStatus::Completed);
-  transaction.commit();
-}
-
 std::string describe_command(const BenchOptions& options) {
   std::string text = "qtune bench";
   if (!options.baselines.empty()) text += " --baseline " + options.baselines;
@@ -323,39 +164,6 @@ std::string describe_command(const BenchOptions& options) {
   if (options.pin_algorithm) text += " --pin-algorithm";
   if (options.placements > 1) text += " --placements " + std::to_string(options.placements);
   return text;
-}
-
-// --pin-algorithm: the algorithm each target's earlier bench chose for `problem` on this GPU, or nullopt with `note`
-// saying why there is none. `store` is null when the database file does not exist yet.
-std::optional<PinnedAlgorithm> stored_pin(db::Store* store, const BenchTarget& target, const GemmProblem& problem,
-                                          const BenchOptions& options, const nlohmann::json& device,
-                                          std::string& note) {
-  const std::string fallback = "; top-k + run-off decided";
-  const std::string gpu_name = device.is_object() ? device.value("name", std::string()) : std::string();
-  if (gpu_name.empty()) {
-    note = "pin: the GPU is unknown, so no stored choice applies" + fallback;
-    return std::nullopt;
-  }
-  std::optional<baselines::StoredChoice> choice;
-  if (store) {
-    baselines::StoredChoiceQuery query;
-    query.problem = {target.problem_format, problem.m, problem.n, problem.k};
-    query.family = target.config_family;
-    query.gpu_name = gpu_name;
-    query.l2_mode = options.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
-    choice = baselines::latest_stored_choice(*store, query);
-  }
-  if (!choice) {
-    note = "pin: no earlier " + std::string(options.warm_l2 ? "warm" : "cold") +
-           "-L2 bench of this baseline and problem on " + gpu_name + " in " + options.db_path + fallback;
-    return std::nullopt;
-  }
-  PinnedAlgorithm pinned;
-  pinned.algorithm = choice->algorithm;
-  pinned.origin = choice->origin();
-  if (choice->gpu_uuid != device.value("uuid", std::string())) pinned.origin += " on another " + gpu_name;
-  pinned.search_depth = std::max(baselines::kDefaultPinSearchDepth, options.top_k);
-  return pinned;
 }
 
 void run_bench(const BenchOptions& options) {
@@ -369,7 +177,7 @@ void run_bench(const BenchOptions& options) {
   if (options.bandwidth != "measured" && options.bandwidth != "datasheet") {
     QTUNE_INPUT_ERROR("--bandwidth: expected measured or datasheet, got '" + options.bandwidth + "'");
   }
-  parse_output_type(options.fp8_output, "--fp8-output");
+  const OutputType fp8_output = parse_output_type(options.fp8_output, "--fp8-output");
   if (options.pin_algorithm && options.no_db) {
     QTUNE_INPUT_ERROR(
         "--pin-algorithm: reads the earlier run's choice from the database, so it cannot go with --no-db");
@@ -404,89 +212,38 @@ void run_bench(const BenchOptions& options) {
   measure_options.stability_blocks = options.blocks;
   measure::validate(measure_options);
 
-  std::vector<BenchTarget> targets;
-  for (const BaselineKind kind : kinds) targets.push_back(make_baseline_target(kind, options, format, measure_options));
+  tune::BenchRequest request;
+  request.kinds = std::move(kinds);
+  request.format = format;
+  request.n = shape[0];
+  request.k = shape[1];
+  request.m_values = m_values;
+  request.top_k = options.top_k;
+  request.fp8_output = fp8_output;
+  request.device = options.device;
+  request.seed = options.seed;
+  request.placements = options.placements;
+  request.screen_time_s = options.screen_time_s;
+  request.measure = measure_options;
+  request.measure_copy_bandwidth = options.bandwidth == "measured";
+  request.pin_algorithm = options.pin_algorithm;
+  request.db_path = options.db_path;
+  request.timeout_s = options.timeout_s;
+  request.in_process = options.in_process;
+  request.worker_executable = options.worker_executable;
 
-  JobRunner runner(options);
-  Context context;
-  if (options.bandwidth == "measured") {
-    const nlohmann::json params{{"bytes", uint64_t{1} << 30}, {"device", options.device}};
-    const measure::JobOutcome outcome = runner.run("selftest-copy", params, 300);
-    stop_on_fatal(outcome, "selftest-copy");
-    if (outcome.ok()) {
-      context.copy_gbps = outcome.result.at("bandwidth_gbps").get<double>();
-      context.device = outcome.result.value("device", nlohmann::json());
-      context.bandwidth_source =
-          "measured: 1 GiB device-to-device copy kernel, (read + write) / median = " + fixed(*context.copy_gbps, 0) +
-          " GB/s";
-    } else {
-      context.bandwidth_source = "copy measurement failed (" + outcome.error + ")";
-    }
-  }
+  const tune::BenchOutcome outcome = tune::run_bench(request, [style](const Row& row) {
+    if (style != reports::OutputStyle::Text) return;
+    std::cerr << "  " << row.target->label << " M=" << row.problem.m << ": "
+              << (row.result && row.result->best_variant()
+                      ? fixed(row.result->best_variant()->measurement->median_us, 2) + " us"
+                      : short_note(row))
+              << "\n";
+  });
+  const Context& context = outcome.context;
+  if (!context.profile_error.empty()) std::cerr << "qtune bench: no GPU profile: " << context.profile_error << "\n";
 
-  // Pinning looks the earlier choice up by GPU: learn which one this is before the first target.
-  std::optional<db::Store> pin_store;
-  if (options.pin_algorithm) {
-    if (context.device.is_null()) {
-      const measure::JobOutcome outcome = runner.run("selftest-device", {{"device", options.device}}, 120);
-      stop_on_fatal(outcome, "selftest-device");
-      if (outcome.ok()) context.device = outcome.result;
-    }
-    if (std::filesystem::exists(options.db_path)) pin_store = db::Store::open_read_only(options.db_path);
-  }
-
-  std::vector<Row> rows;
-  for (const BenchTarget& target : targets) {
-    for (const int64_t m : m_values) {
-      Row row;
-      row.target = &target;
-      row.problem = {m, shape[0], shape[1]};
-      std::optional<PinnedAlgorithm> pinned;
-      if (options.pin_algorithm) {
-        pinned = stored_pin(pin_store ? &*pin_store : nullptr, target, row.problem, options, context.device,
-                            row.pin_note);
-      }
-      const measure::JobOutcome outcome =
-          runner.run(target.job, target.job_params(row.problem, pinned), options.timeout_s);
-      stop_on_fatal(outcome, target.job);
-      if (outcome.ok()) {
-        row.result = outcome.result.get<TargetResult>();
-        if (context.device.is_null()) context.device = row.result->device;
-      } else {
-        row.failure = measure::to_string(outcome.status) + ": " + outcome.error;
-      }
-      if (style == reports::OutputStyle::Text) {
-        std::cerr << "  " << target.label << " M=" << m << ": "
-                  << (row.result && row.result->best_variant()
-                          ? fixed(row.result->best_variant()->measurement->median_us, 2) + " us"
-                          : short_note(row))
-                  << "\n";
-      }
-      rows.push_back(std::move(row));
-    }
-  }
-  pin_store.reset();  // the results are stored through a connection of their own
-
-  if (context.device.is_object()) {
-    try {
-      search::DeviceIdentity identity;
-      identity.name = context.device.value("name", std::string());
-      identity.sm = context.device.value("compute_capability_major", 0) * 10 +
-                    context.device.value("compute_capability_minor", 0);
-      identity.sm_count = context.device.value("sm_count", 0);
-      context.profile = search::match_device(search::load_gpu_profiles(), identity);
-    } catch (const Error& error) {
-      std::cerr << "qtune bench: no GPU profile: " << error.what() << "\n";
-    }
-  }
-  if (!context.copy_gbps && context.profile && context.profile->memory_bandwidth_gbps > 0) {
-    context.copy_gbps = context.profile->memory_bandwidth_gbps;
-    context.bandwidth_source = "DATASHEET " + fixed(*context.copy_gbps, 0) + " GB/s from " +
-                               context.profile->source_file.string() +
-                               (context.bandwidth_source.empty() ? "" : "; " + context.bandwidth_source);
-  }
-
-  const reports::Table table = make_table(rows, context, options.all_variants);
+  const reports::Table table = make_table(outcome.rows, context, options.all_variants);
   std::cerr << "device: " << (context.device.is_object() ? context.device.value("name", std::string("?")) : "unknown")
             << (context.profile ? " (profile " + context.profile->name + ")" : " (no GPU profile: no % of peak)")
             << "\n%copy_bw is of the " << (context.bandwidth_source.empty() ? "unknown" : context.bandwidth_source)
@@ -494,7 +251,10 @@ void run_bench(const BenchOptions& options) {
                "against the CPU reference of the same quantized operands\n";
   table.print(std::cout, style);
 
-  if (!options.no_db) store_results(options, rows, context, describe_command(options));
+  if (!options.no_db) {
+    db::Store store = db::Store::open(options.db_path);
+    tune::store_bench(store, request, outcome, describe_command(options));
+  }
 }
 
 }  // namespace

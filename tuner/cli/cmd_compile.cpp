@@ -1,6 +1,6 @@
-// `qtune compile`: compiles a format's kernel configurations for one architecture with NVRTC (no GPU needed), through
-// the kernel cache and the compiler's thread pool, then prints each one's ptxas resources (registers, spills, shared
-// memory, stack) and compile time, and stores them in the database's compiles table. The configurations are those
+// `qtune compile`: checks the options, compiles a format's kernel configurations for one architecture with NVRTC (no
+// GPU needed; tuner/tune/compile_run.hpp), then prints each one's ptxas resources (registers, spills, shared memory,
+// stack) and compile time; the library stores them in the database's compiles table. The configurations are those
 // `qtune tune` would enumerate for the problem (the same space, rules and --param narrowing), or those named by --config.
 #include <unistd.h>
 
@@ -13,8 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
@@ -25,11 +23,9 @@
 #include "search/space.hpp"
 #include "tuner/cli/commands.hpp"
 #include "tuner/jit/compiler.hpp"
-#include "tuner/jit/thread_pool.hpp"
-#include "tuner/tune/backend.hpp"
+#include "tuner/tune/compile_run.hpp"
 #include "tuner/tune/problem_set.hpp"
 #include "tuner/tune/progress.hpp"
-#include "tuner/tune/records.hpp"
 #include "tuner/tune/restricted_family.hpp"
 #include "tuner/tune/tuner.hpp"
 
@@ -115,14 +111,7 @@ std::string first_log_line(const std::string& message) {
   return first.empty() ? message : first;
 }
 
-// One configuration's compile, for the table and the store.
-struct CompileRow {
-  KernelConfig config;
-  std::uint32_t dynamic_shared_bytes = 0;
-  bool ok = false;
-  std::optional<jit::CompiledKernel> kernel;  // cubin dropped once read
-  std::string error;                          // the full message (NVRTC log) when not ok
-};
+using tune::CompileRow;
 
 // The configurations to compile: those named by --config, or the space `qtune tune` searches for the problem.
 std::vector<KernelConfig> select_configs(const CompileCommandOptions& options, const KernelFamily& family,
@@ -172,23 +161,6 @@ std::string command_text(const CompileCommandOptions& options) {
   return text;
 }
 
-void store_rows(const CompileCommandOptions& options, const KernelFamily& family, const FormatSpec& format,
-                const std::vector<CompileRow>& rows, db::Store& store, db::RunId run) {
-  const std::string source_hash = tune::kernel_source_hash(family);
-  auto transaction = store.transaction();
-  for (const CompileRow& row : rows) {
-    tune::InstantiationResult result;
-    if (row.ok) {
-      result = tune::instantiation_result(*row.kernel);
-    } else {
-      result.message = row.error;
-    }
-    const db::ConfigId config = store.upsert_config(tune::config_record(row.config, source_hash));
-    store.insert_compile(tune::compile_record(run, config, tune::Instantiation{row.config, format, options.arch}, result));
-  }
-  transaction.commit();
-}
-
 void run(const CompileCommandOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   const int sm = validate_arch(options.arch);
@@ -207,87 +179,25 @@ void run(const CompileCommandOptions& options) {
   const Problem problem{format, options.m, shapes[0].n, shapes[0].k, false};
   const std::vector<KernelConfig> configs = select_configs(options, family, problem, limits);
 
+  tune::CompileRunRequest request;
+  request.family = &family;
+  request.problem = problem;
+  request.arch = options.arch;
+  request.sm = sm;
+  request.configs = configs;
+  request.command_line = command_text(options);
   std::optional<db::Store> store;
-  db::RunId run{};
-  if (!options.no_db) {
-    store.emplace(db::Store::open(options.db_path));
-    db::RunInfo info = tune::run_info_of_this_build("compile");
-    info.sm = sm;
-    info.command_line = command_text(options);
-    const auto [nvrtc_major, nvrtc_minor] = jit::Compiler::nvrtc_version();
-    info.cuda_version = std::to_string(nvrtc_major) + "." + std::to_string(nvrtc_minor);
-    info.notes = nlohmann::json{{"compile", {{"arch", options.arch},
-                                             {"format", format.to_string()},
-                                             {"family", family.name()},
-                                             {"configs", configs.size()},
-                                             {"m", problem.m},
-                                             {"n", problem.n},
-                                             {"k", problem.k}}}}
-                     .dump();
-    run = store->insert_run(info);
+  if (!options.no_db) store.emplace(db::Store::open(options.db_path));
+  request.compiler = compiler_settings(options.jobs);
+  tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
+  if (style == reports::OutputStyle::Text) {
+    std::cerr << "qtune compile: " << configs.size() << " configurations of " << format.to_string() << " for "
+              << options.arch << " (" << family.name() << ", "
+              << (options.configs.empty() ? options.space + " space for " + problem.to_string() : std::string("--config"))
+              << ")\n";
   }
-
-  std::vector<CompileRow> rows(configs.size());
-  try {
-    // Requests go through the tuner's compile_request, so the cache entries are the ones `qtune tune` uses.
-    std::vector<jit::CompileRequest> requests;
-    std::vector<std::size_t> request_row;
-    for (std::size_t i = 0; i < configs.size(); ++i) {
-      CompileRow& row = rows[i];
-      row.config = configs[i];
-      row.dynamic_shared_bytes = family.launch_geometry(row.config, problem).dynamic_shared_bytes;
-      try {
-        requests.push_back(tune::compile_request(family, tune::Instantiation{row.config, format, options.arch}));
-        request_row.push_back(i);
-      } catch (const Error& error) {
-        row.error = error.what();
-      }
-    }
-    const jit::Compiler compiler(compiler_settings(options.jobs));
-    tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
-    if (style == reports::OutputStyle::Text) {
-      std::cerr << "qtune compile: " << configs.size() << " configurations of " << format.to_string() << " for "
-                << options.arch << " (" << family.name() << ", "
-                << (options.configs.empty() ? options.space + " space for " + problem.to_string() : std::string("--config"))
-                << ")\n";
-    }
-    // In chunks, as the tuner does, so that a full space does not hold every cubin in memory at once.
-    const std::size_t threads = jit::compiler_thread_count(options.jobs);
-    const std::size_t chunk = std::max<std::size_t>(32, 8 * threads);
-    for (std::size_t begin = 0; begin < requests.size(); begin += chunk) {
-      const std::size_t end = std::min(requests.size(), begin + chunk);
-      const std::vector<jit::CompileRequest> part(requests.begin() + static_cast<std::ptrdiff_t>(begin),
-                                                  requests.begin() + static_cast<std::ptrdiff_t>(end));
-      std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(part, [&](std::size_t done, std::size_t) {
-        progress.compile_progress(begin + done, requests.size());
-      });
-      for (std::size_t j = 0; j < outcomes.size(); ++j) {
-        CompileRow& row = rows[request_row[begin + j]];
-        jit::CompileOutcome& outcome = outcomes[j];
-        if (outcome.ok()) {
-          row.ok = true;
-          row.kernel = std::move(outcome.kernel);
-          row.kernel->cubin.clear();
-          row.kernel->cubin.shrink_to_fit();
-        } else {
-          row.error = outcome.error_message;
-        }
-      }
-    }
-    if (store) {
-      store_rows(options, family, format, rows, *store, run);
-      store->finish_run(run, db::RunStatus::Completed);
-    }
-  } catch (...) {
-    if (store) {
-      try {
-        store->finish_run(run, db::RunStatus::Failed);
-      } catch (...) {
-        // The original error matters more than the bookkeeping.
-      }
-    }
-    throw;
-  }
+  const tune::CompileOutcome outcome = tune::run_compile(request, store ? &*store : nullptr, progress);
+  const std::vector<CompileRow>& rows = outcome.rows;
 
   reports::Table table({"config", "registers", "spill_store_bytes", "spill_load_bytes", "smem_static_bytes",
                         "smem_dynamic_bytes", "stack_bytes", "compile_ms", "cached", "error"});
@@ -319,7 +229,7 @@ void run(const CompileCommandOptions& options) {
   if (style == reports::OutputStyle::Text) {
     std::cout << configs.size() << " configurations of " << format.to_string() << " for " << options.arch << ": "
               << configs.size() - failed << " compiled (" << cached << " from the cache), " << failed << " failed";
-    if (store) std::cout << "; run #" << db::id_value(run) << " in " << options.db_path;
+    if (outcome.run) std::cout << "; run #" << db::id_value(*outcome.run) << " in " << options.db_path;
     std::cout << "\n";
   }
   if (failed > 0) {

@@ -329,14 +329,7 @@ int run(const TuneCommandOptions& options) {
   services.compiler = &compiler;
   services.slots = static_cast<int>(target.visible_devices.size());
   const std::filesystem::path cache = settings.cache_directory.value_or(jit::KernelCache::default_directory());
-  services.backends = [&](int slot) -> std::unique_ptr<tune::MeasuringBackend> {
-    tune::WorkerBackendOptions backend_options;
-    // Each worker sees only its own GPU.
-    backend_options.visible_device = target.visible_devices.at(static_cast<size_t>(slot));
-    backend_options.measure = measure;
-    backend_options.cache_directory = cache;
-    return std::make_unique<tune::WorkerBackend>(backend_options);
-  };
+  services.backends = tune::worker_backends(target.visible_devices, measure, cache);
 
   // Each family is its own run; a problem's winner is the fastest over the families (tuner.cpp keeps another
   // family's faster winner). One progress bar covers every family's compile and measuring.

@@ -1,6 +1,8 @@
 #include "tuner/tune/worker_backend.hpp"
 
 #include <algorithm>
+#include <memory>
+#include <utility>
 
 #include "kernels/error.hpp"
 #include "tuner/tune/problem_set.hpp"
@@ -89,6 +91,18 @@ CandidateResult WorkerBackend::evaluate(const CandidateRequest& request) {
       return result;
   }
   return result;
+}
+
+BackendFactory worker_backends(std::vector<std::string> visible_devices, const MeasureSettings& measure,
+                               const std::filesystem::path& cache_directory) {
+  return [visible_devices = std::move(visible_devices), measure, cache_directory](
+             int slot) -> std::unique_ptr<MeasuringBackend> {
+    WorkerBackendOptions options;
+    options.visible_device = visible_devices.at(static_cast<size_t>(slot));
+    options.measure = measure;
+    options.cache_directory = cache_directory;
+    return std::make_unique<WorkerBackend>(options);
+  };
 }
 
 }  // namespace qtune::tune

@@ -45,4 +45,9 @@ class WorkerBackend final : public MeasuringBackend {
 // The worker's arguments for a visible device: `env CUDA_VISIBLE_DEVICES=... <executable> <arguments...>`.
 measure::WorkerOptions worker_options_for_device(measure::WorkerOptions base, const std::string& visible_device);
 
+// One WorkerBackend per measuring slot: slot i's worker sees only visible_devices[i], measures with `measure` and
+// loads from the kernel cache at `cache_directory` (std::out_of_range for a slot beyond the devices).
+BackendFactory worker_backends(std::vector<std::string> visible_devices, const MeasureSettings& measure,
+                               const std::filesystem::path& cache_directory);
+
 }  // namespace qtune::tune

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <stdexcept>
 
 #include "kernels/codec.hpp"
 #include "kernels/quantize.hpp"
@@ -78,6 +79,11 @@ TEST(WorkerOptions, PinsTheWorkerToOneGpuThroughEnv) {
   const measure::WorkerOptions self = worker_options_for_device(measure::WorkerOptions{}, "0");
   EXPECT_NE(self.arguments[1], "/proc/self/exe");  // resolved, since env would otherwise run itself
   EXPECT_EQ(worker_options_for_device(base, "").executable, base.executable);
+}
+
+TEST(WorkerBackends, ThereIsOneSlotPerVisibleDevice) {
+  const BackendFactory backends = worker_backends({"GPU-a", "GPU-b"}, default_measure_settings(), "/tmp/cache");
+  EXPECT_THROW(backends(2), std::out_of_range);  // a third slot has no GPU of its own
 }
 
 }  // namespace
