@@ -192,7 +192,10 @@ TEST(Worker, AMissingExecutableIsACrashThatSaysWhy) {
 }
 
 TEST(Worker, AProgramThatIsNotAWorkerIsRejected) {
-  Worker worker(WorkerOptions{"/bin/sh", {"-c", "echo not-a-worker >&\"$2\"; exec sleep 30", "sh"}, 10});
+  // perl (Debian's perl-base is essential), not sh: dash cannot redirect to a descriptor above 9, which the socket is
+  // once a long test run has opened more files.
+  Worker worker(WorkerOptions{
+      "/usr/bin/perl", {"-e", "open(my $out, '>&=', $ARGV[1]) or die; syswrite($out, \"not-a-worker\\n\"); sleep 30", "--"}, 10});
   const JobOutcome outcome = worker.run("selftest-echo", {}, kTimeout);
   EXPECT_EQ(outcome.status, JobStatus::Crashed);
   EXPECT_NE(outcome.error.find("is not a qtune worker"), std::string::npos) << outcome.error;
