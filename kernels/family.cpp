@@ -199,6 +199,31 @@ const KernelFamily& find_family(std::string_view name) {
   QTUNE_INPUT_ERROR("family: unknown kernel family " + quote_input(name) + " (known: " + known + ")");
 }
 
+bool auto_tune_covers(const KernelFamily& family, const std::vector<const KernelFamily*>& families, const Problem& problem,
+                      int sm) {
+  const auto present = [&](const KernelFamily& wanted) {
+    return std::find(families.begin(), families.end(), &wanted) != families.end();
+  };
+  if (families.size() < 2) return true;
+  const bool is_mma = &family == &mma_family();
+  const bool is_wgmma = &family == &wgmma_family();
+  // The tma family where its rules prefer it (quantized activations from M = 32, weight-only formats from M = 256);
+  // the family it takes over from only one M bucket beyond.
+  if (present(tma_family()) && tma_family().supports(problem.format, sm).supported) {
+    const bool quantized = problem.format.activation_is_quantized();
+    if (&family == &tma_family() && !tma_family().preferred_for(problem, sm)) return false;
+    if (is_mma && quantized && problem.m > 2 * TmaFamily::kPreferredFromM) return false;
+    if (is_wgmma && !quantized && problem.m > 2 * TmaFamily::kPreferredFromMWeightOnly) return false;
+  }
+  // Where wgmma starts to win, and mma one bucket beyond it: tuning both everywhere would double the time for nothing.
+  if (present(mma_family()) && present(wgmma_family())) {
+    const bool wgmma_runs_it = wgmma_family().supports(problem.format, sm).supported;
+    if (is_mma && wgmma_runs_it && problem.m > 2 * WgmmaFamily::kPreferredFromM) return false;
+    if (is_wgmma && (!wgmma_runs_it || problem.m < WgmmaFamily::kPreferredFromM)) return false;
+  }
+  return true;
+}
+
 int sm_of_arch(std::string_view arch, std::string_view field) {
   std::string_view digits = arch;
   if (digits.starts_with("sm_")) digits.remove_prefix(3);

@@ -225,6 +225,12 @@ const KernelFamily& packing_family(const FormatSpec& format, int sm);
 // The family whose default_config() is the heuristic for `problem` on `sm`: a supported family with the packing
 // family's weight layout that prefers the problem (preferred_for), else the packing family.
 const KernelFamily& heuristic_family(const Problem& problem, int sm);
+// `qtune tune --family auto`: whether `family` tunes `problem` on `sm` when `families` are tuned together. Each tunes
+// where it can win: mma up to M = 32 where wgmma runs the format (to M = 64 where tma runs its quantized activations),
+// wgmma from M = 16 (to M = 512 where tma runs its weight-only format), tma where it prefers the problem
+// (preferred_for). A family tuned alone tunes every problem.
+bool auto_tune_covers(const KernelFamily& family, const std::vector<const KernelFamily*>& families, const Problem& problem,
+                      int sm);
 
 // "sm_90a" -> 90, "sm_120a" -> 120. Throws InputError naming `field`.
 int sm_of_arch(std::string_view arch, std::string_view field = "arch");

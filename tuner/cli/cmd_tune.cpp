@@ -397,7 +397,8 @@ void add_tune_command(CLI::App& app) {
       ->check(integer_in(1, 1000000));
   command->add_option("--family", options->family,
                       "kernel families to tune, one run each, in order: auto (every family that runs one of the "
-                      "formats on the GPU; on sm_90 mma for M <= 32 and wgmma for M >= 16, where each can win) or a "
+                      "formats on the GPU, each where it can win: on sm_90 mma to M = 32, wgmma from M = 16, tma from M = 32 for "
+                      "quantized activations and from M = 256 for weight-only formats) or a "
                       "list such as mma,wgmma (every problem for each); a problem's winner is the fastest of all")
       ->capture_default_str();
   command->add_option("--space", options->space,

@@ -5,8 +5,6 @@
 #include <tuple>
 
 #include "kernels/error.hpp"
-#include "kernels/families/tma_family.hpp"
-#include "kernels/families/wgmma_family.hpp"
 #include "search/shape_limits.hpp"
 
 namespace qtune::tune {
@@ -181,35 +179,11 @@ std::vector<Problem> select_shard(const std::vector<Problem>& problems, const Sh
   return selected;
 }
 
-// Where the wgmma family starts to win (WgmmaFamily::kPreferredFromM), and mma one bucket beyond it: tuning both
-// families everywhere would double the time for nothing.
-constexpr std::int64_t kWgmmaFromM = WgmmaFamily::kPreferredFromM;
-constexpr std::int64_t kMmaUpToM = 2 * WgmmaFamily::kPreferredFromM;
-
 std::vector<Problem> problems_for_family(const KernelFamily& family, const std::vector<const KernelFamily*>& families,
                                          const std::vector<Problem>& problems, int sm, bool split_by_m) {
-  const bool split = split_by_m && families.size() > 1 &&
-                     std::any_of(families.begin(), families.end(), [](const KernelFamily* f) { return f->name() == "wgmma"; }) &&
-                     std::any_of(families.begin(), families.end(), [](const KernelFamily* f) { return f->name() == "mma"; });
-  const bool tma_too = split_by_m && families.size() > 1 &&
-                       std::any_of(families.begin(), families.end(), [](const KernelFamily* f) { return f->name() == "tma"; });
   std::vector<Problem> selected;
   for (const Problem& problem : problems) {
-    // tune --family auto: the tma family where its rules prefer it (quantized activations from M = 32, weight-only
-    // formats from M = 256), the family it takes over from only one bucket beyond.
-    if (tma_too && tma_family().supports(problem.format, sm).supported) {
-      const bool tma_prefers = tma_family().preferred_for(problem, sm);
-      const bool quantized = problem.format.activation_is_quantized();
-      if (family.name() == "tma" && !tma_prefers) continue;
-      if (family.name() == "mma" && quantized && problem.m > 2 * TmaFamily::kPreferredFromM) continue;
-      if (family.name() == "wgmma" && !quantized && problem.m > 2 * TmaFamily::kPreferredFromMWeightOnly) continue;
-    }
-    if (split) {
-      const bool wgmma_runs_it = wgmma_family().supports(problem.format, sm).supported;
-      if (family.name() == "mma" && wgmma_runs_it && problem.m > kMmaUpToM) continue;
-      if (family.name() == "wgmma" && (!wgmma_runs_it || problem.m < kWgmmaFromM)) continue;
-    }
-    selected.push_back(problem);
+    if (!split_by_m || auto_tune_covers(family, families, problem, sm)) selected.push_back(problem);
   }
   return selected;
 }

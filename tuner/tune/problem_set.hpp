@@ -53,10 +53,9 @@ std::string problem_key(const Problem& problem);
 // A stable 64-bit hash (FNV-1a) of a key such as problem_key's, for per-problem seeds that do not depend on order.
 std::uint64_t fnv1a(std::string_view text);
 
-// The problems `family` tunes when `families` are tuned one after another. With split_by_m (tune --family auto) and
-// both the mma and wgmma families, each takes the M range where it can win on Hopper, overlapping at M = 16 and 32:
-// mma up to M = 32 (every M for a format wgmma cannot run), wgmma from M = 16 on formats it runs. Otherwise every
-// problem.
+// The problems `family` tunes when `families` are tuned one after another. With split_by_m (tune --family auto) each
+// takes the M range where it can win, as the families' own rule says (auto_tune_covers, kernels/family.hpp);
+// otherwise every problem.
 std::vector<Problem> problems_for_family(const KernelFamily& family, const std::vector<const KernelFamily*>& families,
                                          const std::vector<Problem>& problems, int sm, bool split_by_m);
 
