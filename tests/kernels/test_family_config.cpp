@@ -309,7 +309,7 @@ TEST(KernelFamilies, ArchNames) {
   EXPECT_EQ(sm_of_arch("sm_120a"), 120);
   EXPECT_EQ(sm_of_arch("sm_80"), 80);
   EXPECT_THROW(sm_of_arch("compute_90"), InputError);
-  expect_input_error([] { ArchLimits::for_sm(70); }, {"sm: ", "sm_70", "(known: 75, 80, 86, 89, 90, 100, 120)"});
+  expect_input_error([] { ArchLimits::for_sm(70); }, {"sm: ", "sm_70", "(known: 75, 80, 86, 89, 90, 100, 103, 120, 121)"});
   EXPECT_EQ(ArchLimits::for_sm(90).sm_count, 132);
 }
 
@@ -328,7 +328,9 @@ TEST(KernelFamilies, ArchLimitsOfEveryKnownArchitecture) {
                                   Numbers{89, 128, 101376, 102400, 1536, 24, 65536, 255, 1024},
                                   Numbers{90, 132, 232448, 233472, 2048, 32, 65536, 255, 1024},
                                   Numbers{100, 148, 232448, 233472, 2048, 32, 65536, 255, 1024},
-                                  Numbers{120, 170, 101376, 102400, 1536, 24, 65536, 255, 1024}}) {
+                                  Numbers{103, 160, 232448, 233472, 2048, 32, 65536, 255, 1024},
+                                  Numbers{120, 170, 101376, 102400, 1536, 24, 65536, 255, 1024},
+                                  Numbers{121, 48, 101376, 102400, 1536, 24, 65536, 255, 1024}}) {
     EXPECT_EQ(numbers(ArchLimits::for_sm(expected[0])), expected);
   }
 }

@@ -83,7 +83,8 @@ TEST(GpuProfiles, EveryShippedProfileLoads) {
   const auto profiles = load_gpu_profiles(kConfigs / "gpus");
   std::vector<std::string> names;
   for (const auto& profile : profiles) names.push_back(profile.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"a100", "h100", "h20", "h200", "l40s", "rtx4090", "rtx5090"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"a100", "h100", "h20", "h200", "l20", "l40s", "rtx-pro-6000", "rtx4090",
+                                                "rtx5090"}));
   for (const auto& profile : profiles) {
     SCOPED_TRACE(profile.name);
     EXPECT_GT(profile.sm_count, 0);
@@ -120,6 +121,25 @@ TEST(GpuProfiles, DatasheetNumbers) {
   EXPECT_EQ(rtx5090->sm, 120);
   EXPECT_EQ(rtx5090->sm_count, 170);
   EXPECT_TRUE(rtx5090->supports(TensorType::FP4));
+
+  const GpuProfile* l20 = find_gpu_profile(profiles, "L20");
+  ASSERT_NE(l20, nullptr);
+  EXPECT_EQ(l20->sm, 89);
+  EXPECT_EQ(l20->arch, "sm_89");
+  EXPECT_EQ(l20->sm_count, 92);
+  EXPECT_DOUBLE_EQ(l20->memory_bandwidth_gbps, 864);
+  EXPECT_DOUBLE_EQ(*l20->peak_tflops(TensorType::FP8), 239);
+  EXPECT_FALSE(l20->supports(TensorType::INT4));
+
+  const GpuProfile* pro6000 = find_gpu_profile(profiles, "RTX PRO 6000");
+  ASSERT_NE(pro6000, nullptr);
+  EXPECT_EQ(pro6000->name, "rtx-pro-6000");
+  EXPECT_EQ(pro6000->sm, 120);
+  EXPECT_EQ(pro6000->arch, "sm_120a");
+  EXPECT_EQ(pro6000->sm_count, 188);
+  EXPECT_EQ(pro6000->l2_bytes, 134217728);
+  EXPECT_DOUBLE_EQ(pro6000->memory_bandwidth_gbps, 1792);
+  EXPECT_DOUBLE_EQ(*pro6000->peak_tflops(TensorType::FP4), 2015.2);
 
   const GpuProfile* a100 = find_gpu_profile(profiles, "a100");
   ASSERT_NE(a100, nullptr);

@@ -48,7 +48,7 @@ ReferenceResult reference_for(const GemmData& data) {
 }
 
 std::string nvrtc_arch(int sm) {
-  if (sm == 90 || sm == 100 || sm == 120) return "sm_" + std::to_string(sm) + "a";
+  if (sm == 90 || sm == 100 || sm == 103 || sm == 120 || sm == 121) return "sm_" + std::to_string(sm) + "a";
   return "sm_" + std::to_string(sm);
 }
 

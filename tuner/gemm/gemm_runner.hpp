@@ -31,7 +31,8 @@ GemmData make_gemm_data(const Problem& problem, uint64_t seed);
 GemmData with_new_activations(const GemmData& data, int64_t m, uint64_t seed);
 ReferenceResult reference_for(const GemmData& data);
 
-// The NVRTC target for a compute capability: sm_90a, sm_100a and sm_120a use their architecture-specific features.
+// The NVRTC target for a compute capability: sm_90a, sm_100a, sm_103a, sm_120a and sm_121a use their
+// architecture-specific features.
 std::string nvrtc_arch(int sm);
 // The architecture limits of the current device (runtime::Device::get()).
 ArchLimits device_limits(int device_ordinal = 0);

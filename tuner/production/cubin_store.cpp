@@ -180,7 +180,7 @@ CubinPlan plan_cubins(const reports::SelectionTable& table, const std::vector<st
     try {
       limits = ArchLimits::for_sm(target.sm);
     } catch (const InputError&) {
-      QTUNE_INPUT_ERROR("--arch: qtune has no limits for " + arch + " (known: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120)");
+      QTUNE_INPUT_ERROR("--arch: qtune has no limits for " + arch + " (known: sm_75, sm_80, sm_86, sm_89, sm_90, sm_100, sm_103, sm_120, sm_121)");
     }
     for (const auto& [format_key, shapes] : table.formats) {
       const std::string& format_text = format_key;  // the lambda below captures it: clang before 16 cannot capture a binding
