@@ -60,6 +60,8 @@ TEST_P(PeerProviderOnGpu, VerifiesAndMeasuresAsQtunesKernels) {
     const std::vector<nlohmann::json> configs = host.configurations(provider, problem, kDescribeTimeout);
     ASSERT_FALSE(configs.empty());
     const PeerResult result = host.run(provider, problem, configs.front(), options);
+    // The adapter knows the peer cannot run this here (a peer's own defect on this GPU): say so, do not hide it.
+    if (result.error_type == "UnsupportedError") GTEST_SKIP() << result.error;
     ASSERT_EQ(result.outcome, PeerOutcome::Measured)
         << provider.text() << " M=" << m << ": " << to_string(result.outcome) << ": " << result.error;
     ASSERT_TRUE(result.verification && result.verification->passed);
