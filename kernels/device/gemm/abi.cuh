@@ -84,5 +84,30 @@ struct MoeParams {
   int max_rows;    // masked: rows of each expert's slab
 };
 
+// ---- The bsmma family (gemm/block_scaled_mma.cuh): block-scaled W4A4 on sm_120a ----
+// Its kernel parameter. Pointers are device addresses; unused ones are 0.
+struct BlockScaledParams {
+  unsigned long long a;               // activation fragments, prepacked (e2m1)
+  unsigned long long a_scales;        // activation scale words, prepacked
+  unsigned long long a_global_scale;  // one f32 (NVFP4 activations), or 0
+  unsigned long long weights;         // weight fragments, prepacked (e2m1)
+  unsigned long long scales;          // weight scale words, prepacked
+  unsigned long long global_scale;    // one f32 multiplied into every output (1 for MXFP4)
+  unsigned long long bias;            // [N] in the output type, or 0
+  unsigned long long c;               // output [M][N], row-major
+  int m;
+  int n;
+  int k;
+  int reserved;
+};
+
+// The activations are packed for a multiple of this many rows (zeros past M), so no CTA tile reads past the buffer.
+constexpr int kBlockScaledRowPadding = 128;
+// Bytes of one prepacked fragment block (32 lanes) per (tile, K step of 64).
+constexpr int kBlockScaledActivationBlockBytes = 32 * 16;  // m16 x k64 e2m1: 4 registers per lane
+constexpr int kBlockScaledWeightBlockBytes = 32 * 8;       // n8 x k64 e2m1: 2 registers per lane
+constexpr int kBlockScaledActivationScaleBlockBytes = 32 * 4;  // a scale word per lane (lanes 4g, 4g + 1 used)
+constexpr int kBlockScaledWeightScaleBlockBytes = 8 * 4;       // a scale word per column
+
 }  // namespace device
 }  // namespace qtune
