@@ -22,9 +22,6 @@ int64_t padded_row_tiles(int64_t m) {
   return ceil_div(m, dv::kBlockScaledRowPadding) * (dv::kBlockScaledRowPadding / 16);
 }
 
-bool is_e2m1(const ElementType& type) {
-  return type.kind == ElementKind::Float && type.bits == 4 && type.exponent_bits == 2 && type.mantissa_bits == 1;
-}
 
 void put_f32(PackedBuffers& packed, const std::string& name, float value) {
   std::vector<uint8_t> bytes(4);
@@ -32,22 +29,63 @@ void put_f32(PackedBuffers& packed, const std::string& name, float value) {
   packed[name] = std::move(bytes);
 }
 
-// Position of element (row, k) of an m16 x k64 activation block: lane, register (0..3), nibble (0..7).
-struct FragmentSlot {
-  int lane, reg, nibble;
+// Where element (row or column within its tile, k within its K step of 64) of a fragment block sits: the lane, the byte
+// within the lane's bytes, and for 4-bit elements the nibble (0: low) of that byte.
+struct Slot {
+  int lane, byte, nibble;
 };
-FragmentSlot activation_slot(int row_in_tile, int k_in_step) {
-  const int g = row_in_tile % 8, upper_rows = row_in_tile / 8;
-  const int upper_k = k_in_step / 32, t = (k_in_step % 32) / 8, nibble = k_in_step % 8;
-  return {4 * g + t, upper_rows + 2 * upper_k, nibble};
+Slot activation_slot(const Variant& variant, int row, int k) {
+  const int g = row % 8, upper_rows = row / 8;
+  if (variant.activation_bits == 4) {  // m16n8k64: register upper_rows + 2 (k / 32), nibble k % 8, lane t = k % 32 / 8
+    const int reg = upper_rows + 2 * (k / 32), nibble = k % 8;
+    return {4 * g + (k % 32) / 8, reg * 4 + nibble / 2, nibble % 2};
+  }
+  // Two m16n8k32 per step, 16 bytes each: register upper_rows + 2 (kk / 16), byte kk % 4, lane t = kk % 16 / 4.
+  const int half = k / 32, kk = k % 32, reg = upper_rows + 2 * (kk / 16);
+  return {4 * g + (kk % 16) / 4, half * 16 + reg * 4 + kk % 4, 0};
 }
-// Position of element (column, k) of an n8 x k64 weight block: lane, register (0..1), nibble.
-FragmentSlot weight_slot(int column_in_tile, int k_in_step) {
-  return {4 * column_in_tile + (k_in_step % 32) / 8, k_in_step / 32, k_in_step % 8};
+Slot weight_slot(const Variant& variant, int column, int k) {
+  if (variant.kind == dv::kBlockScaledMxf4Nvf4) {  // m16n8k64: register k / 32, nibble k % 8, lane t = k % 32 / 8
+    const int nibble = k % 8;
+    return {4 * column + (k % 32) / 8, (k / 32) * 4 + nibble / 2, nibble % 2};
+  }
+  const int half = k / 32, kk = k % 32;
+  if (variant.weight_bits == 4) {
+    // Word `half` holds that k32's 8 codes of the lane: codes 0..3 for register 0 (k 4t..), 4..7 for register 1 (16 + 4t..).
+    const int code = 4 * (kk / 16) + kk % 4;
+    return {4 * column + (kk % 16) / 4, half * 4 + code / 2, code % 2};
+  }
+  const int reg = 2 * half + kk / 16;
+  return {4 * column + (kk % 16) / 4, reg * 4 + kk % 4, 0};
 }
 
-void or_nibble(std::vector<uint8_t>& bytes, uint64_t word_offset, int nibble, uint8_t code) {
-  bytes[word_offset + static_cast<uint64_t>(nibble / 2)] |= static_cast<uint8_t>((code & 0xF) << (4 * (nibble % 2)));
+void put_element(std::vector<uint8_t>& bytes, uint64_t lane_base, const Slot& slot, int bits, uint8_t code) {
+  uint8_t& byte = bytes[lane_base + static_cast<uint64_t>(slot.byte)];
+  if (bits == 4) {
+    byte = static_cast<uint8_t>(byte | ((code & 0xF) << (4 * slot.nibble)));
+  } else {
+    byte = code;
+  }
+}
+uint8_t get_element(const std::vector<uint8_t>& bytes, uint64_t lane_base, const Slot& slot, int bits) {
+  const uint8_t byte = bytes[lane_base + static_cast<uint64_t>(slot.byte)];
+  return bits == 4 ? static_cast<uint8_t>((byte >> (4 * slot.nibble)) & 0xF) : byte;
+}
+
+int element_code(ActivationType type) {
+  switch (type) {
+    case ActivationType::E2M1: return dv::kElementE2M1;
+    case ActivationType::E4M3: return dv::kElementE4M3;
+    case ActivationType::E5M2: return dv::kElementE5M2;
+    default: return -1;
+  }
+}
+int element_code(const ElementType& type) {
+  if (type.kind != ElementKind::Float) return -1;
+  if (type.bits == 4 && type.exponent_bits == 2 && type.mantissa_bits == 1) return dv::kElementE2M1;
+  if (type.bits == 8 && type.exponent_bits == 4 && type.mantissa_bits == 3) return dv::kElementE4M3;
+  if (type.bits == 8 && type.exponent_bits == 5 && type.mantissa_bits == 2) return dv::kElementE5M2;
+  return -1;
 }
 
 }  // namespace
@@ -57,8 +95,11 @@ std::optional<Variant> variant_of(const FormatSpec& format, std::string* reason)
     if (reason != nullptr) *reason = why;
     return std::nullopt;
   };
-  if (!is_e2m1(format.weight) || format.activation != ActivationType::E2M1) {
-    return refuse("the bsmma family runs e2m1 weights with e2m1 activations (W4A4 NVFP4 and MXFP4)");
+  Variant variant;
+  variant.activation_element = element_code(format.activation);
+  variant.weight_element = element_code(format.weight);
+  if (variant.activation_element < 0 || variant.weight_element < 0) {
+    return refuse("the bsmma family runs e2m1, e4m3 or e5m2 weights with e2m1, e4m3 or e5m2 activations");
   }
   if (format.zero_point != ZeroPoint::None) return refuse("the block-scaled MMA has no zero points");
   const WeightScaling& w = format.weight_scale;
@@ -66,28 +107,40 @@ std::optional<Variant> variant_of(const FormatSpec& format, std::string* reason)
   if (w.granularity != WeightScaleGranularity::PerGroup || a.granularity != ActivationScaleGranularity::PerGroup) {
     return refuse("the block-scaled MMA takes scales per group along K of both operands");
   }
-  Variant variant;
-  if (w.type == ScaleType::E4M3 && a.type == ScaleType::E4M3 && w.group_k == 16 && a.group_k == 16) {
-    variant.scale_vec = 4;  // NVFP4
-  } else if (w.type == ScaleType::UE8M0 && a.type == ScaleType::UE8M0 && w.group_k == 32 && a.group_k == 32) {
-    variant.scale_vec = 2;  // MXFP4
+  const bool ue8m0_per_32 = w.type == ScaleType::UE8M0 && a.type == ScaleType::UE8M0 && w.group_k == 32 && a.group_k == 32;
+  if (variant.activation_element == dv::kElementE2M1) {
+    if (variant.weight_element != dv::kElementE2M1) return refuse("fp4 activations take fp4 weights (kind::mxf4nvf4)");
+    variant.kind = dv::kBlockScaledMxf4Nvf4;
+    if (w.type == ScaleType::E4M3 && a.type == ScaleType::E4M3 && w.group_k == 16 && a.group_k == 16) {
+      variant.scale_vec = 4;  // NVFP4
+    } else if (ue8m0_per_32) {
+      variant.scale_vec = 2;  // MXFP4
+    } else {
+      return refuse("fp4 x fp4 takes e4m3 scales per 16 (NVFP4) or ue8m0 scales per 32 (MXFP4) on both operands");
+    }
   } else {
-    return refuse("the block-scaled MMA takes e4m3 scales per 16 (NVFP4) or ue8m0 scales per 32 (MXFP4) on both operands");
+    variant.kind = dv::kBlockScaledMxf8f6f4;
+    if (!ue8m0_per_32) return refuse("fp8 activations take ue8m0 scales per 32 on both operands (kind::mxf8f6f4, MX)");
+    variant.scale_vec = 2;
   }
+  variant.activation_bits = variant.activation_element == dv::kElementE2M1 ? 4 : 8;
+  variant.weight_bits = variant.weight_element == dv::kElementE2M1 ? 4 : 8;
   variant.weight_global_scale = w.global_scale;
   variant.activation_global_scale = a.global_scale;
   return variant;
 }
 
-uint64_t activation_bytes(int64_t m, int64_t k) {
-  return static_cast<uint64_t>(padded_row_tiles(m)) * static_cast<uint64_t>(k / kStepK) * dv::kBlockScaledActivationBlockBytes;
+uint64_t activation_bytes(const Variant& variant, int64_t m, int64_t k) {
+  return static_cast<uint64_t>(padded_row_tiles(m)) * static_cast<uint64_t>(k / kStepK) * 32 *
+         dv::block_scaled_activation_lane_bytes(variant.activation_bits);
 }
 uint64_t activation_scale_bytes(int64_t m, int64_t k) {
   return static_cast<uint64_t>(padded_row_tiles(m)) * static_cast<uint64_t>(k / kStepK) *
          dv::kBlockScaledActivationScaleBlockBytes;
 }
-uint64_t weight_bytes(int64_t n, int64_t k) {
-  return static_cast<uint64_t>(n / 8) * static_cast<uint64_t>(k / kStepK) * dv::kBlockScaledWeightBlockBytes;
+uint64_t weight_bytes(const Variant& variant, int64_t n, int64_t k) {
+  return static_cast<uint64_t>(n / 8) * static_cast<uint64_t>(k / kStepK) * 32 *
+         dv::block_scaled_weight_lane_bytes(variant.weight_bits);
 }
 uint64_t weight_scale_bytes(int64_t n, int64_t k) {
   return static_cast<uint64_t>(n / 8) * static_cast<uint64_t>(k / kStepK) * dv::kBlockScaledWeightScaleBlockBytes;
@@ -101,17 +154,18 @@ PackedBuffers prepack_activations(const QuantizedActivations& activations) {
   if (k % kStepK != 0) QTUNE_INPUT_ERROR("k: the bsmma family needs K a multiple of 64, got " + std::to_string(k));
   const int64_t steps = k / kStepK;
   const int chunk = kStepK / variant->scale_vec;  // K elements per scale byte
-  std::vector<uint8_t> fragments(activation_bytes(m, k), 0);
+  std::vector<uint8_t> fragments(activation_bytes(*variant, m, k), 0);
   std::vector<uint8_t> scale_words(activation_scale_bytes(m, k), 0);
+  const uint64_t lane_bytes = static_cast<uint64_t>(dv::block_scaled_activation_lane_bytes(variant->activation_bits));
   for (int64_t row = 0; row < m; ++row) {
     const int64_t tile = row / 16;
     const int row_in_tile = static_cast<int>(row % 16);
     for (int64_t col = 0; col < k; ++col) {
       const int64_t step = col / kStepK;
-      const FragmentSlot slot = activation_slot(row_in_tile, static_cast<int>(col % kStepK));
-      const uint64_t block = static_cast<uint64_t>(tile * steps + step) * dv::kBlockScaledActivationBlockBytes;
-      or_nibble(fragments, block + static_cast<uint64_t>(slot.lane) * 16 + static_cast<uint64_t>(slot.reg) * 4, slot.nibble,
-                activations.codes[static_cast<size_t>(row * k + col)]);
+      const Slot slot = activation_slot(*variant, row_in_tile, static_cast<int>(col % kStepK));
+      const uint64_t block = static_cast<uint64_t>(tile * steps + step) * 32 * lane_bytes;
+      put_element(fragments, block + static_cast<uint64_t>(slot.lane) * lane_bytes, slot, variant->activation_bits,
+                  activations.codes[static_cast<size_t>(row * k + col)]);
       if (col % chunk == 0) {
         // Row g's scale word sits in lane 4g, row g + 8's in lane 4g + 1; byte j scales chunk j of the step.
         const int lane = 4 * (row_in_tile % 8) + row_in_tile / 8;
@@ -139,17 +193,18 @@ PackedBuffers prepack_weights(const QuantizedWeights& weights) {
   if (n % 8 != 0) QTUNE_INPUT_ERROR("n: the bsmma family needs N a multiple of 8, got " + std::to_string(n));
   const int64_t steps = k / kStepK;
   const int chunk = kStepK / variant->scale_vec;
-  std::vector<uint8_t> fragments(weight_bytes(n, k), 0);
+  std::vector<uint8_t> fragments(weight_bytes(*variant, n, k), 0);
   std::vector<uint8_t> scale_words(weight_scale_bytes(n, k), 0);
+  const uint64_t lane_bytes = static_cast<uint64_t>(dv::block_scaled_weight_lane_bytes(variant->weight_bits));
   for (int64_t column = 0; column < n; ++column) {
     const int64_t tile = column / 8;
     const int column_in_tile = static_cast<int>(column % 8);
     for (int64_t col = 0; col < k; ++col) {
       const int64_t step = col / kStepK;
-      const FragmentSlot slot = weight_slot(column_in_tile, static_cast<int>(col % kStepK));
-      const uint64_t block = static_cast<uint64_t>(tile * steps + step) * dv::kBlockScaledWeightBlockBytes;
-      or_nibble(fragments, block + static_cast<uint64_t>(slot.lane) * 8 + static_cast<uint64_t>(slot.reg) * 4, slot.nibble,
-                weights.codes[static_cast<size_t>(column * k + col)]);
+      const Slot slot = weight_slot(*variant, column_in_tile, static_cast<int>(col % kStepK));
+      const uint64_t block = static_cast<uint64_t>(tile * steps + step) * 32 * lane_bytes;
+      put_element(fragments, block + static_cast<uint64_t>(slot.lane) * lane_bytes, slot, variant->weight_bits,
+                  weights.codes[static_cast<size_t>(column * k + col)]);
       if (col % chunk == 0) {
         const uint64_t word = static_cast<uint64_t>(tile * steps + step) * dv::kBlockScaledWeightScaleBlockBytes +
                               static_cast<uint64_t>(column_in_tile) * 4;
@@ -176,7 +231,7 @@ QuantizedWeights unpack_weights(const PackedBuffers& packed, const FormatSpec& f
     }
     return found->second;
   };
-  const std::vector<uint8_t>& fragments = buffer("weights", weight_bytes(n, k));
+  const std::vector<uint8_t>& fragments = buffer("weights", weight_bytes(*variant, n, k));
   const std::vector<uint8_t>& scale_words = buffer("scales", weight_scale_bytes(n, k));
   const std::vector<uint8_t>& global = buffer("global_scale", 4);
   const int64_t steps = k / kStepK;
@@ -187,11 +242,10 @@ QuantizedWeights unpack_weights(const PackedBuffers& packed, const FormatSpec& f
   for (int64_t column = 0; column < n; ++column) {
     for (int64_t col = 0; col < k; ++col) {
       const int64_t tile = column / 8, step = col / kStepK;
-      const FragmentSlot slot = weight_slot(static_cast<int>(column % 8), static_cast<int>(col % kStepK));
-      const uint64_t word = static_cast<uint64_t>(tile * steps + step) * dv::kBlockScaledWeightBlockBytes +
-                            static_cast<uint64_t>(slot.lane) * 8 + static_cast<uint64_t>(slot.reg) * 4;
-      codes[static_cast<size_t>(column * k + col)] =
-          static_cast<uint8_t>((fragments[word + static_cast<uint64_t>(slot.nibble / 2)] >> (4 * (slot.nibble % 2))) & 0xF);
+      const Slot slot = weight_slot(*variant, static_cast<int>(column % 8), static_cast<int>(col % kStepK));
+      const uint64_t lane_bytes = static_cast<uint64_t>(dv::block_scaled_weight_lane_bytes(variant->weight_bits));
+      const uint64_t lane_base = static_cast<uint64_t>(tile * steps + step) * 32 * lane_bytes + static_cast<uint64_t>(slot.lane) * lane_bytes;
+      codes[static_cast<size_t>(column * k + col)] = get_element(fragments, lane_base, slot, variant->weight_bits);
       if (col % chunk == 0) {
         const uint64_t scale_word = static_cast<uint64_t>(tile * steps + step) * dv::kBlockScaledWeightScaleBlockBytes +
                                     static_cast<uint64_t>(column % 8) * 4;
@@ -225,8 +279,8 @@ std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
 }  // namespace
 
 std::string BlockScaledFamily::description() const {
-  return "W4A4 NVFP4/MXFP4 on sm_120a's block-scaled mma.sync (m16n8k64, kind::mxf4nvf4), operands prepacked in "
-         "fragment order and read straight into registers";
+  return "block-scaled GEMMs on sm_120a's mma.sync: W4A4 NVFP4/MXFP4 (m16n8k64 kind::mxf4nvf4), MX W8A8 and W4A8 fp4 x "
+         "fp8 (m16n8k32 kind::mxf8f6f4), operands prepacked in fragment order and read straight into registers";
 }
 
 std::vector<ParameterDomain> BlockScaledFamily::parameter_space() const {
@@ -254,10 +308,13 @@ ArchSupport BlockScaledFamily::supports(const FormatSpec& format, int sm) const 
   return support;
 }
 
-int BlockScaledFamily::estimated_registers(const KernelConfig& config) {
+int BlockScaledFamily::estimated_registers(const KernelConfig& config, const FormatSpec& format) {
   const Tiles t = Tiles::from(config);
   const int fm = t.fragments_m(), fn = t.fragments_n();
-  return fm * fn * 4 + 2 * (fm * 5 + fn * 3) + 40;
+  const auto variant = block_scaled::variant_of(format);
+  const int a_vectors = variant && variant->activation_bits == 8 ? 2 : 1;
+  const int b_words = variant && variant->weight_bits == 8 ? 4 : 2;
+  return fm * fn * 4 + 2 * (fm * (4 * a_vectors + 1) + fn * (b_words + 1)) + 40;
 }
 
 RuleVerdict BlockScaledFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
@@ -289,7 +346,7 @@ RuleVerdict BlockScaledFamily::check(const KernelConfig& config, const Problem& 
   if (t.threads() > limits.max_threads_per_block) {
     return RuleVerdict::fail("threads-per-block", std::to_string(t.threads()) + " threads exceed the block limit");
   }
-  const int registers = estimated_registers(config);
+  const int registers = estimated_registers(config, problem.format);
   const int register_cap = std::min(limits.max_registers_per_thread, limits.registers_per_sm / t.threads());
   if (registers > register_cap) {
     return RuleVerdict::fail("registers-per-thread", "about " + std::to_string(registers) + " registers per thread needed, " +
@@ -312,9 +369,14 @@ std::string BlockScaledFamily::instantiation_source(const KernelConfig& config, 
   const std::string output = format.output == OutputType::F16 ? "qd::kElementF16" : "qd::kElementBF16";
   std::string source = "// qtune bsmma family: " + format.to_string() + " " + config.to_string() + " for " + arch + "\n";
   source += "#include \"gemm/block_scaled_mma.cuh\"\nnamespace qd = qtune::device;\n";
-  source += "using QtuneTiles = qd::BlockScaledTiles<" + std::to_string(variant->scale_vec) + ", " + output + ", " +
-            std::to_string(t.bm) + ", " + std::to_string(t.bn) + ", " + std::to_string(t.wm) + ", " + std::to_string(t.wn) +
-            ">;\n";
+  auto element = [](int code) {
+    return std::string(code == dv::kElementE2M1 ? "qd::kElementE2M1" : code == dv::kElementE4M3 ? "qd::kElementE4M3" : "qd::kElementE5M2");
+  };
+  source += "using QtuneTiles = qd::BlockScaledTiles<" +
+            std::string(variant->kind == dv::kBlockScaledMxf4Nvf4 ? "qd::kBlockScaledMxf4Nvf4" : "qd::kBlockScaledMxf8f6f4") +
+            ", " + element(variant->activation_element) + ", " + element(variant->weight_element) + ", " +
+            std::to_string(variant->scale_vec) + ", " + output + ", " + std::to_string(t.bm) + ", " + std::to_string(t.bn) +
+            ", " + std::to_string(t.wm) + ", " + std::to_string(t.wn) + ">;\n";
   source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +
             "(const qd::BlockScaledParams params) {\n  qd::block_scaled_mma_gemm<QtuneTiles>(params);\n}\n";
   return source;
@@ -333,15 +395,15 @@ std::vector<BufferSpec> BlockScaledFamily::buffers(const KernelConfig&, const Pr
   if (!variant) QTUNE_THROW(UnsupportedError, problem.format.to_string() + " has no bsmma layout");
   const uint64_t m = static_cast<uint64_t>(problem.m), n = static_cast<uint64_t>(problem.n);
   std::vector<BufferSpec> list;
-  list.push_back({"a", block_scaled::activation_bytes(problem.m, problem.k), BufferRole::Activations,
-                  "e2m1 activations in m16n8k64 A-fragment order, rows padded to 128 with zeros"});
+  list.push_back({"a", block_scaled::activation_bytes(*variant, problem.m, problem.k), BufferRole::Activations,
+                  to_string(problem.format.activation) + " activations in the MMA's A-fragment order, rows padded to 128 with zeros"});
   list.push_back({"a_scales", block_scaled::activation_scale_bytes(problem.m, problem.k), BufferRole::Activations,
                   "activation scale words, one per lane and K step (lanes 4g, 4g + 1 carry rows g, g + 8)"});
   if (variant->activation_global_scale) {
     list.push_back({"a_global_scale", 4, BufferRole::Activations, "the activations' f32 tensor scale"});
   }
-  list.push_back({"weights", block_scaled::weight_bytes(problem.n, problem.k), BufferRole::Weights,
-                  "e2m1 weights in m16n8k64 B-fragment order"});
+  list.push_back({"weights", block_scaled::weight_bytes(*variant, problem.n, problem.k), BufferRole::Weights,
+                  "weight codes in the MMA's B-fragment order (fp4 two per byte)"});
   list.push_back({"scales", block_scaled::weight_scale_bytes(problem.n, problem.k), BufferRole::Weights,
                   "weight scale words, one per column and K step"});
   list.push_back({"global_scale", 4, BufferRole::Weights, "the weights' f32 tensor scale (1 for MXFP4)"});

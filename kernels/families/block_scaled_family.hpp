@@ -1,8 +1,8 @@
 #pragma once
-// The "bsmma" kernel family: W4A4 NVFP4 and MXFP4 on the block-scaled warp MMA of consumer Blackwell (sm_120a, sm_121a:
-// mma.sync m16n8k64 kind::mxf4nvf4 with ue4m3 scales per 16 or ue8m0 scales per 32 along K). Activations and weights
-// are prepacked in the instruction's fragment order with their scale words, so the kernel reads fragments straight into
-// registers. Device code: kernels/device/gemm/block_scaled_mma.cuh. Only compiled here (no sm_120 GPU to run on).
+// The "bsmma" kernel family: block-scaled GEMMs on the warp MMA of consumer Blackwell (sm_120a, sm_121a): W4A4 NVFP4
+// and MXFP4 (mma.sync m16n8k64 kind::mxf4nvf4, ue4m3 scales per 16 or ue8m0 per 32 along K), MX W8A8 and W4A8 fp4 x
+// fp8 (m16n8k32 kind::mxf8f6f4, ue8m0 per 32). Activations and weights are prepacked in the instructions' fragment
+// order with their scale words, so the kernel reads fragments straight into registers. Device code: kernels/device/gemm/block_scaled_mma.cuh. Only compiled here (no sm_120 GPU to run on).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,9 +13,15 @@ namespace qtune {
 
 namespace block_scaled {
 
-// How a supported format maps onto the instruction: 4 scales per K step of 64 (NVFP4, ue4m3) or 2 (MXFP4, ue8m0).
+// How a supported format maps onto the instructions: kind::mxf4nvf4 (e2m1 x e2m1, 4 scales per K step of 64 for
+// NVFP4's ue4m3, 2 for MXFP4's ue8m0) or kind::mxf8f6f4 (fp8 activations, e2m1/e4m3/e5m2 weights, ue8m0 per 32).
 struct Variant {
-  int scale_vec = 4;
+  int kind = 0;                 // device::BlockScaledKind
+  int activation_element = 0;   // device::ElementCode
+  int weight_element = 0;
+  int activation_bits = 4;      // in memory
+  int weight_bits = 4;
+  int scale_vec = 4;            // scale bytes per K step of 64
   bool activation_global_scale = false;
   bool weight_global_scale = false;
 };
@@ -23,12 +29,12 @@ struct Variant {
 std::optional<Variant> variant_of(const FormatSpec& format, std::string* reason = nullptr);
 
 // Packed sizes. Activations are packed for rows rounded up to kBlockScaledRowPadding.
-uint64_t activation_bytes(int64_t m, int64_t k);
+uint64_t activation_bytes(const Variant& variant, int64_t m, int64_t k);
 uint64_t activation_scale_bytes(int64_t m, int64_t k);
-uint64_t weight_bytes(int64_t n, int64_t k);
+uint64_t weight_bytes(const Variant& variant, int64_t n, int64_t k);
 uint64_t weight_scale_bytes(int64_t n, int64_t k);
 
-// "a", "a_scales" (and "a_global_scale" for NVFP4): e2m1 fragments and scale words in the instruction's order.
+// "a", "a_scales" (and "a_global_scale" for NVFP4): fragments and scale words in the instructions' order.
 PackedBuffers prepack_activations(const QuantizedActivations& activations);
 // "weights", "scales", "global_scale".
 PackedBuffers prepack_weights(const QuantizedWeights& weights);
@@ -59,7 +65,7 @@ class BlockScaledFamily final : public KernelFamily {
   ParameterRanges curated_ranges(int64_t m) const override;
 
   // Registers per thread check() assumes: accumulators, two K steps of fragments, addressing.
-  static int estimated_registers(const KernelConfig& config);
+  static int estimated_registers(const KernelConfig& config, const FormatSpec& format);
 };
 
 const BlockScaledFamily& block_scaled_family();

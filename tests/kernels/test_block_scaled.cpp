@@ -4,11 +4,13 @@
 // and its product must equal the CPU reference of the quantized values. Also: unpack(prepack(w)) == w, and the rules.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "kernels/codec.hpp"
+#include "kernels/device/gemm/abi.cuh"
 #include "kernels/error.hpp"
 #include "kernels/families/block_scaled_family.hpp"
 #include "kernels/family.hpp"
@@ -17,6 +19,8 @@
 
 namespace qtune {
 namespace {
+
+namespace dv = qtune::device;
 
 // e2m1 per the PTX ISA / OCP MX: sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0.
 float e2m1_value(uint32_t nibble) {
@@ -81,28 +85,97 @@ std::vector<float> model_mma(const uint32_t (&a)[32][4], const uint32_t (&b)[32]
   return d;
 }
 
+// mma.sync.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X with byte id `byte_id`, as the PTX ISA lays out
+// its fragments: register r of lane 4g + t holds A rows g + 8 (r % 2), K 16 (r / 2) + 4t .. + 3 (byte i is K + i), B
+// registers 0 and 1 hold column g at K 4t.. and 16 + 4t..; fp4 operands sit in 8-bit containers, value in bits 5..2;
+// the ue8m0 scale of row g is byte `byte_id` of lane 4g's word, of row g + 8 of lane 4g + 1's, of column g of lane 4g's.
+std::vector<float> model_mma_k32(const uint32_t (&a)[32][4], const uint32_t (&b)[32][2], const uint32_t (&scale_a)[32],
+                                 const uint32_t (&scale_b)[32], int byte_id, const ElementType& a_type,
+                                 const ElementType& b_type) {
+  auto value = [](const ElementType& type, uint32_t byte) {
+    if (type.bits == 4) {
+      EXPECT_EQ(byte & 0xC3u, 0u) << "an fp4 container's bits outside 5..2 are set";
+      return e2m1_value((byte >> 2) & 0xF);
+    }
+    return decode(type, byte);
+  };
+  float a_values[16][32] = {}, b_values[8][32] = {}, a_scale[16] = {}, b_scale[8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int r = 0; r < 4; ++r) {
+      for (int i = 0; i < 4; ++i) a_values[g + 8 * (r % 2)][16 * (r / 2) + 4 * t + i] = value(a_type, (a[lane][r] >> (8 * i)) & 0xFF);
+    }
+    for (int r = 0; r < 2; ++r) {
+      for (int i = 0; i < 4; ++i) b_values[g][16 * r + 4 * t + i] = value(b_type, (b[lane][r] >> (8 * i)) & 0xFF);
+    }
+    const uint32_t byte = static_cast<uint32_t>(8 * byte_id);
+    if (t == 0) a_scale[g] = ue8m0_value((scale_a[lane] >> byte) & 0xFF);
+    if (t == 1) a_scale[g + 8] = ue8m0_value((scale_a[lane] >> byte) & 0xFF);
+    if (t == 0) b_scale[g] = ue8m0_value((scale_b[lane] >> byte) & 0xFF);
+  }
+  std::vector<float> d(16 * 8, 0.0f);
+  for (int row = 0; row < 16; ++row) {
+    for (int column = 0; column < 8; ++column) {
+      double sum = 0;
+      for (int kk = 0; kk < 32; ++kk) sum += static_cast<double>(a_values[row][kk]) * a_scale[row] * b_values[column][kk] * b_scale[column];
+      d[static_cast<size_t>(row * 8 + column)] = static_cast<float>(sum);
+    }
+  }
+  return d;
+}
+
+// What the kernel does to a word of eight packed fp4 weight codes before kind::mxf8f6f4: the low four codes into the
+// first register's four 8-bit containers, the high four into the second's (code in bits 5..2).
+std::pair<uint32_t, uint32_t> fp4_containers(uint32_t word) {
+  uint32_t low = 0, high = 0;
+  for (int i = 0; i < 4; ++i) {
+    low |= ((word >> (4 * i)) & 0xFu) << (8 * i + 2);
+    high |= ((word >> (16 + 4 * i)) & 0xFu) << (8 * i + 2);
+  }
+  return {low, high};
+}
+
 // What the kernel computes from the packed buffers (its loads, per block and lane, as block_scaled_mma.cuh reads
 // them), through the instruction model; the epilogue's tensor scales applied; rows past M dropped.
-std::vector<float> kernel_model(const PackedBuffers& activations, const PackedBuffers& weights, int64_t m, int64_t n,
-                                int64_t k, int scale_vec) {
+std::vector<float> kernel_model(const PackedBuffers& activations, const PackedBuffers& weights, const FormatSpec& format,
+                                int64_t m, int64_t n, int64_t k) {
+  const block_scaled::Variant variant = *block_scaled::variant_of(format);
   const int64_t steps = k / 64, m_tiles = (m + 15) / 16;
+  const uint64_t a_lane = static_cast<uint64_t>(variant.activation_bits) * 4, b_lane = static_cast<uint64_t>(variant.weight_bits) * 2;
+  const ElementType a_type = format.activation == ActivationType::E5M2 ? ElementType::parse("e5m2") : ElementType::parse("e4m3");
   std::vector<float> out(static_cast<size_t>(m * n), 0.0f);
   const float global = f32_at(weights, "global_scale") * f32_at(activations, "a_global_scale");
   for (int64_t mt = 0; mt < m_tiles; ++mt) {
     for (int64_t nt = 0; nt < n / 8; ++nt) {
       std::vector<float> acc(16 * 8, 0.0f);
       for (int64_t step = 0; step < steps; ++step) {
-        uint32_t a[32][4], b[32][2], sa[32], sb[32];
+        const uint64_t a_block = static_cast<uint64_t>(mt * steps + step), b_block = static_cast<uint64_t>(nt * steps + step);
+        uint32_t sa[32], sb[32];
         for (int lane = 0; lane < 32; ++lane) {
-          const uint64_t a_block = static_cast<uint64_t>(mt * steps + step);
-          const uint64_t b_block = static_cast<uint64_t>(nt * steps + step);
-          for (int r = 0; r < 4; ++r) a[lane][r] = word_at(activations.at("a"), a_block * 512 + lane * 16 + r * 4);
-          for (int r = 0; r < 2; ++r) b[lane][r] = word_at(weights.at("weights"), b_block * 256 + lane * 8 + r * 4);
           sa[lane] = word_at(activations.at("a_scales"), a_block * 128 + lane * 4);
           sb[lane] = word_at(weights.at("scales"), b_block * 32 + (lane / 4) * 4);
         }
-        const std::vector<float> d = model_mma(a, b, sa, sb, scale_vec);
-        for (size_t e = 0; e < d.size(); ++e) acc[e] += d[e];
+        // The instructions of one K step of 64: one m16n8k64, or two m16n8k32 (halves h = 0, 1).
+        const int halves = variant.kind == dv::kBlockScaledMxf4Nvf4 ? 1 : 2;
+        for (int h = 0; h < halves; ++h) {
+          uint32_t a[32][4], b[32][2];
+          for (int lane = 0; lane < 32; ++lane) {
+            const uint64_t a_base = a_block * 32 * a_lane + lane * a_lane + static_cast<uint64_t>(h) * 16;
+            const uint64_t b_base = b_block * 32 * b_lane + lane * b_lane;
+            for (int r = 0; r < 4; ++r) a[lane][r] = word_at(activations.at("a"), a_base + r * 4);
+            if (variant.kind == dv::kBlockScaledMxf4Nvf4 || variant.weight_bits == 8) {
+              for (int r = 0; r < 2; ++r) b[lane][r] = word_at(weights.at("weights"), b_base + static_cast<uint64_t>(h) * 8 + r * 4);
+            } else {
+              const auto [low, high] = fp4_containers(word_at(weights.at("weights"), b_base + static_cast<uint64_t>(h) * 4));
+              b[lane][0] = low;
+              b[lane][1] = high;
+            }
+          }
+          const std::vector<float> d = variant.kind == dv::kBlockScaledMxf4Nvf4
+                                           ? model_mma(a, b, sa, sb, variant.scale_vec)
+                                           : model_mma_k32(a, b, sa, sb, h, a_type, format.weight);
+          for (size_t e = 0; e < d.size(); ++e) acc[e] += d[e];
+        }
       }
       for (int row = 0; row < 16; ++row) {
         if (mt * 16 + row >= m) continue;
@@ -136,11 +209,11 @@ TEST_P(BlockScaledPacking, TheInstructionModelOfThePackedBuffersIsTheReference) 
       quantize_activations(format, random_values(static_cast<size_t>(m * k), 1.0f, 2), m, k);
   const PackedBuffers packed_weights = block_scaled::prepack_weights(weights);
   const PackedBuffers packed_activations = block_scaled::prepack_activations(activations);
-  EXPECT_EQ(packed_weights.at("weights").size(), block_scaled::weight_bytes(n, k));
-  EXPECT_EQ(packed_activations.at("a").size(), block_scaled::activation_bytes(m, k));
+  EXPECT_EQ(packed_weights.at("weights").size(), block_scaled::weight_bytes(*variant, n, k));
+  EXPECT_EQ(packed_activations.at("a").size(), block_scaled::activation_bytes(*variant, m, k));
   EXPECT_EQ(packed_activations.count("a_global_scale"), variant->activation_global_scale ? 1u : 0u);
 
-  const std::vector<float> model = kernel_model(packed_activations, packed_weights, m, n, k, variant->scale_vec);
+  const std::vector<float> model = kernel_model(packed_activations, packed_weights, format, m, n, k);
   const ReferenceResult reference = reference_gemm(activations, weights);
   const double error = relative_error(model, reference.unrounded);
   EXPECT_LT(error, 1e-5) << format.to_string();
@@ -153,7 +226,7 @@ TEST_P(BlockScaledPacking, TheInstructionModelOfThePackedBuffersIsTheReference) 
     std::swap(swapped["scales"][word], swapped["scales"][word + 1]);
   }
   ASSERT_GT(changed_words, 0);
-  EXPECT_GT(relative_error(kernel_model(packed_activations, swapped, m, n, k, variant->scale_vec), reference.unrounded), 1e-3);
+  EXPECT_GT(relative_error(kernel_model(packed_activations, swapped, format, m, n, k), reference.unrounded), 1e-3);
 }
 
 TEST_P(BlockScaledPacking, UnpackGivesTheWeightsBack) {
@@ -166,26 +239,36 @@ TEST_P(BlockScaledPacking, UnpackGivesTheWeightsBack) {
   EXPECT_EQ(back.global_scale, weights.global_scale);
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, BlockScaledPacking, ::testing::Values("w4a4-nvfp4", "w4a4-mxfp4"),
+// W4A4 NVFP4 and MXFP4 (kind::mxf4nvf4), MX W8A8 e4m3 and W4A8 fp4 x fp8 (kind::mxf8f6f4).
+INSTANTIATE_TEST_SUITE_P(Formats, BlockScaledPacking,
+                         ::testing::Values("w4a4-nvfp4", "w4a4-mxfp4", "w8a8-fp8-g32:scale=ue8m0,act-scale=g32,act-scale-type=ue8m0",
+                                           "w4a8-fp4-g32-fp8:scale=ue8m0,act-scale=g32,act-scale-type=ue8m0"),
                          [](const ::testing::TestParamInfo<const char*>& format) {
-                           return std::string(format.param).substr(5);
+                           std::string name;
+                           for (const char c : std::string(format.param).substr(0, std::string(format.param).find(':'))) {
+                             name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           }
+                           return name;
                          });
 
-TEST(BlockScaledFamily, RunsW4A4OnlyOnSm120AndSm121) {
+TEST(BlockScaledFamily, RunsBlockScaledFormatsOnlyOnSm120AndSm121) {
   const KernelFamily& family = find_family("bsmma");
-  for (const char* spec : {"w4a4-nvfp4", "w4a4-mxfp4"}) {
+  for (const char* spec : {"w4a4-nvfp4", "w4a4-mxfp4", "w8a8-fp8-g32:scale=ue8m0,act-scale=g32,act-scale-type=ue8m0",
+                           "w4a8-fp4-g32-fp8:scale=ue8m0,act-scale=g32,act-scale-type=ue8m0"}) {
     const FormatSpec format = FormatSpec::parse(spec);
     EXPECT_TRUE(family.supports(format, 120).supported) << spec;
     EXPECT_TRUE(family.supports(format, 121).supported) << spec;
     const ArchSupport hopper = family.supports(format, 90);
     EXPECT_FALSE(hopper.supported);
     EXPECT_NE(hopper.reason.find("sm_120a"), std::string::npos) << hopper.reason;
-    // The family that runs the format on sm_120 is this one.
-    EXPECT_EQ(packing_family(format, 120).name(), "bsmma") << spec;
   }
+  // fp4 activations: this family is the one that runs them on sm_120.
+  for (const char* spec : {"w4a4-nvfp4", "w4a4-mxfp4"}) EXPECT_EQ(packing_family(FormatSpec::parse(spec), 120).name(), "bsmma");
   const ArchSupport weight_only = family.supports(FormatSpec::parse("w4a16-int4-ch"), 120);
   EXPECT_FALSE(weight_only.supported);
-  EXPECT_NE(weight_only.reason.find("e2m1 weights with e2m1 activations"), std::string::npos) << weight_only.reason;
+  EXPECT_NE(weight_only.reason.find("e2m1, e4m3 or e5m2 weights"), std::string::npos) << weight_only.reason;
+  // Per-token fp8 scales are not block scales.
+  EXPECT_FALSE(family.supports(FormatSpec::parse("w8a8-fp8-ch"), 120).supported);
 }
 
 TEST(BlockScaledFamily, DefaultConfigsPassTheRulesAndTheRulesHaveNames) {

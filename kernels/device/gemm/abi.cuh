@@ -101,11 +101,25 @@ struct BlockScaledParams {
   int reserved;
 };
 
+// The two block-scaled MMA kinds: e2m1 x e2m1 with 4X (ue4m3) or 2X (ue8m0) scales, m16n8k64; and 8-bit (or fp4 in an
+// 8-bit container) operands with 1X ue8m0 scales, m16n8k32, issued twice per K step of 64.
+enum BlockScaledKind : int {
+  kBlockScaledMxf4Nvf4 = 0,
+  kBlockScaledMxf8f6f4 = 1,
+};
+
 // The activations are packed for a multiple of this many rows (zeros past M), so no CTA tile reads past the buffer.
 constexpr int kBlockScaledRowPadding = 128;
-// Bytes of one prepacked fragment block (32 lanes) per (tile, K step of 64).
-constexpr int kBlockScaledActivationBlockBytes = 32 * 16;  // m16 x k64 e2m1: 4 registers per lane
-constexpr int kBlockScaledWeightBlockBytes = 32 * 8;       // n8 x k64 e2m1: 2 registers per lane
+// A lane's bytes of one prepacked fragment per (tile, K step of 64), for elements of `bits` bits in memory: m16 x k64
+// activations 4 bits each (16 bytes for e2m1, 32 for 8-bit), n8 x k64 weights 2 bits each (8 or 16 bytes).
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define QTUNE_ABI_FUNCTION __host__ __device__ constexpr  // the same arithmetic on both sides
+#else
+#define QTUNE_ABI_FUNCTION constexpr
+#endif
+QTUNE_ABI_FUNCTION int block_scaled_activation_lane_bytes(int bits) { return 4 * bits; }
+QTUNE_ABI_FUNCTION int block_scaled_weight_lane_bytes(int bits) { return 2 * bits; }
+#undef QTUNE_ABI_FUNCTION
 constexpr int kBlockScaledActivationScaleBlockBytes = 32 * 4;  // a scale word per lane (lanes 4g, 4g + 1 used)
 constexpr int kBlockScaledWeightScaleBlockBytes = 8 * 4;       // a scale word per column
 

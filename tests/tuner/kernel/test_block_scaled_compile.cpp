@@ -1,5 +1,6 @@
 // NVRTC compiles (no GPU needed) the bsmma family for sm_120a: the whole curated space at small and large M for W4A4
-// NVFP4 and MXFP4, with no spills (issue 19: compile-verified, since no sm_120 GPU is at hand to run it).
+// NVFP4 and MXFP4 (kind::mxf4nvf4), MX W8A8 and W4A8 fp4 x fp8 (kind::mxf8f6f4), with no spills (issue 19:
+// compile-verified, since no sm_120 GPU is at hand to run it).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -18,7 +19,8 @@ TEST(BlockScaledCompile, CuratedSpacesCompileForSm120aWithoutSpills) {
   const ArchLimits limits = ArchLimits::for_sm(120);
   std::vector<jit::CompileRequest> requests;
   std::vector<std::string> labels;
-  for (const char* spec : {"w4a4-nvfp4", "w4a4-mxfp4"}) {
+  for (const char* spec : {"w4a4-nvfp4", "w4a4-mxfp4", "w8a8-fp8-g32:scale=ue8m0,act-scale=g32,act-scale-type=ue8m0",
+                           "w4a8-fp4-g32-fp8:scale=ue8m0,act-scale=g32,act-scale-type=ue8m0"}) {
     for (const int64_t m : {16, 1024}) {
       const Problem problem{FormatSpec::parse(spec), m, 8192, 8192};
       const search::SpaceEnumeration space = search::enumerate_space(family, problem, limits, family.curated_ranges(m));
