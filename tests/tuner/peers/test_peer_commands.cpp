@@ -133,6 +133,7 @@ TEST(PeerResults, MapIntoQtunesCandidateResultAndRowsInOnePlace) {
 
 TEST(BenchCommand, AFakePeerIsStoredLikeABaselineAndReportedAsLive) {
   QTUNE_REQUIRE_PEER_PYTHON(environment);
+  (void)environment;  // the command finds its own
   test_support::TempDir dir;
   const std::string db = (dir.path() / "qtune.db").string();
   const cli::testing::CliResult bench =
@@ -172,8 +173,7 @@ TEST(BenchCommand, AFakePeerIsStoredLikeABaselineAndReportedAsLive) {
 
 TEST(BenchCommand, AWrongAnsweringPeerIsAFailedBaselineNotACrash) {
   QTUNE_REQUIRE_PEER_PYTHON(environment);
-  PeerEnvironment test_environment = environment;
-  PeerHost host(test_environment);
+  PeerHost host(environment);
   tune::BenchRequest request;
   request.n = 64;
   request.k = 128;
@@ -191,6 +191,7 @@ TEST(BenchCommand, AWrongAnsweringPeerIsAFailedBaselineNotACrash) {
 
 TEST(BenchCommand, AMissingPeerIsRefusedInOneLineBeforeAnythingIsStored) {
   QTUNE_REQUIRE_PEER_PYTHON(environment);
+  (void)environment;  // the command finds its own
   test_support::TempDir dir;
   const fs::path db = dir.path() / "qtune.db";
   for (const char* provider : {"absent-w4a16-int4-ch", "nosuch-f16"}) {
@@ -297,8 +298,10 @@ void store_humming_rows(const fs::path& path, const std::string& format, std::in
     result.verified = true;
     result.max_rel_error = 1e-3;
     result.tolerance = 1e-2;
-    result.measurement.median_us = i == 0 ? fast_us : 2 * fast_us;
-    result.measurement.samples_us = {result.measurement.median_us};
+    measure::Measurement& time = result.measurement;
+    time.median_us = i == 0 ? fast_us : 2 * fast_us;  // every statistic of one sample
+    time.p10_us = time.p90_us = time.min_us = time.max_us = time.mean_us = time.ci_low_us = time.ci_high_us = time.median_us;
+    time.samples_us = {time.median_us};
     const tune::CandidateRecords rows = tune::candidate_records(result, run_id, problem_id, config, "exhaustive");
     store.insert_verification(rows.verification);
     store.insert_measurement(*rows.measurement);
