@@ -313,17 +313,17 @@ void decide_winner(ProblemContext& context, tune::TuneReport& totals) {
   const double chosen_us = fastest->second.second;
   if (const auto previous = context.store.get_winner(context.problem_id, context.gpu);
       previous && previous->config != chosen && previous->median_us <= chosen_us) {
+    // Another family's winner, or an earlier Humming run's configuration this search did not measure again.
     const auto config = context.store.get_config(previous->config);
-    if (config && config->family != search::kHummingFamily) {
-      try {
-        report.winner = db::to_kernel_config(*config);
-      } catch (const std::exception&) {
-        report.winner.reset();  // parameters this build no longer knows
-      }
-      report.winner_us = previous->median_us;
-      report.winner_reason = "kept: the " + config->family + " winner is faster than humming's " + fixed(chosen_us, 2) + " us";
-      return;
+    try {
+      report.winner = config ? std::optional<KernelConfig>(db::to_kernel_config(*config)) : std::nullopt;
+    } catch (const std::exception&) {
+      report.winner.reset();  // parameters this build no longer knows
     }
+    report.winner_us = previous->median_us;
+    report.winner_reason = "kept: the " + (config ? config->family : std::string("stored")) +
+                           " winner is faster than humming's " + fixed(chosen_us, 2) + " us";
+    return;
   }
   context.store.set_winner(db::Winner{context.run, context.problem_id, chosen, chosen_us, "fastest of humming's measured"});
   report.winner = fastest->second.first;
@@ -355,7 +355,9 @@ tune::TuneReport run_humming_tune(const HummingTuneOptions& options, const tune:
     return budget;
   };
   if (observer != nullptr) {
-    const std::size_t per_problem = std::min<std::size_t>(budget_of(std::numeric_limits<std::size_t>::max()).max_evaluations, 100000);
+    // The expected evaluations per problem: the cap, else the budget's share of a curated space's few hundred.
+    constexpr std::size_t kCuratedSize = 300;
+    const std::size_t per_problem = std::min(budget_of(kCuratedSize).max_evaluations, kCuratedSize);
     observer->measuring_started(options.tune.problems.size(), options.tune.problems.size() * (per_problem + 1));
   }
 
