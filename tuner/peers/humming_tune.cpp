@@ -31,33 +31,33 @@ FamilyChoice split_families(const std::string& text) {
   return choice;
 }
 
-ProviderId humming_provider(const FormatSpec& format) { return {kHummingPeer, format.to_string()}; }
+ProviderId humming_provider(const FormatSpec& format, const std::string& peer) { return {peer, format.to_string()}; }
 
 namespace {
 
-const PeerInfo* humming_info(PeerHost& host) {
+const PeerInfo* humming_info(PeerHost& host, const std::string& name) {
   for (const PeerInfo& peer : host.describe()) {
-    if (peer.peer == kHummingPeer) return &peer;
+    if (peer.peer == name) return &peer;
   }
   return nullptr;
 }
 
 }  // namespace
 
-bool humming_available(PeerHost& host, std::string* why_not) {
-  const PeerInfo* info = humming_info(host);
+bool humming_available(PeerHost& host, std::string* why_not, const std::string& peer) {
+  const PeerInfo* info = humming_info(host, peer);
   if (info != nullptr && info->available) return true;
   if (why_not != nullptr) *why_not = info == nullptr ? "the peer worker knows no humming adapter" : info->problem + "; " + info->install;
   return false;
 }
 
 std::vector<Problem> humming_problems(PeerHost& host, const std::vector<Problem>& problems,
-                                      std::vector<std::string>* left_out) {
-  const PeerInfo* info = humming_info(host);
+                                      std::vector<std::string>* left_out, const std::string& peer) {
+  const PeerInfo* info = humming_info(host, peer);
   std::vector<Problem> kept;
   std::set<std::string> refused;
   for (const Problem& problem : problems) {
-    const std::string provider = humming_provider(problem.format).text();
+    const std::string provider = humming_provider(problem.format, peer).text();
     const bool offered = info != nullptr && info->available &&
                          std::find(info->providers.begin(), info->providers.end(), provider) != info->providers.end();
     if (offered && !problem.has_bias) {
@@ -338,8 +338,8 @@ tune::TuneReport run_humming_tune(const HummingTuneOptions& options, const tune:
                                   const std::filesystem::path& database, PeerHost& host, tune::TuneObserver* observer,
                                   const std::atomic<bool>* stop) {
   std::string why_not;
-  if (!humming_available(host, &why_not)) QTUNE_INPUT_ERROR("--family humming: " + why_not);
-  const std::string version = humming_info(host)->version;
+  if (!humming_available(host, &why_not, options.peer)) QTUNE_INPUT_ERROR("--family humming: " + why_not);
+  const std::string version = humming_info(host, options.peer)->version;
   search::make_strategy(options.tune.strategy, options.tune.strategy_options);  // an unknown name fails before any write
   db::Store store = db::Store::open(database);
   tune::TuneReport totals;
@@ -372,7 +372,7 @@ tune::TuneReport run_humming_tune(const HummingTuneOptions& options, const tune:
     report.problem_id = store.upsert_problem({problem.format.to_string(), problem.m, problem.n, problem.k});
     if (observer != nullptr) observer->problem_started(report);
     ProblemContext context{options, target, host, store, totals.run, target.gpu_key(), "humming " + version,
-                           humming_provider(problem.format), report.problem_id, report, observer, stop, {}};
+                           humming_provider(problem.format, options.peer), report.problem_id, report, observer, stop, {}};
 
     std::optional<KernelConfig> heuristic;
     const search::Evaluation picked = evaluate(context, std::nullopt, "heuristic", search::Fidelity::Full, &heuristic);

@@ -43,13 +43,14 @@ struct FamilyChoice {
 // "auto" -> {"auto", IfAvailable}; "mma,humming" -> {"mma", Required}; "humming" -> {"", Required}.
 FamilyChoice split_families(const std::string& text);
 
-// The Humming provider of a format: "humming-<format>".
-ProviderId humming_provider(const FormatSpec& format);
+// The Humming provider of a format: "humming-<format>" (`peer`: the tests' fake stands in for Humming).
+ProviderId humming_provider(const FormatSpec& format, const std::string& peer = kHummingPeer);
 // Whether the described Humming peer is usable, and why not (its problem and what to install) otherwise.
-bool humming_available(PeerHost& host, std::string* why_not);
+bool humming_available(PeerHost& host, std::string* why_not, const std::string& peer = kHummingPeer);
 // The problems whose format the Humming peer offers (describe()); the formats it does not are listed in `left_out`.
 std::vector<Problem> humming_problems(PeerHost& host, const std::vector<Problem>& problems,
-                                      std::vector<std::string>* left_out = nullptr);
+                                      std::vector<std::string>* left_out = nullptr,
+                                      const std::string& peer = kHummingPeer);
 
 // A candidate as the peer's job config: {"tuning_config": HummingSpace::tuning_config(config)}.
 nlohmann::json humming_job_config(const KernelConfig& config);
@@ -65,6 +66,7 @@ struct HummingTuneOptions {
   tune::TuneOptions tune;            // problems, space, strategy, budget, timeout, command line
   tune::MeasureSettings measure;     // full and short fidelity, seed
   std::size_t default_evaluations = kHummingDefaultEvaluations;  // when tune.budget sets no cap
+  std::string peer = kHummingPeer;  // the peer that runs the TuningConfigs (tests: "fake", which runs any the same)
 };
 
 // Tunes Humming on `options.tune.problems` (each must be one humming_problems keeps) into the store at `database`:

@@ -23,6 +23,7 @@
 #include "tuner/peers/humming_tune.hpp"
 #include "tuner/peers/peer_runs.hpp"
 #include "tuner/tune/records.hpp"
+#include "tuner/tune/tuner.hpp"
 
 namespace qtune::peers {
 namespace {
@@ -275,6 +276,71 @@ TEST(HummingFamily, CandidatesBecomePeerJobsNearestToHummingsPickFirst) {
   for (const KernelConfig& config : candidates) {
     EXPECT_TRUE(search::HummingSpace::check(config, problem, limits).valid) << config.to_string();
   }
+}
+
+// `tune --family humming`'s loop on the CPU, with the tests' fake peer standing in for Humming (it runs any
+// TuningConfig the same way and names no heuristic pick): each candidate is stored as a humming config with its
+// verification and measurement, the fastest becomes the winner, and a rerun reuses what was measured.
+TEST(HummingTune, StoresEachCandidateAndAWinnerAndARerunReusesThem) {
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost host(environment);
+  test_support::TempDir dir;
+  const fs::path db = dir.path() / "qtune.db";
+  const tune::TuneTarget target = tune::target_from_profile(search::gpu_profile_by_name("h200"));
+  HummingTuneOptions options;
+  options.peer = "fake";
+  options.tune.problems = {Problem{FormatSpec::parse("w4a16-int4-ch"), 1, 256, 256}};
+  options.measure = tune::default_measure_settings();
+  options.default_evaluations = 2;
+  ASSERT_EQ(humming_problems(host, options.tune.problems, nullptr, "fake").size(), 1u);
+
+  const tune::TuneReport first = run_humming_tune(options, target, db, host);
+  ASSERT_EQ(first.reports.size(), 1u);
+  const tune::ProblemReport& problem = first.reports[0];
+  EXPECT_FALSE(problem.heuristic.has_value());  // the fake names no pick
+  EXPECT_GT(problem.after_compile, 2u);
+  EXPECT_EQ(problem.evaluations, 2u);
+  EXPECT_EQ(problem.measured, 3u);  // the pick's run and two candidates
+  EXPECT_EQ(problem.invalid, 0u);
+  ASSERT_TRUE(problem.winner.has_value());
+  EXPECT_EQ(problem.winner->family, "humming");
+  EXPECT_EQ(first.winners, 1u);
+  EXPECT_FALSE(problem.pruned_pre_compile.empty());
+  {
+    db::Store store = db::Store::open_read_only(db);
+    std::size_t humming_configs = 0;
+    for (const db::KernelConfigRecord& config : store.list_configs()) {
+      EXPECT_EQ(config.family, "humming");
+      EXPECT_EQ(config.kind, db::ConfigKind::Kernel);
+      EXPECT_EQ(config.source_hash, "humming 1.0");
+      ++humming_configs;
+    }
+    EXPECT_EQ(humming_configs, 2u);
+    const auto measurements = store.list_measurements();
+    ASSERT_EQ(measurements.size(), 2u);
+    for (const auto& measurement : measurements) {
+      EXPECT_EQ(measurement.status, db::MeasurementStatus::Ok);
+      EXPECT_EQ(measurement.phase, "exhaustive");
+    }
+    for (const auto& verification : store.list_verifications()) EXPECT_EQ(verification.status, db::VerificationStatus::Passed);
+    const auto winners = store.list_winners();
+    ASSERT_EQ(winners.size(), 1u);
+    EXPECT_EQ(winners[0].gpu, "h200");
+    EXPECT_TRUE(contains(store.list_runs().at(0).notes, "\"family\":\"humming\""));
+    EXPECT_FALSE(store.list_pruning_counts().empty());
+  }
+
+  const tune::TuneReport rerun = run_humming_tune(options, target, db, host);
+  ASSERT_EQ(rerun.reports.size(), 1u);
+  EXPECT_EQ(rerun.reports[0].reused, 2u);
+  EXPECT_EQ(rerun.reports[0].measured, 1u);  // only the pick runs again
+  ASSERT_TRUE(rerun.reports[0].winner.has_value());
+  EXPECT_EQ(*rerun.reports[0].winner, *problem.winner);
+
+  const fs::path table = dir.path() / "h200-humming.json";
+  const cli::testing::CliResult exported = run_qtune({"export", "--db", db.string(), "--humming", table.string()});
+  EXPECT_EQ(exported.status, 0) << exported.err;
+  EXPECT_TRUE(fs::exists(table));
 }
 
 // A store holding what `qtune tune --family humming` writes: a run on the H200, a problem, Humming configs with

@@ -29,7 +29,8 @@ class FakeAdapter(Adapter):
         return [{"behaviour": "correct"}, {"behaviour": "wrong"}]
 
     def prepare(self, problem, operands, config, device):
-        self.refuse_config(config, ["behaviour", "seconds"])
+        # A Humming TuningConfig is taken and ignored, so that `tune --family humming`'s loop runs on the CPU.
+        self.refuse_config(config, ["behaviour", "seconds", "tuning_config"])
         behaviour = config.get("behaviour", "correct")
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"behaviour must be one of {', '.join(BEHAVIOURS)}")
