@@ -228,7 +228,9 @@ TEST(PeerCommandsOnGpu, TuneFamilyHummingStoresAWinnerAndExportsItsTable) {
     for (const db::MeasurementRecord& measurement : store.list_measurements()) {
       measured += measurement.status == db::MeasurementStatus::Ok ? 1 : 0;
     }
-    EXPECT_EQ(measured, 2u);
+    // Humming's pick (stored when it is a point of the space, as its sm90 rules' configs are) and one neighbour.
+    EXPECT_GE(measured, 1u);
+    EXPECT_LE(measured, 2u);
     const std::vector<db::WinnerRecord> winners = store.list_winners();
     ASSERT_EQ(winners.size(), 1u);
     EXPECT_EQ(store.get_config(winners[0].config)->family, "humming");
