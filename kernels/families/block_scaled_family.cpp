@@ -6,6 +6,7 @@
 #include "kernels/codec.hpp"
 #include "kernels/device/gemm/abi.cuh"
 #include "kernels/error.hpp"
+#include "kernels/families/mma_layout.hpp"
 
 namespace qtune {
 
@@ -274,8 +275,6 @@ struct Tiles {
   int fragments_n() const { return bn / (8 * wn); }
 };
 
-std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
-
 }  // namespace
 
 std::string BlockScaledFamily::description() const {
@@ -294,7 +293,7 @@ std::vector<ParameterDomain> BlockScaledFamily::parameter_space() const {
 
 ArchSupport BlockScaledFamily::supports(const FormatSpec& format, int sm) const {
   ArchSupport support{sm, false, ""};
-  const std::string prefix = format.to_string() + " is unsupported on " + arch_name(sm) + " by the bsmma family: ";
+  const std::string prefix = format.to_string() + " is unsupported on sm_" + std::to_string(sm) + " by the bsmma family: ";
   if (sm != 120 && sm != 121) {
     support.reason = prefix + "its block-scaled mma.sync exists on sm_120a and sm_121a only (sm_100's is tcgen05)";
     return support;
@@ -415,12 +414,7 @@ std::vector<BufferSpec> BlockScaledFamily::buffers(const KernelConfig&, const Pr
 KernelArguments BlockScaledFamily::pack_arguments(const KernelConfig&, const Problem& problem,
                                                   const std::map<std::string, uint64_t>& device_addresses) const {
   auto address = [&](const std::string& name, bool required) -> unsigned long long {
-    const auto found = device_addresses.find(name);
-    if (found == device_addresses.end() || found->second == 0) {
-      if (required) QTUNE_INPUT_ERROR("buffers: no device address for required buffer '" + name + "'");
-      return 0;
-    }
-    return found->second;
+    return mma::buffer_address(device_addresses, name, required);
   };
   const auto variant = block_scaled::variant_of(problem.format);
   if (!variant) QTUNE_THROW(UnsupportedError, problem.format.to_string() + " has no bsmma layout");
@@ -457,12 +451,7 @@ PackedBuffers BlockScaledFamily::prepack_activations(const QuantizedActivations&
 }
 
 std::vector<uint8_t> BlockScaledFamily::pack_bias(std::span<const float> bias, const FormatSpec& format) const {
-  std::vector<uint8_t> bytes(bias.size() * 2);
-  for (size_t i = 0; i < bias.size(); ++i) {
-    const uint16_t bits = format.output == OutputType::F16 ? float_to_f16_bits(bias[i]) : float_to_bf16_bits(bias[i]);
-    std::memcpy(bytes.data() + i * 2, &bits, 2);
-  }
-  return bytes;
+  return output_type_bytes(bias, format.output);
 }
 
 ParameterRanges BlockScaledFamily::curated_ranges(int64_t m) const {
