@@ -151,18 +151,7 @@ std::optional<Stored> stored_result(db::Store& store, db::ProblemId problem, db:
 
 db::RunInfo humming_run_info(const HummingTuneOptions& options, const tune::TuneTarget& target,
                              const std::string& version) {
-  db::RunInfo info = tune::run_info_of_this_build("tune");
-  info.cuda_version = target.cuda_version;
-  info.driver_version = target.driver_version;
-  info.gpu_name = target.gpu_name;
-  info.gpu_uuid = target.gpu_uuid;
-  info.gpu_profile = target.gpu_profile;
-  info.sm = target.limits.sm;
-  info.sm_count = target.limits.sm_count;
-  info.sm_clock_mhz = target.sm_clock_mhz;
-  info.mem_clock_mhz = target.mem_clock_mhz;
-  info.command_line = options.tune.command_line;
-  info.shard = options.tune.shard.to_string();
+  db::RunInfo info = tune::tune_run_on(target, options.tune.command_line, options.tune.shard.to_string());
   nlohmann::json notes;
   notes["tune"] = {{"strategy", options.tune.strategy},
                    {"family", std::string(search::kHummingFamily)},
