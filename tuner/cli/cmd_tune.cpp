@@ -27,6 +27,7 @@
 #include "search/model_shapes.hpp"
 #include "tuner/cli/cli.hpp"
 #include "tuner/cli/commands.hpp"
+#include "tuner/cli/tune_moe.hpp"
 #include "tuner/jit/kernel_cache.hpp"
 #include "tuner/jit/thread_pool.hpp"
 #include "tuner/production/selector.hpp"
@@ -36,6 +37,7 @@
 #include "tuner/tune/progress.hpp"
 #include "tuner/tune/restricted_family.hpp"
 #include "tuner/tune/tuner.hpp"
+#include "tuner/tune/moe_tune.hpp"
 #include "tuner/tune/worker_backend.hpp"
 
 namespace qtune::cli {
@@ -74,6 +76,7 @@ struct TuneCommandOptions {
   std::uint64_t seed = 1;
   std::size_t jobs = 0;
   std::string output = "table";
+  MoeTuneCommandOptions moe;
 };
 
 std::atomic<bool> stop_requested{false};
@@ -249,22 +252,81 @@ class FamilyConsole final : public tune::FamilyRunObserver {
   reports::OutputStyle style_;
 };
 
+// The MoE problems' run: exhaustive over the MoE provider's space (capped by --budget-evals), measured in one worker
+// on the first GPU.
+int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& problems, const tune::TuneTarget& target,
+            const tune::MeasureSettings& measure, const jit::CompilerSettings& settings, const std::filesystem::path& cache,
+            reports::OutputStyle style) {
+  if (options.strategy != "exhaustive") {
+    std::cerr << "qtune tune: MoE problems are searched exhaustively over the curated space (capped by --budget-evals); "
+                 "--strategy "
+              << options.strategy << " applies to the dense GEMMs\n";
+  }
+  tune::MoeTuneOptions moe_options;
+  moe_options.problems = problems;
+  moe_options.space.curated = options.space != "full";
+  for (const std::string& text : options.params) {
+    auto [name, values] = tune::parse_parameter_values(text);
+    moe_options.space.parameter_values[name] = values;
+  }
+  if (options.budget_evals) moe_options.space.max_configs = *options.budget_evals;
+  moe_options.timeout_s = options.timeout_ms ? *options.timeout_ms / 1000.0 : options.timeout_s;
+  moe_options.dry_run = options.dry_run;
+  moe_options.retune = options.retune;
+  moe_options.command_line = command_line();
+  const jit::Compiler compiler(settings);
+  tune::MoeTuneServices services;
+  services.compiler = &compiler;
+  services.cache_directory = cache;
+  services.measure = measure;
+  std::unique_ptr<tune::WorkerBackend> backend;
+  if (!options.dry_run) {
+    tune::WorkerBackendOptions worker;
+    worker.visible_device = target.visible_devices.empty() ? std::string{} : target.visible_devices.front();
+    worker.measure = measure;
+    worker.cache_directory = cache;
+    backend = std::make_unique<tune::WorkerBackend>(worker);
+    services.evaluate = [&backend](const tune::CandidateJob& job, double timeout_s) { return backend->evaluate_job(job, timeout_s); };
+  }
+  services.problem_finished = [](const tune::MoeProblemReport& report) {
+    std::cerr << "qtune tune: " << report.problem.to_string() << ": "
+              << (report.skipped ? "winner stored already"
+                                 : std::to_string(report.candidates) + " candidates, " + std::to_string(report.measured) +
+                                       " measured" + (report.winner ? ", winner " + fixed(report.winner_us, 3) + " us" : ""))
+              << "\n";
+  };
+  std::cerr << "qtune tune: " << problems.size() << " MoE problems (mma-moe)\n";
+  tune::MoeTuneReport report;
+  {
+    StopSignals signals;
+    report = tune::run_moe_tune(moe_options, target, options.db_path, services, &stop_requested);
+  }
+  print_moe_report(report, options.dry_run, style);
+  return report.interrupted ? kExitInterrupted : 0;
+}
+
 int run(const TuneCommandOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   // The problem set: formats x shapes x M buckets, then this process's shard of it.
   if (options.formats.empty()) QTUNE_INPUT_ERROR("--format: required (format specs or presets, e.g. w4a16-int4-ch)");
   const std::vector<FormatSpec> formats = tune::parse_format_list(options.formats, "--format");
   std::vector<search::GemmShape> shapes;
+  std::vector<MoeProblem> moe_problems;  // a model's moe_expert GEMMs, tuned as MoE problems over token buckets
   if (!options.model.empty() && !options.shape.empty()) QTUNE_INPUT_ERROR("--model: give either --model or --shape, not both");
   if (!options.model.empty()) {
     const search::ModelShapes model = search::model_shapes_by_name(options.model, "--model");
-    shapes = search::distinct_shapes(model, options.tp, parse_gemm_filter(options.gemms), "--tp");
-    if (shapes.empty()) {
+    const search::GemmFilter filter = parse_gemm_filter(options.gemms);
+    // Expert GEMMs are no dense GEMMs: the dense run takes the dense ones only.
+    shapes = filter == search::GemmFilter::MoeExpert ? std::vector<search::GemmShape>{}
+                                                     : search::distinct_shapes(model, options.tp, search::GemmFilter::Dense, "--tp");
+    moe_problems = moe_tune_problems(options.moe, &model, options.tp, formats, filter != search::GemmFilter::Dense);
+    if (shapes.empty() && moe_problems.empty()) {
       QTUNE_INPUT_ERROR("--gemms: model '" + model.name + "' has no " + options.gemms + " GEMMs (it has: " +
                         gemm_kinds_text(model, options.tp) + ")");
     }
   } else if (!options.shape.empty()) {
     shapes = tune::parse_shape_list(options.shape, "--shape");
+    moe_problems = moe_tune_problems(options.moe, nullptr, options.tp, formats, false);
   } else {
     QTUNE_INPUT_ERROR("--model: give a model (configs/models name or file) or --shape N,K[;N,K]");
   }
@@ -305,6 +367,9 @@ int run(const TuneCommandOptions& options) {
     };
   }
 
+  if (!moe_problems.empty() && shard.sharded()) {
+    QTUNE_INPUT_ERROR("--shard: MoE expert GEMMs are not sharded yet; tune them in one process (--gemms moe)");
+  }
   const tune::TuneTarget target = tune::resolve_target(options.gpu, options.devices, options.dry_run);
   const std::vector<const KernelFamily*> families = tune::families_to_tune(options.family, formats, target.limits.sm);
   std::cerr << "qtune tune: " << tune_options.problems.size() << " problems";
@@ -344,12 +409,16 @@ int run(const TuneCommandOptions& options) {
       plan_progress(progress, families, problems_of_family, options, threads);
   FamilyConsole console(progress, stages, families.size(), options.dry_run, style);
   tune::FamilyRuns runs;
-  {
+  if (!shard_problems.empty()) {
     StopSignals signals;
     runs = tune::run_tune_families(tune_options, families, problems_of_family, target, options.db_path, services, &progress,
                                    &console, &stop_requested);
   }
   if (!runs.interrupted) progress.end_stages();
+  if (!moe_problems.empty() && !runs.interrupted) {
+    const int status = run_moe(options, moe_problems, target, measure, settings, cache, style);
+    if (status != 0) return status;
+  }
   if (style != reports::OutputStyle::Text) {
     tune::TuneReport machine_report;  // --output json|csv: one table of every family's problems
     for (const tune::TuneReport& report : runs.reports) {
@@ -380,6 +449,7 @@ void add_tune_command(CLI::App& app) {
   command->add_option("--tp", options->tp, "tensor-parallel degree of the model's GEMMs")->check(integer_in(1, 1024))->capture_default_str();
   command->add_option("--gemms", options->gemms, "which of the model's GEMMs: all, dense or moe")->capture_default_str();
   command->add_option("--shape", options->shape, "GEMM weight shapes N,K[;N,K...] instead of --model");
+  add_moe_tune_options(*command, options->moe);
   command->add_option("--m", options->m_list, "M buckets, e.g. 1,2,4,...,8192 (default: configs/m_buckets.json)");
   command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
   command->add_option("--strategy", options->strategy, "exhaustive, random, halving or model")->capture_default_str();

@@ -1,0 +1,97 @@
+// Bad input to `qtune tune`'s MoE options (issue 17, item 6): T = 0, a routing file of the wrong length, expert ids
+// out of range, top-k above E, MoE options without a MoE GEMM, and --gemms moe on a dense model: each exits 2 with one
+// line naming the field, before any database is created.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/common/temp_dir.hpp"
+#include "tests/tuner/cli/cli_test_support.hpp"
+#include "tuner/cli/cli.hpp"
+
+namespace qtune::cli {
+namespace {
+
+using test_support::TempDir;
+using testing::CliResult;
+using testing::run_qtune;
+
+// A MoE tune of DeepSeek-V3's expert GEMMs (256 experts, top-8) with `extra` arguments exits 2, names `field` in one
+// line and leaves no database.
+void expect_moe_refused(const TempDir& dir, const std::vector<std::string>& extra, const std::string& field) {
+  std::vector<std::string> arguments = {"tune", "--gpu", "h200", "--dry-run", "--format", "w4a16-int4-g128", "--model",
+                                        "deepseek-v3", "--gemms", "moe", "--db", (dir / "q.db").string()};
+  arguments.insert(arguments.end(), extra.begin(), extra.end());
+  const CliResult result = run_qtune(arguments);
+  std::string command;
+  for (const std::string& argument : arguments) command += " " + argument;
+  EXPECT_EQ(result.status, kExitBadInput) << "qtune" << command << "\n" << result.err << result.out;
+  EXPECT_NE(result.err.find(field), std::string::npos) << "qtune" << command << " does not name " << field << ": " << result.err;
+  EXPECT_LE(testing::occurrences(result.err, "\n"), 2u) << "qtune" << command << ": " << result.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "q.db")) << "qtune" << command;
+}
+
+std::string routing_file(const TempDir& dir, const nlohmann::json& document) {
+  const std::filesystem::path file = dir / "routing.json";
+  std::ofstream(file) << document.dump();
+  return "file:" + file.string();
+}
+
+// `rows` tokens of DeepSeek-V3 routing: token t goes to experts 8t .. 8t + 7 (mod 256).
+nlohmann::json deepseek_routing(int rows) {
+  nlohmann::json ids = nlohmann::json::array();
+  for (int t = 0; t < rows; ++t) {
+    nlohmann::json row = nlohmann::json::array();
+    for (int slot = 0; slot < 8; ++slot) row.push_back((8 * t + slot) % 256);
+    ids.push_back(row);
+  }
+  return {{"experts", 256}, {"top_k", 8}, {"ids", ids}};
+}
+
+TEST(CliMoe, BadTokenCountsAreNamed) {
+  TempDir dir;
+  expect_moe_refused(dir, {"--tokens", "0"}, "--tokens: T = 0");
+  expect_moe_refused(dir, {"--tokens", "1,-4"}, "--tokens");
+  expect_moe_refused(dir, {"--moe-layout", "scattered"}, "--moe-layout");
+  expect_moe_refused(dir, {"--routing", "zipf:-1"}, "--routing");
+}
+
+TEST(CliMoe, BadRoutingFilesAreNamed) {
+  TempDir dir;
+  // Three tokens of routing for a tune at 4 tokens: the file's length is wrong.
+  expect_moe_refused(dir, {"--tokens", "4", "--routing", routing_file(dir, deepseek_routing(3))}, "'ids'");
+  nlohmann::json out_of_range = deepseek_routing(2);
+  out_of_range["ids"][1][3] = 256;
+  expect_moe_refused(dir, {"--tokens", "2", "--routing", routing_file(dir, out_of_range)}, "ids[1][3]");
+  nlohmann::json too_many = deepseek_routing(2);
+  too_many["top_k"] = 300;
+  expect_moe_refused(dir, {"--tokens", "2", "--routing", routing_file(dir, too_many)}, "top_k");
+  expect_moe_refused(dir, {"--tokens", "2", "--routing", "file:" + (dir / "missing.json").string()}, "missing.json");
+}
+
+TEST(CliMoe, MoeOptionsNeedMoeGemms) {
+  TempDir dir;
+  const std::string db = (dir / "q.db").string();
+  const std::vector<std::vector<std::string>> refused = {
+      {"tune", "--gpu", "h200", "--dry-run", "--format", "w4a16-int4-g128", "--shape", "4096,4096", "--tokens", "16", "--db", db},
+      {"tune", "--gpu", "h200", "--dry-run", "--format", "w4a16-int4-g128", "--model", "deepseek-v3", "--gemms", "dense",
+       "--routing", "zipf", "--db", db},
+      {"tune", "--gpu", "h200", "--dry-run", "--format", "w4a16-int4-g128", "--model", "llama-3-70b", "--gemms", "moe", "--db", db},
+  };
+  const std::vector<std::string> fields = {"--tokens", "--routing", "--gemms: model 'llama-3-70b' has no moe GEMMs"};
+  for (std::size_t i = 0; i < refused.size(); ++i) {
+    const CliResult result = run_qtune(refused[i]);
+    EXPECT_EQ(result.status, kExitBadInput) << result.err;
+    EXPECT_NE(result.err.find(fields[i]), std::string::npos) << result.err;
+    EXPECT_LE(testing::occurrences(result.err, "\n"), 2u) << result.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(db));
+}
+
+}  // namespace
+}  // namespace qtune::cli
