@@ -179,6 +179,32 @@ TEST(MoeStore, ProblemsResultsAndWinnersLiveBesideTheDenseOnes) {
   EXPECT_TRUE(store.check().empty());
 }
 
+TEST(MoeStore, MergeCopiesMoeRowsOnce) {
+  TempDir dir;
+  {
+    db::Store source = db::Store::open(dir / "a.db");
+    const db::MoeProblemId id = db::upsert_moe_problem(source, moe_problem_key(small_problem(64)));
+    const db::RunId run = source.insert_run(test_run());
+    const db::ConfigId config = source.upsert_config({db::ConfigKind::Kernel, "mma-moe", R"({"bm":64})", "h"});
+    db::insert_moe_result(source, {.run = run, .problem = id, .config = config, .outcome = "measured", .verified = true,
+                                   .median_us = 7.5});
+    db::set_moe_winner(source, {run, id, config, 7.5, "fastest"});
+  }
+  db::Store target = db::Store::open(dir / "b.db");
+  db::upsert_moe_problem(target, moe_problem_key(small_problem(1)));  // ids differ between the files
+  target.merge(dir / "a.db");
+  target.merge(dir / "a.db");  // twice: nothing more
+  const std::vector<db::MoeProblemRecord> problems = db::list_moe_problems(target);
+  ASSERT_EQ(problems.size(), 2u);
+  const db::MoeProblemId merged = problems.at(1).id;
+  EXPECT_EQ(problems.at(1).tokens, 64);
+  EXPECT_EQ(db::list_moe_results(target, merged, "h200").size(), 1u);
+  const auto winner = db::get_moe_winner(target, merged, "h200");
+  ASSERT_TRUE(winner.has_value());
+  EXPECT_DOUBLE_EQ(winner->median_us, 7.5);
+  EXPECT_TRUE(target.check().empty());
+}
+
 // The whole MoE tune with a double for the worker: every candidate's result is stored, the fastest verified one wins,
 // a failed verification never does, and a rerun skips the problem.
 TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
@@ -195,10 +221,18 @@ TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
   const jit::Compiler compiler(settings);
   MoeTuneServices services;
   services.compiler = &compiler;
+  options.baseline = "cublas-grouped-f16";
   std::vector<CandidateJob> jobs;
   services.evaluate = [&jobs](const CandidateJob& job, double) {
     jobs.push_back(job);
     providers::CandidateResult result;
+    if (job.provider == "cublas-grouped-f16") {  // faster than every candidate, but a baseline never wins
+      result.outcome = providers::CandidateOutcome::Measured;
+      result.verified = true;
+      result.measurement.median_us = 1.0;
+      result.measurement.samples_us = {1.0};
+      return result;
+    }
     const int split = KernelConfig::parse(job.configuration).get("split");
     if (split == 4) {  // the fastest would be split 4, but it computes wrong results
       result.outcome = providers::CandidateOutcome::VerificationFailed;
@@ -220,7 +254,12 @@ TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
   ASSERT_TRUE(problem.winner.has_value());
   EXPECT_EQ(problem.winner->get("split"), 2);
   EXPECT_DOUBLE_EQ(problem.winner_us, 3.0);
-  ASSERT_EQ(jobs.size(), 3u);
+  ASSERT_TRUE(problem.baseline_us.has_value());
+  EXPECT_DOUBLE_EQ(*problem.baseline_us, 1.0);
+  ASSERT_EQ(jobs.size(), 4u);
+  EXPECT_EQ(jobs.back().provider, "cublas-grouped-f16");
+  EXPECT_EQ(jobs.back().configuration, "default");
+  jobs.pop_back();
   for (const CandidateJob& job : jobs) {
     EXPECT_EQ(job.provider, "mma-moe");
     EXPECT_EQ(job.problem.kind, providers::ProblemKind::Moe);
@@ -231,7 +270,10 @@ TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
     db::Store store = db::Store::open(dir / "q.db");
     const std::vector<db::MoeProblemRecord> problems = db::list_moe_problems(store);
     ASSERT_EQ(problems.size(), 1u);
-    EXPECT_EQ(db::list_moe_results(store, problems.front().id, "h200").size(), 3u);
+    const std::vector<db::MoeResult> results = db::list_moe_results(store, problems.front().id, "h200");
+    ASSERT_EQ(results.size(), 4u);
+    EXPECT_EQ(results.back().phase, "baseline");
+    EXPECT_EQ(store.get_config(results.back().config)->kind, db::ConfigKind::Baseline);
     const auto winner = db::get_moe_winner(store, problems.front().id, "h200");
     ASSERT_TRUE(winner.has_value());
     EXPECT_DOUBLE_EQ(winner->median_us, 3.0);
