@@ -273,6 +273,7 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
   moe_options.timeout_s = options.timeout_ms ? *options.timeout_ms / 1000.0 : options.timeout_s;
   moe_options.dry_run = options.dry_run;
   moe_options.retune = options.retune;
+  moe_options.baseline = options.moe.baseline;
   moe_options.command_line = command_line();
   const jit::Compiler compiler(settings);
   tune::MoeTuneServices services;

@@ -18,6 +18,10 @@ void add_moe_tune_options(CLI::App& command, MoeTuneCommandOptions& options) {
   command.add_option("--moe-layout", options.layouts,
                      "MoE layouts to tune: token-indexed, grouped-contiguous, grouped-masked (comma-separated)")
       ->capture_default_str();
+  command.add_option("--moe-baseline", options.baseline,
+                     "also measure this MoE baseline once per MoE problem searched: cublas-grouped-f16 (CUDA 13's cuBLAS "
+                     "grouped GEMM over the touched experts, f16 weights dequantized, the same rows; stored as a baseline, "
+                     "column baseline_us)");
 }
 
 std::vector<MoeProblem> moe_tune_problems(const MoeTuneCommandOptions& options, const search::ModelShapes* model, int tp,
@@ -26,6 +30,9 @@ std::vector<MoeProblem> moe_tune_problems(const MoeTuneCommandOptions& options, 
       options.tokens.empty() ? tune::default_token_buckets() : tune::parse_token_list(options.tokens, "--tokens");
   const std::vector<MoeLayout> layouts = tune::parse_layout_list(options.layouts, "--moe-layout");
   const RoutingSpec routing = RoutingSpec::parse(options.routing, 1, "--routing");
+  if (!options.baseline.empty() && options.baseline != tune::kMoeBaselines[0]) {
+    QTUNE_INPUT_ERROR("--moe-baseline: unknown MoE baseline '" + options.baseline + "' (known: " + tune::kMoeBaselines[0] + ")");
+  }
   std::vector<MoeProblem> problems;
   if (model != nullptr && moe_wanted) {
     problems = tune::moe_problems_of_model(*model, tp, formats, tokens, layouts, routing, "--tp");
@@ -35,6 +42,7 @@ std::vector<MoeProblem> moe_tune_problems(const MoeTuneCommandOptions& options, 
     const char* given = !options.tokens.empty()                 ? "--tokens"
                         : options.routing != defaults.routing   ? "--routing"
                         : options.layouts != defaults.layouts   ? "--moe-layout"
+                        : !options.baseline.empty()             ? "--moe-baseline"
                                                                 : nullptr;
     if (given != nullptr) {
       QTUNE_INPUT_ERROR(std::string(given) + ": applies to MoE expert GEMMs, and this tune has none (give --model with "
@@ -46,7 +54,7 @@ std::vector<MoeProblem> moe_tune_problems(const MoeTuneCommandOptions& options, 
 
 void print_moe_report(const tune::MoeTuneReport& report, bool dry_run, reports::OutputStyle style) {
   reports::Table table({"format", "projection", "experts", "top_k", "tokens", "n", "k", "layout", "routing", "space",
-                        "candidates", "compile_failed", "measured", "invalid", "winner_us", "seconds", "winner"});
+                        "candidates", "compile_failed", "measured", "invalid", "winner_us", "baseline_us", "seconds", "winner"});
   for (const tune::MoeProblemReport& problem : report.reports) {
     const MoeProblem& moe = problem.problem;
     table.add_row({moe.format.to_string(), std::string(moe_projection_name(moe.projection)), std::to_string(moe.experts),
@@ -54,7 +62,8 @@ void print_moe_report(const tune::MoeTuneReport& report, bool dry_run, reports::
                    std::string(moe_layout_name(moe.layout)), moe.routing.to_string(), std::to_string(problem.space_total),
                    std::to_string(problem.candidates), std::to_string(problem.compile_failures),
                    std::to_string(problem.measured), std::to_string(problem.invalid),
-                   problem.winner ? fixed(problem.winner_us, 3) : "", fixed(problem.seconds, 1),
+                   problem.winner ? fixed(problem.winner_us, 3) : "",
+                   problem.baseline_us ? fixed(*problem.baseline_us, 3) : "", fixed(problem.seconds, 1),
                    problem.winner ? problem.winner->to_string() + (problem.skipped ? " (stored)" : "") : ""});
   }
   table.print(std::cout, style);

@@ -19,6 +19,7 @@ struct MoeTuneCommandOptions {
   std::string tokens;                   // "": the default token buckets
   std::string routing = "uniform";      // RoutingSpec text: uniform, balanced, zipf[:s], file:PATH
   std::string layouts = "token-indexed";
+  std::string baseline;                 // --moe-baseline: "" or cublas-grouped-f16
 };
 void add_moe_tune_options(CLI::App& command, MoeTuneCommandOptions& options);
 

@@ -149,6 +149,65 @@ std::vector<CompiledCandidate> compile_candidates(const std::vector<std::string>
   return compiled;
 }
 
+// The job of one configuration of a provider on a MoE problem, measured as the winners are.
+CandidateJob moe_job(const std::string& provider, const providers::ProviderProblem& problem, const std::string& configuration,
+                     const MoeTuneServices& services) {
+  CandidateJob job;
+  job.provider = provider;
+  job.problem = problem;
+  job.configuration = configuration;
+  job.prepare.seed = services.measure.seed;
+  job.prepare.device = 0;  // the worker sees its one GPU
+  job.load.cache_directory = services.cache_directory;
+  job.candidate.verify = services.measure.verify;
+  job.candidate.measure = services.measure.full_fidelity;
+  return job;
+}
+
+// One result row of a candidate; returns whether it was verified and measured.
+bool store_result(db::Store& store, const db::KernelConfig& record, const providers::CandidateResult& result, db::RunId run,
+                  db::MoeProblemId problem, const std::string& phase, db::ConfigId& config) {
+  db::MoeResult row;
+  row.run = run;
+  row.problem = problem;
+  row.outcome = providers::to_string(result.outcome);
+  row.verified = result.verified;
+  row.max_rel_error = result.max_rel_error;
+  row.tolerance = result.tolerance;
+  row.rows_checked = result.rows_checked;
+  row.phase = phase;
+  row.message = result.outcome == providers::CandidateOutcome::Measured ? result.verification_summary : result.message;
+  const bool timed = result.outcome == providers::CandidateOutcome::Measured && std::isfinite(result.measurement.median_us) &&
+                     result.measurement.median_us > 0;
+  if (timed) {
+    row.median_us = result.measurement.median_us;
+    row.ci_low_us = result.measurement.ci_low_us;
+    row.ci_high_us = result.measurement.ci_high_us;
+    row.sample_count = static_cast<std::int64_t>(result.measurement.samples_us.size());
+  } else if (result.outcome == providers::CandidateOutcome::Measured) {
+    row.outcome = "error";  // nothing was timed: no measured row without a median
+  }
+  auto transaction = store.transaction();
+  config = store.upsert_config(record);
+  row.config = config;
+  db::insert_moe_result(store, row);
+  transaction.commit();
+  return timed && result.verified;
+}
+
+std::optional<double> measure_baseline(const std::string& baseline, const providers::ProviderProblem& problem, double timeout_s,
+                                       MoeTuneServices& services, db::Store& store, db::RunId run, db::MoeProblemId problem_id) {
+  const CandidateJob job = moe_job(baseline, problem, "default", services);
+  const providers::CandidateResult result = services.evaluate(job, timeout_s);
+  db::KernelConfig record;
+  record.kind = db::ConfigKind::Baseline;
+  record.family = baseline;
+  record.params_json = "{}";
+  db::ConfigId config{};
+  if (!store_result(store, record, result, run, problem_id, "baseline", config)) return std::nullopt;
+  return result.measurement.median_us;
+}
+
 }  // namespace
 
 MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& target, const std::filesystem::path& database,
@@ -212,56 +271,27 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
           report.interrupted = true;
           break;
         }
-        CandidateJob job;
-        job.provider = providers::kMoeProviderName;
-        job.problem = provider_problem;
-        job.configuration = candidate.config.to_string();
-        job.prepare.seed = services.measure.seed;
-        job.prepare.device = 0;  // the worker sees its one GPU
+        CandidateJob job = moe_job(providers::kMoeProviderName, provider_problem, candidate.config.to_string(), services);
         job.load.arch = target.arch;
         job.load.expected_cache_key = candidate.cache_key;
-        job.load.cache_directory = services.cache_directory;
-        job.candidate.verify = services.measure.verify;
-        job.candidate.measure = services.measure.full_fidelity;
         const providers::CandidateResult result = services.evaluate(job, options.timeout_s);
-
         db::KernelConfig record = config_record(candidate.config, source_hash);
         record.family = providers::kMoeProviderName;  // MoE configs never mix with the dense family's priors
-        db::MoeResult row;
-        row.run = report.run;
-        row.problem = problem_id;
-        row.outcome = providers::to_string(result.outcome);
-        row.verified = result.verified;
-        row.max_rel_error = result.max_rel_error;
-        row.tolerance = result.tolerance;
-        row.rows_checked = result.rows_checked;
-        row.phase = "exhaustive";
-        row.message = result.outcome == providers::CandidateOutcome::Measured ? result.verification_summary : result.message;
-        const bool measured = result.outcome == providers::CandidateOutcome::Measured && result.verified &&
-                              std::isfinite(result.measurement.median_us) && result.measurement.median_us > 0;
-        if (result.outcome == providers::CandidateOutcome::Measured && result.measurement.median_us > 0) {
-          row.median_us = result.measurement.median_us;
-          row.ci_low_us = result.measurement.ci_low_us;
-          row.ci_high_us = result.measurement.ci_high_us;
-          row.sample_count = static_cast<std::int64_t>(result.measurement.samples_us.size());
-        } else if (result.outcome == providers::CandidateOutcome::Measured) {
-          row.outcome = "error";  // nothing was timed: no measured row without a median
-        }
-        {
-          auto transaction = store.transaction();
-          row.config = store.upsert_config(record);
-          db::insert_moe_result(store, row);
-          transaction.commit();
-        }
+        db::ConfigId config{};
+        const bool measured = store_result(store, record, result, report.run, problem_id, "exhaustive", config);
         if (measured) {
           ++problem_report.measured;
           if (!best || result.measurement.median_us < best->second) {
             best = std::make_pair(candidate.config, result.measurement.median_us);
-            best_config = row.config;
+            best_config = config;
           }
         } else {
           ++problem_report.invalid;
         }
+      }
+      if (!options.baseline.empty() && !report.interrupted) {
+        problem_report.baseline_us = measure_baseline(options.baseline, provider_problem, options.timeout_s, services,
+                                                      store, report.run, problem_id);
       }
       if (best) {
         db::set_moe_winner(store, db::MoeWinner{report.run, problem_id, best_config, best->second,

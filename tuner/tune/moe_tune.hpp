@@ -34,6 +34,9 @@
 
 namespace qtune::tune {
 
+// The MoE baselines a tune may measure beside its candidates (tuner/baselines/moe_grouped_baseline.hpp).
+inline constexpr const char* kMoeBaselines[] = {"cublas-grouped-f16"};
+
 // T = 1, 16, 64, 256, 1024, 4096.
 std::vector<std::int64_t> default_token_buckets();
 // "1,16,64": positive token counts (at most 2^20), ascending and distinct after sorting. InputError naming `field`
@@ -62,6 +65,9 @@ struct MoeTuneOptions {
   bool dry_run = false;           // plan and compile only; nothing is stored but the run
   bool retune = false;            // search problems again even when they have a winner
   std::string command_line;
+  // A MoE baseline provider ("cublas-grouped-f16") measured once per problem searched, beside the candidates; its
+  // result is stored under a baseline config (never a winner). "": none.
+  std::string baseline;
 };
 
 struct MoeProblemReport {
@@ -75,6 +81,7 @@ struct MoeProblemReport {
   std::size_t invalid = 0;   // failed verification, errors, crashes, timeouts
   std::optional<KernelConfig> winner;
   double winner_us = 0;
+  std::optional<double> baseline_us;  // MoeTuneOptions::baseline's median, when it was measured and verified
   double seconds = 0;
 };
 

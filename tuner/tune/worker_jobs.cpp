@@ -7,6 +7,7 @@
 #include "kernels/error.hpp"
 #include "tuner/baselines/baseline_bench.hpp"
 #include "tuner/baselines/cublaslt_provider.hpp"
+#include "tuner/baselines/moe_grouped_baseline.hpp"
 #include "tuner/measure/worker.hpp"
 #include "tuner/providers/family_provider.hpp"
 #include "tuner/providers/moe_provider.hpp"
@@ -21,6 +22,7 @@ using measure::job_field;
 providers::Provider& find_provider(const std::string& name) {
   // Python-hosted peers (issue 15) are looked up here beside these.
   if (name == providers::kMoeProviderName) return providers::moe_provider();
+  if (name == baselines::kMoeGroupedBaselineName) return baselines::moe_grouped_baseline_provider();
   std::string families;
   for (const KernelFamily* family : kernel_families()) {
     if (family->name() == name) return providers::family_provider(name);
@@ -30,7 +32,7 @@ providers::Provider& find_provider(const std::string& name) {
     return baselines::cublaslt_provider(name);
   } catch (const InputError&) {
     QTUNE_INPUT_ERROR("provider: '" + name + "' is neither a kernel family (" + families + "), " +
-                      providers::kMoeProviderName + " nor a cuBLASLt baseline");
+                      providers::kMoeProviderName + ", " + baselines::kMoeGroupedBaselineName + " nor a cuBLASLt baseline");
   }
 }
 

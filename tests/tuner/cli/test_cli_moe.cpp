@@ -59,6 +59,7 @@ TEST(CliMoe, BadTokenCountsAreNamed) {
   expect_moe_refused(dir, {"--tokens", "1,-4"}, "--tokens");
   expect_moe_refused(dir, {"--moe-layout", "scattered"}, "--moe-layout");
   expect_moe_refused(dir, {"--routing", "zipf:-1"}, "--routing");
+  expect_moe_refused(dir, {"--moe-baseline", "cutlass-grouped"}, "--moe-baseline: unknown MoE baseline 'cutlass-grouped'");
 }
 
 TEST(CliMoe, BadRoutingFilesAreNamed) {

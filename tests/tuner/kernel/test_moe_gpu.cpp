@@ -17,6 +17,7 @@
 #include "kernels/families/mma_moe.hpp"
 #include "kernels/moe.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
+#include "tuner/baselines/moe_grouped_baseline.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
 #include "tuner/providers/moe_provider.hpp"
 #include "tuner/providers/pipeline.hpp"
@@ -170,6 +171,31 @@ TEST(MoeGpu, MoreFormats) {
     }
   }
   run_all(cases);
+}
+
+// The MoE baseline (cuBLAS grouped GEMM, f16 weights dequantized) through the same check: every pair row.
+TEST(MoeGpu, GroupedBaselineMatchesTheReference) {
+  QTUNE_REQUIRE_GPU();
+  const runtime::Stream stream;
+  baselines::MoeGroupedBaselineProvider& provider = baselines::moe_grouped_baseline_provider();
+  int ran = 0;
+  for (const char* spec : {"w4a16-int4-g128", "w4a8-int4-fp8"}) {
+    if (!mma_family().supports(FormatSpec::parse(spec), gemm::device_limits().sm).supported) continue;
+    for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+      for (int64_t tokens : {1, 16, 300}) {
+        MoeProblem problem{.format = FormatSpec::parse(spec), .experts = 16, .top_k = 4, .tokens = tokens, .n = 256,
+                           .k = 512, .projection = projection, .layout = MoeLayout::TokenIndexed};
+        problem.routing = RoutingSpec::parse("zipf:1.5", 17);
+        const auto operands = provider.prepare(providers::moe_provider_problem(problem), providers::PrepareOptions{});
+        const auto runnable = provider.load(*operands, "default", providers::LoadOptions{});
+        const providers::Check check = providers::check_candidate(*runnable, stream.get());
+        std::printf("[ moe baseline ] %-80s %s\n", problem.to_string().c_str(), check.summary.c_str());
+        EXPECT_TRUE(check.passed) << problem.to_string() << ": " << check.summary;
+        ++ran;
+      }
+    }
+  }
+  EXPECT_GT(ran, 0);
 }
 
 }  // namespace
