@@ -420,7 +420,7 @@ int run(const TuneCommandOptions& options) {
     const int status = run_moe(options, moe_problems, target, measure, settings, cache, style);
     if (status != 0) return status;
   }
-  if (style != reports::OutputStyle::Text) {
+  if (style != reports::OutputStyle::Text && !shard_problems.empty()) {
     tune::TuneReport machine_report;  // --output json|csv: one table of every family's problems
     for (const tune::TuneReport& report : runs.reports) {
       machine_report.reports.insert(machine_report.reports.end(), report.reports.begin(), report.reports.end());

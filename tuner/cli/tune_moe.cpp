@@ -54,15 +54,18 @@ std::vector<MoeProblem> moe_tune_problems(const MoeTuneCommandOptions& options, 
 
 void print_moe_report(const tune::MoeTuneReport& report, bool dry_run, reports::OutputStyle style) {
   reports::Table table({"format", "projection", "experts", "top_k", "tokens", "n", "k", "layout", "routing", "space",
-                        "candidates", "compile_failed", "measured", "invalid", "winner_us", "baseline_us", "seconds", "winner"});
+                        "touched", "rows_per_expert", "candidates", "compile_failed", "measured", "invalid", "winner_us",
+                        "winner_gbps", "baseline_us", "seconds", "winner"});
   for (const tune::MoeProblemReport& problem : report.reports) {
     const MoeProblem& moe = problem.problem;
     table.add_row({moe.format.to_string(), std::string(moe_projection_name(moe.projection)), std::to_string(moe.experts),
                    std::to_string(moe.top_k), std::to_string(moe.tokens), std::to_string(moe.n), std::to_string(moe.k),
                    std::string(moe_layout_name(moe.layout)), moe.routing.to_string(), std::to_string(problem.space_total),
+                   std::to_string(problem.experts_touched), std::to_string(problem.rows_per_expert),
                    std::to_string(problem.candidates), std::to_string(problem.compile_failures),
                    std::to_string(problem.measured), std::to_string(problem.invalid),
                    problem.winner ? fixed(problem.winner_us, 3) : "",
+                   problem.winner_bytes > 0 ? fixed(static_cast<double>(problem.winner_bytes) / problem.winner_us / 1e3, 1) : "",
                    problem.baseline_us ? fixed(*problem.baseline_us, 3) : "", fixed(problem.seconds, 1),
                    problem.winner ? problem.winner->to_string() + (problem.skipped ? " (stored)" : "") : ""});
   }

@@ -221,6 +221,18 @@ std::int64_t rows_per_expert(const Routing& routing) {
   return (routing.pairs() + touched - 1) / touched;
 }
 
+std::uint64_t moe_compulsory_bytes(const MoeProblem& problem, const Routing& routing, const KernelConfig& config) {
+  const mma_moe::ExpertStrides strides = mma_moe::expert_strides(problem.format, problem.n, problem.k);
+  const auto touched = static_cast<std::uint64_t>(routing.experts_touched());
+  std::uint64_t bytes = touched * (strides.weights + strides.scales + strides.zeros + 4);
+  const int bm = config.get("bm");
+  const MoeRowMap map = moe_row_map(problem.layout, routing, bm);
+  for (const BufferSpec& spec : mma_moe::buffers(config, problem, mma_moe::launch_rows(problem, bm, map))) {
+    if (spec.name == "a" || spec.name == "a_scales") bytes += spec.bytes;
+  }
+  return bytes + static_cast<std::uint64_t>(problem.output_rows() * problem.n) * 2;
+}
+
 bool moe_reduces(const MoeProblem& problem) {
   return problem.layout == MoeLayout::TokenIndexed && problem.projection == MoeProjection::Down;
 }

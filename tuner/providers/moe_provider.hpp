@@ -52,4 +52,10 @@ bool moe_reduces(const MoeProblem& problem);
 // ranges of the mma family at this M are the MoE space's (a block never holds two experts).
 std::int64_t rows_per_expert(const Routing& routing);
 
+// The bytes a launch of `config` must move at least once (issue 17's bandwidth targets): every touched expert's
+// prepacked weights, scales, zero points and global scale, the activations the GEMM reads (token-indexed: the input
+// rows once; grouped: the gathered rows) and the projection's outputs in the output type (gate-up: a row per pair;
+// down: a row per token). Layout tables and the down projection's intermediate rows are not counted.
+std::uint64_t moe_compulsory_bytes(const MoeProblem& problem, const Routing& routing, const KernelConfig& config);
+
 }  // namespace qtune::providers

@@ -256,6 +256,9 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
       }
     }
     const providers::ProviderProblem provider_problem = providers::moe_provider_problem(problem);
+    const Routing routing = problem.make_routing();
+    problem_report.experts_touched = routing.experts_touched();
+    problem_report.rows_per_expert = providers::rows_per_expert(routing);
     const providers::ProviderSpace space = provider.enumerate(provider_problem, target.limits, options.space, nullptr);
     problem_report.space_total = space.total;
     problem_report.removed_by_rule = space.removed_by_rule;
@@ -298,6 +301,7 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
                                                 "fastest of " + std::to_string(problem_report.measured) + " verified"});
         problem_report.winner = best->first;
         problem_report.winner_us = best->second;
+        problem_report.winner_bytes = providers::moe_compulsory_bytes(problem, routing, best->first);
         ++report.winners;
       }
     }

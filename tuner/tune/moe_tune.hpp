@@ -82,6 +82,9 @@ struct MoeProblemReport {
   std::optional<KernelConfig> winner;
   double winner_us = 0;
   std::optional<double> baseline_us;  // MoeTuneOptions::baseline's median, when it was measured and verified
+  int experts_touched = 0;            // by the problem's routing
+  std::int64_t rows_per_expert = 0;   // pairs / experts touched, rounded up
+  std::uint64_t winner_bytes = 0;     // providers::moe_compulsory_bytes of the winner: winner_bytes / winner_us = its GB/s
   double seconds = 0;
 };
 

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "db/moe_store.hpp"
 #include "tests/common/temp_dir.hpp"
 #include "tests/tuner/cli/cli_test_support.hpp"
 #include "tuner/cli/cli.hpp"
@@ -92,6 +93,32 @@ TEST(CliMoe, MoeOptionsNeedMoeGemms) {
     EXPECT_LE(testing::occurrences(result.err, "\n"), 2u) << result.err;
   }
   EXPECT_FALSE(std::filesystem::exists(db));
+}
+
+// A dry run of Mixtral-8x7B's expert GEMMs: planned and compiled as MoE problems (gate-up and down at one token
+// bucket), stored as MoE problems, nothing measured, and no dense problem tuned with --gemms moe.
+TEST(CliMoe, DryRunPlansTheExpertGemmsAsMoeProblems) {
+  TempDir dir;
+  const std::string db = (dir / "q.db").string();
+  const CliResult result = run_qtune(
+      {"tune", "--gpu", "h200", "--dry-run", "--format", "w4a16-int4-g128", "--model", "mixtral-8x7b", "--gemms", "moe",
+       "--tokens", "16", "--db", db, "--jobs", "2", "--output", "json", "--param", "bm=16", "--param", "bn=128",
+       "--param", "bk=128", "--param", "wm=1", "--param", "wn=4", "--param", "wk=1", "--param", "stages=4",
+       "--param", "split=1", "--param", "raster=0"});
+  ASSERT_EQ(result.status, 0) << result.err << result.out;
+  const nlohmann::json rows = nlohmann::json::parse(result.out);
+  ASSERT_EQ(rows.size(), 2u) << result.out;
+  for (const nlohmann::json& row : rows) {
+    EXPECT_EQ(row.at("experts"), 8) << row;
+    EXPECT_EQ(row.at("top_k"), 2) << row;
+    EXPECT_EQ(row.at("tokens"), 16) << row;
+    EXPECT_EQ(row.at("candidates"), 1) << row;
+    EXPECT_EQ(row.at("winner"), "") << row;
+  }
+  db::Store store = db::Store::open_read_only(db);
+  EXPECT_EQ(db::list_moe_problems(store).size(), 2u);
+  EXPECT_TRUE(store.list_problems().empty()) << "--gemms moe tunes no dense GEMM";
+  EXPECT_TRUE(db::list_moe_winners(store).empty());
 }
 
 }  // namespace

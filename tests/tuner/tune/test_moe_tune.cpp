@@ -254,6 +254,11 @@ TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
   ASSERT_TRUE(problem.winner.has_value());
   EXPECT_EQ(problem.winner->get("split"), 2);
   EXPECT_DOUBLE_EQ(problem.winner_us, 3.0);
+  const Routing routing = options.problems.front().make_routing();
+  EXPECT_EQ(problem.experts_touched, routing.experts_touched());
+  EXPECT_EQ(problem.rows_per_expert, providers::rows_per_expert(routing));
+  // The touched experts' int4 weights and f16 group scales at least, and the outputs.
+  EXPECT_GT(problem.winner_bytes, static_cast<std::uint64_t>(routing.experts_touched()) * (256 * 512 / 2 + 256 * 512 / 128 * 2));
   ASSERT_TRUE(problem.baseline_us.has_value());
   EXPECT_DOUBLE_EQ(*problem.baseline_us, 1.0);
   ASSERT_EQ(jobs.size(), 4u);
