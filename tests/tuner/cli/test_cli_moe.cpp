@@ -12,6 +12,7 @@
 
 #include "db/moe_store.hpp"
 #include "tests/common/temp_dir.hpp"
+#include "tests/reports/report_test_support.hpp"
 #include "tests/tuner/cli/cli_test_support.hpp"
 #include "tuner/cli/cli.hpp"
 
@@ -119,6 +120,44 @@ TEST(CliMoe, DryRunPlansTheExpertGemmsAsMoeProblems) {
   EXPECT_EQ(db::list_moe_problems(store).size(), 2u);
   EXPECT_TRUE(store.list_problems().empty()) << "--gemms moe tunes no dense GEMM";
   EXPECT_TRUE(db::list_moe_winners(store).empty());
+}
+
+// `qtune export` carries the GPU's MoE winners into the table's "moe" entries (token ranges per MoE key).
+TEST(CliMoe, ExportWritesMoeEntries) {
+  TempDir dir;
+  const std::string db = (dir / "q.db").string();
+  reports::testing::FixtureSpec spec;
+  spec.formats = {"w4a16-int4-ch"};
+  spec.shapes = {{8192, 8192}};
+  spec.m_buckets = {1, 16};
+  reports::testing::write_fixture_db(db, spec);
+  {
+    db::Store store = db::Store::open(db);
+    db::RunInfo info = reports::testing::fixture_run(spec);
+    info.uuid = "00000000-0000-4000-8000-000000000002";
+    info.kind = "tune-moe";
+    const db::RunId run = store.insert_run(info);
+    store.finish_run(run, db::RunStatus::Completed);
+    const db::ConfigId config = store.upsert_config({db::ConfigKind::Kernel, "mma-moe", R"({"bm":16,"bn":128})", "h"});
+    for (std::int64_t tokens : {1, 16}) {
+      const db::MoeProblemId problem = db::upsert_moe_problem(
+          store, {.format = "w4a16-int4-g128", .experts = 256, .top_k = 8, .tokens = tokens, .n = 4096, .k = 7168,
+                  .projection = "gate-up", .layout = "token-indexed", .routing = "uniform", .seed = 1});
+      db::insert_moe_result(store, {.run = run, .problem = problem, .config = config, .outcome = "measured",
+                                    .verified = true, .median_us = 10.0 * static_cast<double>(tokens)});
+      db::set_moe_winner(store, {run, problem, config, 10.0 * static_cast<double>(tokens), "fastest"});
+    }
+  }
+  const std::string table = (dir / "t.json").string();
+  const CliResult result = run_qtune({"export", "--db", db, "-o", table});
+  ASSERT_EQ(result.status, 0) << result.err << result.out;
+  std::ifstream file(table);
+  const nlohmann::json json = nlohmann::json::parse(file);
+  ASSERT_TRUE(json.contains("moe")) << json.dump();
+  ASSERT_EQ(json["moe"].size(), 1u);
+  EXPECT_EQ(json["moe"][0]["experts"], 256);
+  EXPECT_EQ(json["moe"][0]["ranges"].size(), 1u) << "one config for both token buckets: one range";
+  EXPECT_EQ(json["moe"][0]["ranges"][0]["family"], "mma");
 }
 
 }  // namespace
