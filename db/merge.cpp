@@ -81,7 +81,7 @@ class AttachedSource {
   ~AttachedSource() {
     try {
       connection_.execute("DROP TABLE IF EXISTS temp.merge_run_map; DROP TABLE IF EXISTS temp.merge_problem_map; "
-                          "DROP TABLE IF EXISTS temp.merge_config_map");
+                          "DROP TABLE IF EXISTS temp.merge_config_map; DROP TABLE IF EXISTS temp.merge_moe_problem_map");
       connection_.execute("DETACH DATABASE " + std::string(kSource));
     } catch (...) {
       // Nothing to do in a destructor; the attachment ends with the connection anyway.
@@ -111,6 +111,58 @@ void Store::require_merge_source(const fs::path& other) {
                       "); see `qtune db check --db " + other.string() + "`; nothing was merged");
   }
 }
+
+namespace {
+
+// The MoE tables (schema version 4, db/moe_store.hpp): problems by their key, results unless an equal one is here,
+// and one winner per (MoE problem, gpu), the faster one staying. Runs and configs go through the merge's temp maps.
+void merge_moe_rows(Connection& connection, const fs::path& other) {
+  const std::string src(kSource);
+  const std::string key = "format, experts, top_k, tokens, n, k, projection, layout, routing, seed";
+  connection.execute("INSERT OR IGNORE INTO main.moe_problems (" + key + ") SELECT " + key + " FROM " + src +
+                     ".moe_problems ORDER BY id");
+  connection.execute("CREATE TEMP TABLE merge_moe_problem_map (src_id INTEGER PRIMARY KEY, dst_id INTEGER NOT NULL); "
+                     "INSERT INTO temp.merge_moe_problem_map SELECT s.id, d.id FROM " + src + ".moe_problems s JOIN "
+                     "main.moe_problems d ON d.format = s.format AND d.experts = s.experts AND d.top_k = s.top_k AND "
+                     "d.tokens = s.tokens AND d.n = s.n AND d.k = s.k AND d.projection = s.projection AND d.layout = s.layout "
+                     "AND d.routing = s.routing AND d.seed = s.seed");
+  const std::vector<std::string> columns = {"outcome", "verified", "max_rel_error", "tolerance", "rows_checked", "median_us",
+                                            "ci_low_us", "ci_high_us", "sample_count", "phase", "message", "created_at"};
+  std::string insert_columns = "run_id, problem_id, config_id";
+  std::string select_values = "mr.dst_id, mp.dst_id, mc.dst_id";
+  std::string same_row = "d.run_id = mr.dst_id AND d.problem_id = mp.dst_id AND d.config_id = mc.dst_id";
+  for (const std::string& column : columns) {
+    insert_columns += ", " + column;
+    select_values += ", s." + column;
+    same_row += " AND d." + column + " IS s." + column;
+  }
+  const std::string missing = "FROM " + src + ".moe_results s JOIN temp.merge_run_map mr ON mr.src_id = s.run_id "
+                              "JOIN temp.merge_moe_problem_map mp ON mp.src_id = s.problem_id "
+                              "JOIN temp.merge_config_map mc ON mc.src_id = s.config_id "
+                              "WHERE NOT EXISTS (SELECT 1 FROM main.moe_results d WHERE " + same_row + ")";
+  connection.execute("INSERT INTO main.moe_results (" + insert_columns + ") SELECT " + select_values + " " + missing +
+                     " ORDER BY s.id");
+  const std::int64_t left = connection.query_int("SELECT count(*) " + missing);
+  const std::int64_t unmapped = connection.query_int(
+      "SELECT count(*) FROM " + src + ".moe_results s WHERE s.run_id NOT IN (SELECT src_id FROM temp.merge_run_map) OR "
+      "s.problem_id NOT IN (SELECT src_id FROM temp.merge_moe_problem_map) OR "
+      "s.config_id NOT IN (SELECT src_id FROM temp.merge_config_map)");
+  if (left != 0 || unmapped != 0) {
+    QTUNE_THROW(Error, "merge of " + other.string() + ": " + std::to_string(left + unmapped) +
+                           " moe_results rows could not be copied; nothing was merged");
+  }
+  connection.execute(
+      "INSERT INTO main.moe_winners (run_id, problem_id, gpu, config_id, median_us, reason, decided_at) "
+      "SELECT mr.dst_id, mp.dst_id, s.gpu, mc.dst_id, s.median_us, s.reason, s.decided_at FROM " + src + ".moe_winners s "
+      "JOIN temp.merge_run_map mr ON mr.src_id = s.run_id JOIN temp.merge_moe_problem_map mp ON mp.src_id = s.problem_id "
+      "JOIN temp.merge_config_map mc ON mc.src_id = s.config_id WHERE 1 ORDER BY s.id "
+      "ON CONFLICT (problem_id, gpu) DO UPDATE SET run_id = excluded.run_id, config_id = excluded.config_id, "
+      "median_us = excluded.median_us, reason = excluded.reason, decided_at = excluded.decided_at "
+      "WHERE excluded.median_us < moe_winners.median_us");
+  connection.execute("DROP TABLE temp.merge_moe_problem_map");
+}
+
+}  // namespace
 
 MergeSummary Store::merge(const fs::path& other) {
   if (read_only()) QTUNE_INPUT_ERROR(path().string() + ": opened read-only; cannot merge into it");
@@ -206,6 +258,8 @@ MergeSummary Store::merge(const fs::path& other) {
       "SELECT s.source, s.label, mp.dst_id, s.gpu, s.time_us, s.notes, s.imported_at FROM " + src + ".external_results s "
       "JOIN temp.merge_problem_map mp ON mp.src_id = s.problem_id ORDER BY s.id");
   summary.external_results_added = connection.changes();
+
+  merge_moe_rows(connection, other);
 
   connection.execute("DROP TABLE temp.merge_run_map; DROP TABLE temp.merge_problem_map; DROP TABLE temp.merge_config_map");
   transaction.commit();

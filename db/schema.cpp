@@ -177,6 +177,62 @@ CREATE TABLE run_processes (
 );
 )sql";
 
+// Version 4: mixture-of-experts GEMMs (kernels/moe.hpp), tuned over token buckets: a MoE problem is its own key
+// (format, experts, top-k, tokens, N, K per expert, projection, layout, routing with its seed), so it never meets a
+// dense problem of the same N x K. Each candidate leaves one result row (verification and timing together); a
+// winner is kept per (MoE problem, GPU) as for dense problems.
+constexpr std::string_view kVersion4 = R"sql(
+CREATE TABLE moe_problems (
+  id         INTEGER PRIMARY KEY,
+  format     TEXT NOT NULL CHECK (format <> ''),
+  experts    INTEGER NOT NULL CHECK (experts > 0),
+  top_k      INTEGER NOT NULL CHECK (top_k > 0 AND top_k <= experts),
+  tokens     INTEGER NOT NULL CHECK (tokens > 0),
+  n          INTEGER NOT NULL CHECK (n > 0),
+  k          INTEGER NOT NULL CHECK (k > 0),
+  projection TEXT NOT NULL CHECK (projection IN ('gate-up', 'down')),
+  layout     TEXT NOT NULL CHECK (layout IN ('token-indexed', 'grouped-contiguous', 'grouped-masked')),
+  routing    TEXT NOT NULL CHECK (routing <> ''),
+  seed       INTEGER NOT NULL DEFAULT 1,
+  UNIQUE (format, experts, top_k, tokens, n, k, projection, layout, routing, seed)
+);
+
+CREATE TABLE moe_results (
+  id            INTEGER PRIMARY KEY,
+  run_id        INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  problem_id    INTEGER NOT NULL REFERENCES moe_problems (id),
+  config_id     INTEGER NOT NULL REFERENCES kernel_configs (id),
+  outcome       TEXT NOT NULL CHECK (outcome IN ('measured', 'verification-failed', 'error', 'crashed', 'timeout')),
+  verified      INTEGER NOT NULL DEFAULT 0 CHECK (verified IN (0, 1)),
+  max_rel_error REAL,
+  tolerance     REAL,
+  rows_checked  INTEGER NOT NULL DEFAULT 0,
+  median_us     REAL,
+  ci_low_us     REAL,
+  ci_high_us    REAL,
+  sample_count  INTEGER NOT NULL DEFAULT 0,
+  phase         TEXT NOT NULL DEFAULT '',
+  message       TEXT NOT NULL DEFAULT '',
+  created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  CHECK (outcome <> 'measured' OR (median_us IS NOT NULL AND median_us > 0))
+);
+CREATE INDEX moe_results_by_problem ON moe_results (problem_id, config_id);
+CREATE INDEX moe_results_by_run ON moe_results (run_id);
+
+CREATE TABLE moe_winners (
+  id         INTEGER PRIMARY KEY,
+  run_id     INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  problem_id INTEGER NOT NULL REFERENCES moe_problems (id),
+  gpu        TEXT NOT NULL CHECK (gpu <> ''),
+  config_id  INTEGER NOT NULL REFERENCES kernel_configs (id),
+  median_us  REAL NOT NULL CHECK (median_us > 0),
+  reason     TEXT NOT NULL DEFAULT '',
+  decided_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  UNIQUE (problem_id, gpu)
+);
+CREATE INDEX moe_winners_by_run ON moe_winners (run_id);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -184,6 +240,7 @@ const std::vector<Migration>& migrations() {
       {1, "runs, problems, kernel configs, compiles, verifications, measurements, winners", kVersion1},
       {2, "shards, measurement phases, pruning counts, external results", kVersion2},
       {3, "the host, pid and start time of each run's process", kVersion3},
+      {4, "mixture-of-experts problems, results and winners", kVersion4},
   };
   return all;
 }

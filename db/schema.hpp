@@ -10,9 +10,9 @@ namespace qtune::db {
 
 class Connection;
 
-inline constexpr int kSchemaVersion = 3;
-// The oldest version whose rows the queries read as they are (read-only commands do not migrate): version 3 added
-// only a table of its own (run_processes).
+inline constexpr int kSchemaVersion = 4;
+// The oldest version whose rows the queries read as they are (read-only commands do not migrate): versions 3 and 4
+// added only tables of their own (run_processes; the moe_* tables, which db/moe_store.hpp reads only when present).
 inline constexpr int kOldestReadableVersion = 2;
 inline constexpr std::int64_t kApplicationId = 0x7174756E;  // "qtun"
 

@@ -15,57 +15,29 @@ float round_output(const FormatSpec& format, float value) {
 
 }  // namespace
 
+QuantizedActivations make_moe_activations(const MoeProblem& problem, uint64_t seed) {
+  const int64_t rows = problem.input_rows();
+  return quantize_activations(problem.format, random_normal(static_cast<size_t>(rows * problem.k), seed), rows, problem.k);
+}
+
+QuantizedWeights make_expert_weights(const MoeProblem& problem, int expert, uint64_t seed) {
+  const auto weights =
+      random_normal(static_cast<size_t>(problem.n * problem.k), seed + 1 + static_cast<uint64_t>(expert), 0.0f, 0.05f);
+  return quantize_weights(problem.format, weights, problem.n, problem.k);
+}
+
 MoeOperands make_moe_operands(const MoeProblem& problem, const Routing& routing, uint64_t seed, bool every_expert) {
   problem.validate();
   MoeOperands operands;
   operands.routing = routing;
-  const int64_t rows = problem.input_rows();
-  operands.activations = quantize_activations(problem.format, random_normal(static_cast<size_t>(rows * problem.k), seed),
-                                              rows, problem.k);
+  operands.activations = make_moe_activations(problem, seed);
   const auto counts = routing.pairs_per_expert();
   operands.experts.resize(static_cast<size_t>(problem.experts));
   for (int e = 0; e < problem.experts; ++e) {
     if (!every_expert && counts[static_cast<size_t>(e)] == 0) continue;
-    const auto weights = random_normal(static_cast<size_t>(problem.n * problem.k), seed + 1 + static_cast<uint64_t>(e), 0.0f, 0.05f);
-    operands.experts[static_cast<size_t>(e)] = quantize_weights(problem.format, weights, problem.n, problem.k);
+    operands.experts[static_cast<size_t>(e)] = make_expert_weights(problem, e, seed);
   }
   return operands;
-}
-
-QuantizedActivations select_activation_rows(const QuantizedActivations& activations, std::span<const int64_t> rows) {
-  QuantizedActivations out;
-  out.format = activations.format;
-  out.m = static_cast<int64_t>(rows.size());
-  out.k = activations.k;
-  out.global_scale = activations.global_scale;
-  const size_t k = static_cast<size_t>(activations.k);
-  auto copy_rows = [&](const auto& source, auto& target, size_t width) {
-    if (source.empty()) return;
-    target.reserve(rows.size() * width);
-    for (int64_t row : rows) {
-      if (row < 0 || row >= activations.m) {
-        QTUNE_INPUT_ERROR("rows: row " + std::to_string(row) + " is outside the " + std::to_string(activations.m) + " activation rows");
-      }
-      target.insert(target.end(), source.begin() + static_cast<int64_t>(static_cast<size_t>(row) * width),
-                    source.begin() + static_cast<int64_t>(static_cast<size_t>(row + 1) * width));
-    }
-  };
-  copy_rows(activations.codes, out.codes, k);
-  copy_rows(activations.values, out.values, k);
-  copy_rows(activations.bits16, out.bits16, k);
-  out.scales = activations.scales;
-  if (!activations.scales.empty() && activations.scales.rows_per_scale == 1) {
-    // Per-token or per-group scales: one scale row per activation row.
-    out.scales.bits.clear();
-    out.scales.values.clear();
-    out.scales.rows = out.m;
-    copy_rows(activations.scales.bits, out.scales.bits, static_cast<size_t>(activations.scales.cols));
-    copy_rows(activations.scales.values, out.scales.values, static_cast<size_t>(activations.scales.cols));
-  } else if (!activations.scales.empty()) {
-    // One scale for the whole tensor: row r / rows_per_scale must stay 0.
-    out.scales.rows_per_scale = std::max<int64_t>(out.m, 1);
-  }
-  return out;
 }
 
 MoeReferenceResult reference_moe(const MoeProblem& problem, const MoeOperands& operands, const ReferenceOptions& options) {
@@ -105,7 +77,7 @@ MoeReferenceResult reference_moe(const MoeProblem& problem, const MoeOperands& o
     for (int64_t r = first; r < last; ++r) {
       rows.push_back(input_row_of_pair(problem.projection, routing, grouped.row_pair[static_cast<size_t>(r)]));
     }
-    const ReferenceResult product = reference_gemm(select_activation_rows(operands.activations, rows), weights, options);
+    const ReferenceResult product = reference_gemm(select_rows(operands.activations, rows), weights, options);
     for (int64_t r = first; r < last; ++r) {
       const int64_t pair = grouped.row_pair[static_cast<size_t>(r)];
       std::copy_n(product.unrounded.begin() + (r - first) * n, n, result.pair_unrounded.begin() + pair * n);

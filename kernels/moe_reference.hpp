@@ -4,7 +4,6 @@
 // dequantized weights. It is the same for every layout: a layout only decides where a kernel reads and writes rows,
 // and MoeRowMap (kernels/moe_layout.hpp) maps a kernel's rows back to pairs to compare.
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "kernels/moe.hpp"
@@ -23,9 +22,10 @@ struct MoeOperands {
 // Seeded random operands: activations N(0, 1), weights N(0, 0.05) per expert (seed + 1 + e), quantized to the format.
 // `every_expert`: also quantize the experts no pair routes to (a kernel never reads them; tests may poison them).
 MoeOperands make_moe_operands(const MoeProblem& problem, const Routing& routing, uint64_t seed, bool every_expert = false);
-
-// The rows `rows` of quantized activations, with their scales (a per-tensor scale is kept as it is).
-QuantizedActivations select_activation_rows(const QuantizedActivations& activations, std::span<const int64_t> rows);
+// Its pieces, for a caller that keeps experts between problems of the same format, N, K and seed: the activations
+// [input_rows][K], and expert e's weights (the same for every token count and routing).
+QuantizedActivations make_moe_activations(const MoeProblem& problem, uint64_t seed);
+QuantizedWeights make_expert_weights(const MoeProblem& problem, int expert, uint64_t seed);
 
 struct MoeReferenceResult {
   int64_t n = 0;

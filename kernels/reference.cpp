@@ -1,5 +1,6 @@
 #include "kernels/reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -117,50 +118,47 @@ double default_tolerance(const FormatSpec& format) {
   return bf16 ? 1e-2 : 5e-3;
 }
 
-QuantizedActivations select_rows(const QuantizedActivations& activations, const std::vector<int64_t>& rows) {
+QuantizedActivations select_rows(const QuantizedActivations& activations, std::span<const int64_t> rows) {
   QuantizedActivations selected;
   selected.format = activations.format;
   selected.m = static_cast<int64_t>(rows.size());
   selected.k = activations.k;
   selected.global_scale = activations.global_scale;
-  const auto k = static_cast<size_t>(activations.k);
   for (int64_t row : rows) {
     if (row < 0 || row >= activations.m) {
       QTUNE_THROW(Error, "select_rows: row " + std::to_string(row) + " outside 0.." + std::to_string(activations.m - 1));
     }
-    const size_t offset = static_cast<size_t>(row) * k;
-    if (!activations.codes.empty()) {
-      selected.codes.insert(selected.codes.end(), activations.codes.begin() + static_cast<std::ptrdiff_t>(offset),
-                            activations.codes.begin() + static_cast<std::ptrdiff_t>(offset + k));
-    }
-    if (!activations.values.empty()) {
-      selected.values.insert(selected.values.end(), activations.values.begin() + static_cast<std::ptrdiff_t>(offset),
-                             activations.values.begin() + static_cast<std::ptrdiff_t>(offset + k));
-    }
-    if (!activations.bits16.empty()) {
-      selected.bits16.insert(selected.bits16.end(), activations.bits16.begin() + static_cast<std::ptrdiff_t>(offset),
-                             activations.bits16.begin() + static_cast<std::ptrdiff_t>(offset + k));
-    }
   }
-  // Each selected row gets its own copy of the scale row it used (per tensor: the single row), one row per scale row.
-  const ScaleGrid& scales = activations.scales;
-  selected.scales.type = scales.type;
-  if (!scales.empty()) {
-    selected.scales.rows = selected.m;
-    selected.scales.cols = scales.cols;
-    selected.scales.rows_per_scale = 1;
-    selected.scales.cols_per_scale = scales.cols_per_scale;
-    const auto cols = static_cast<size_t>(scales.cols);
+  // The selected rows, `width` values each, of `source` appended to `target`.
+  auto copy_rows = [&rows](const auto& source, auto& target, size_t width) {
+    if (source.empty()) return;
+    target.reserve(rows.size() * width);
     for (int64_t row : rows) {
-      const size_t first = static_cast<size_t>(row / scales.rows_per_scale) * cols;
-      selected.scales.values.insert(selected.scales.values.end(), scales.values.begin() + static_cast<std::ptrdiff_t>(first),
-                                    scales.values.begin() + static_cast<std::ptrdiff_t>(first + cols));
-      if (!scales.bits.empty()) {
-        selected.scales.bits.insert(selected.scales.bits.end(), scales.bits.begin() + static_cast<std::ptrdiff_t>(first),
-                                    scales.bits.begin() + static_cast<std::ptrdiff_t>(first + cols));
-      }
+      const size_t first = static_cast<size_t>(row) * width;
+      target.insert(target.end(), source.begin() + static_cast<std::ptrdiff_t>(first),
+                    source.begin() + static_cast<std::ptrdiff_t>(first + width));
     }
+  };
+  const auto k = static_cast<size_t>(activations.k);
+  copy_rows(activations.codes, selected.codes, k);
+  copy_rows(activations.values, selected.values, k);
+  copy_rows(activations.bits16, selected.bits16, k);
+  const ScaleGrid& scales = activations.scales;
+  selected.scales = scales;
+  if (scales.empty()) return selected;
+  if (scales.rows_per_scale > 1) {
+    // One scale for the whole tensor: kept as it is, covering every selected row (a device packs one scale).
+    selected.scales.rows_per_scale = std::max<int64_t>(selected.m, 1);
+    return selected;
   }
+  // Per-token or per-group scales: each selected row gets a copy of the scale row it used.
+  selected.scales.values.clear();
+  selected.scales.bits.clear();
+  selected.scales.rows = selected.m;
+  selected.scales.rows_per_scale = 1;
+  const auto cols = static_cast<size_t>(scales.cols);
+  copy_rows(scales.values, selected.scales.values, cols);
+  copy_rows(scales.bits, selected.scales.bits, cols);
   return selected;
 }
 

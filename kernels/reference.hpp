@@ -33,8 +33,9 @@ ReferenceResult reference_gemm(const QuantizedActivations& activations, const Qu
                                const ReferenceOptions& options = {});
 
 // The activations of the given rows only (scales follow their rows, one scale row per row), so that the reference of
-// a sample of rows costs rows x N x K (rows of a GEMM are independent). Throws Error for a row outside 0..M-1.
-QuantizedActivations select_rows(const QuantizedActivations& activations, const std::vector<int64_t>& rows);
+// a sample of rows costs rows x N x K (rows of a GEMM are independent), or so that a MoE expert sees its pairs' rows.
+// A per-tensor scale stays one scale row covering every selected row. Throws Error for a row outside 0..M-1.
+QuantizedActivations select_rows(const QuantizedActivations& activations, std::span<const int64_t> rows);
 
 // ||out - ref|| / ||ref|| (Frobenius, in f64). Any NaN or inf in `out` counts as failure: +inf.
 // When ref is all zeros it returns ||out|| (0 when both are zero). Sizes must match.

@@ -87,6 +87,20 @@ SelectionTable::Selection SelectionTable::select(std::string_view format, std::i
   return selection;
 }
 
+const KernelConfig* SelectionTable::select_moe(std::string_view format, int experts, int top_k, std::int64_t n, std::int64_t k,
+                                               std::string_view projection, std::string_view layout, std::int64_t tokens) const {
+  for (const MoeRules& rules : moe) {
+    if (rules.format == format && rules.experts == experts && rules.top_k == top_k && rules.n == n && rules.k == k &&
+        rules.projection == projection && rules.layout == layout) {
+      for (const MRange& range : rules.ranges) {
+        if (range.contains(std::max<std::int64_t>(tokens, 1))) return &range.config;
+      }
+      return &rules.ranges.back().config;
+    }
+  }
+  return nullptr;
+}
+
 std::size_t SelectionTable::shape_count() const {
   std::size_t count = 0;
   for (const auto& [format, shapes] : formats) count += shapes.size();
@@ -176,7 +190,30 @@ nlohmann::json SelectionTable::to_json() const {
       {"m_rule", "the smallest tuned M bucket >= M; the largest bucket beyond the last"},
       {"note", "check the chosen config against the family's rules for the new shape; if it fails, use the heuristic"}};
   if (fallback_regret) fallback["held_out_regret"] = fallback_regret->to_json();
-  return {{"schema", "qtune-selection-table/1"}, {"gpu", gpu}, {"formats", formats_json}, {"fallback", fallback}, {"provenance", provenance}};
+  nlohmann::json table = {{"schema", "qtune-selection-table/1"}, {"gpu", gpu}, {"formats", formats_json}, {"fallback", fallback},
+                          {"provenance", provenance}};
+  if (!moe.empty()) {
+    nlohmann::json moe_json = nlohmann::json::array();
+    for (const MoeRules& rules : moe) {
+      nlohmann::json ranges_json = nlohmann::json::array();
+      for (const MRange& range : rules.ranges) {
+        nlohmann::json buckets = nlohmann::json::array();
+        for (const TunedBucket& bucket : range.buckets) buckets.push_back({{"t", bucket.m}, {"median_us", bucket.median_us}});
+        ranges_json.push_back({{"t_min", range.m_min},
+                               {"t_max", range.m_max ? nlohmann::json(*range.m_max) : nlohmann::json(nullptr)},
+                               {"config", range.config.to_string()},
+                               {"family", range.config.family},
+                               {"params", range.config.to_json()["params"]},
+                               {"median_us", range.buckets.empty() ? nlohmann::json(nullptr) : nlohmann::json(range.buckets.front().median_us)},
+                               {"buckets", buckets}});
+      }
+      moe_json.push_back({{"format", rules.format}, {"experts", rules.experts}, {"top_k", rules.top_k}, {"n", rules.n},
+                          {"k", rules.k}, {"projection", rules.projection}, {"layout", rules.layout},
+                          {"routing", rules.routing}, {"ranges", ranges_json}});
+    }
+    table["moe"] = moe_json;
+  }
+  return table;
 }
 
 namespace {
@@ -267,6 +304,66 @@ SelectionTable SelectionTable::from_json(const nlohmann::json& json, std::string
       shapes.push_back(std::move(shape));
     }
     table.formats.emplace(format, std::move(shapes));
+  }
+  if (const auto moe = json.find("moe"); moe != json.end()) {
+    if (!moe->is_array()) reader.fail("moe", "expected an array");
+    for (std::size_t i = 0; i < moe->size(); ++i) {
+      const std::string path = "moe[" + std::to_string(i) + "]";
+      const nlohmann::json& entry = (*moe)[i];
+      const auto text = [&](const char* key) {
+        const nlohmann::json& value = reader.member(entry, path, key);
+        if (!value.is_string() || value.get<std::string>().empty()) reader.fail(path + "." + key, "expected a non-empty string");
+        return value.get<std::string>();
+      };
+      const auto count = [&](const char* key) { return reader.positive_int(reader.member(entry, path, key), path + "." + key); };
+      MoeRules rules;
+      rules.format = text("format");
+      rules.experts = static_cast<int>(count("experts"));
+      rules.top_k = static_cast<int>(count("top_k"));
+      if (rules.top_k > rules.experts) reader.fail(path + ".top_k", "more than experts (" + std::to_string(rules.experts) + ")");
+      rules.n = count("n");
+      rules.k = count("k");
+      rules.projection = text("projection");
+      rules.layout = text("layout");
+      rules.routing = text("routing");
+      const nlohmann::json& ranges_json = reader.member(entry, path, "ranges");
+      if (!ranges_json.is_array() || ranges_json.empty()) reader.fail(path + ".ranges", "expected a non-empty array");
+      for (std::size_t r = 0; r < ranges_json.size(); ++r) {
+        const std::string range_path = path + ".ranges[" + std::to_string(r) + "]";
+        const nlohmann::json& range_json = ranges_json[r];
+        MRange range;
+        range.m_min = reader.positive_int(reader.member(range_json, range_path, "t_min"), range_path + ".t_min");
+        const nlohmann::json& t_max = reader.member(range_json, range_path, "t_max");
+        if (!t_max.is_null()) range.m_max = reader.positive_int(t_max, range_path + ".t_max");
+        const bool last = r + 1 == ranges_json.size();
+        if (last != !range.m_max) reader.fail(range_path + ".t_max", last ? "the last range must be unbounded (null)" : "only the last range may be unbounded");
+        const std::int64_t expected_min = rules.ranges.empty() ? 1 : *rules.ranges.back().m_max + 1;
+        if (range.m_min != expected_min || (range.m_max && *range.m_max < range.m_min)) {
+          reader.fail(range_path, "ranges must be ascending and cover every T from 1 (expected t_min " + std::to_string(expected_min) + ")");
+        }
+        const nlohmann::json& family = reader.member(range_json, range_path, "family");
+        const nlohmann::json& config = reader.member(range_json, range_path, "config");
+        if (!family.is_string()) reader.fail(range_path + ".family", "expected a string");
+        if (!config.is_string()) reader.fail(range_path + ".config", "expected a string");
+        try {
+          range.config = KernelConfig::parse(config.get<std::string>(), family.get<std::string>());
+        } catch (const InputError& error) {
+          reader.fail(range_path + ".config", error.what());
+        }
+        if (const auto buckets = range_json.find("buckets"); buckets != range_json.end()) {
+          if (!buckets->is_array()) reader.fail(range_path + ".buckets", "expected an array");
+          for (std::size_t b = 0; b < buckets->size(); ++b) {
+            const std::string bucket_path = range_path + ".buckets[" + std::to_string(b) + "]";
+            const nlohmann::json& median = reader.member((*buckets)[b], bucket_path, "median_us");
+            if (!median.is_number() || !(median.get<double>() > 0)) reader.fail(bucket_path + ".median_us", "expected a positive number");
+            range.buckets.push_back({reader.positive_int(reader.member((*buckets)[b], bucket_path, "t"), bucket_path + ".t"), median.get<double>()});
+          }
+        }
+        rules.ranges.push_back(std::move(range));
+      }
+      if (!table.moe.empty() && table.moe.back().key() >= rules.key()) reader.fail(path, "MoE entries must be sorted by key without repeats");
+      table.moe.push_back(std::move(rules));
+    }
   }
   if (const auto provenance = json.find("provenance"); provenance != json.end()) table.provenance = *provenance;
   // Tables written before per-format methods existed have none: every format falls back to the nearest shape.

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kernels/family.hpp"
@@ -97,8 +98,26 @@ struct FallbackRegret {
 enum class FallbackMethod { NearestShape, Heuristic };
 std::string_view to_string(FallbackMethod method);  // "nearest-shape", "heuristic"
 
+// A MoE GEMM's tuned token buckets (docs/moe.md): (format, experts, top_k, n, k, projection, layout) -> ranges over
+// the token count T, by the M rule above with T for M (the smallest tuned T bucket >= T; the largest beyond). The
+// routing the winners were tuned with (uniform, seed 1, unless the tune was told otherwise) stands for production's.
+struct MoeRules {
+  std::string format;      // canonical spec text
+  int experts = 0;
+  int top_k = 0;
+  std::int64_t n = 0;      // per expert
+  std::int64_t k = 0;
+  std::string projection;  // "gate-up", "down"
+  std::string layout;      // "token-indexed", "grouped-contiguous", "grouped-masked"
+  std::string routing;     // what the winners were tuned with, e.g. "uniform"
+  std::vector<MRange> ranges;  // m_min/m_max and the buckets' m are token counts; non-empty, covering [1, inf)
+
+  auto key() const { return std::tie(format, experts, top_k, n, k, projection, layout); }
+};
+
 struct SelectionTable {
   std::string gpu;
+  std::vector<MoeRules> moe;  // sorted by key(), one entry per key; empty for a table without MoE winners
   std::map<std::string, std::vector<ShapeRules>> formats;  // canonical format text -> shapes sorted by (n, k)
   std::map<std::string, FallbackMethod> fallback_methods;   // per format; absent: NearestShape
   nlohmann::json provenance = nlohmann::json::object();    // the runs the winners came from (db data only)
@@ -116,12 +135,19 @@ struct SelectionTable {
   const ShapeRules* nearest_shape(std::string_view format, std::int64_t n, std::int64_t k,
                                   const ShapeRules* excluded = nullptr) const;
 
+  // The config of a MoE GEMM at `tokens` tokens; nullptr when the table has no rules for the key (no fallback).
+  const KernelConfig* select_moe(std::string_view format, int experts, int top_k, std::int64_t n, std::int64_t k,
+                                 std::string_view projection, std::string_view layout, std::int64_t tokens) const;
+
   std::size_t shape_count() const;
   std::size_t range_count() const;
 
   // {"schema", "gpu", "formats": {spec: {"shapes": [{"n", "k", "ranges": [{"m_min", "m_max" (null: no end), "config",
   // "family", "params", "median_us", "buckets": [{"m", "median_us"}]}]}]}}, "fallback", "provenance"}.
   // "median_us" of a range is that of its first tuned bucket. Keys are sorted, so equal tables give equal bytes.
+  // MoE rules, when there are any: "moe": [{"format", "experts", "top_k", "n", "k", "projection", "layout", "routing",
+  // "ranges": [{"t_min", "t_max" (null: no end), "config", "family", "params", "median_us", "buckets": [{"t",
+  // "median_us"}]}]}] (the C++ header does not carry them yet).
   nlohmann::json to_json() const;
   // Reads to_json()'s output. Throws InputError "<source>: field '<path>': ..." for a malformed table.
   static SelectionTable from_json(const nlohmann::json& json, std::string_view source = "table");

@@ -43,8 +43,9 @@ TEST(Schema, NewStoreHasEveryTableWalAndForeignKeys) {
   ASSERT_TRUE(journal.step());
   EXPECT_EQ(journal.column_text(0), "wal");
   EXPECT_EQ(table_names(connection),
-            (std::vector<std::string>{"compiles", "external_results", "kernel_configs", "measurements", "problems", "pruning_counts",
-                                      "run_processes", "runs", "verifications", "winners"}));
+            (std::vector<std::string>{"compiles", "external_results", "kernel_configs", "measurements", "moe_problems", "moe_results",
+                                      "moe_winners", "problems", "pruning_counts", "run_processes", "runs", "verifications",
+                                      "winners"}));
 }
 
 TEST(Schema, MigrationsAreNumberedInOrder) {

@@ -403,7 +403,7 @@ TEST_F(StoreTest, TableCountsAndRunSummaries) {
   store_.set_winner(Winner{run, problem, config, 10, "fastest"});
   std::map<std::string, std::int64_t> counts;
   for (const auto& count : store_.table_counts()) counts[count.table] = count.rows;
-  EXPECT_EQ(counts.size(), 10u);
+  EXPECT_EQ(counts.size(), 13u);  // schema version 4 added moe_problems, moe_results, moe_winners
   EXPECT_EQ(counts["runs"], 1);
   EXPECT_EQ(counts["run_processes"], 1);
   EXPECT_EQ(counts["measurements"], 2);

@@ -16,6 +16,7 @@
 #include "kernels/error.hpp"
 #include "kernels/text_escape.hpp"
 #include "reports/humming_table.hpp"
+#include "reports/moe_selection.hpp"
 #include "reports/selection_build.hpp"
 #include "reports/table.hpp"
 #include "reports/tuning_data.hpp"
@@ -224,6 +225,7 @@ void run_export(const ExportOptions& options) {
   reports::SelectionTable table = reports::build_selection_table(data, gpu);
   table.fallback_regret = reports::evaluate_fallback(table, data, data.gpus.at(gpu));
   table.fallback_methods = reports::choose_fallback_methods(table, *table.fallback_regret);
+  reports::add_moe_rules(table, store, gpu, filter.formats);
 
   // Every output is rendered before any is written, and then all are written or none.
   std::vector<reports::FileText> artefacts;

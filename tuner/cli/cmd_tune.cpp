@@ -27,6 +27,7 @@
 #include "search/model_shapes.hpp"
 #include "tuner/cli/cli.hpp"
 #include "tuner/cli/commands.hpp"
+#include "tuner/cli/tune_moe.hpp"
 #include "tuner/jit/kernel_cache.hpp"
 #include "tuner/jit/thread_pool.hpp"
 #include "tuner/peers/humming_tune.hpp"
@@ -38,6 +39,7 @@
 #include "tuner/tune/progress.hpp"
 #include "tuner/tune/restricted_family.hpp"
 #include "tuner/tune/tuner.hpp"
+#include "tuner/tune/moe_tune.hpp"
 #include "tuner/tune/worker_backend.hpp"
 
 namespace qtune::cli {
@@ -78,6 +80,7 @@ struct TuneCommandOptions {
   std::string output = "table";
   std::vector<std::string> peer_paths;
   bool test_peers = false;
+  MoeTuneCommandOptions moe;
 };
 
 std::atomic<bool> stop_requested{false};
@@ -263,6 +266,60 @@ class FamilyConsole final : public tune::FamilyRunObserver {
   reports::OutputStyle style_;
 };
 
+// The MoE problems' run: exhaustive over the MoE provider's space (capped by --budget-evals), measured in one worker
+// on the first GPU.
+int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& problems, const tune::TuneTarget& target,
+            const tune::MeasureSettings& measure, const jit::CompilerSettings& settings, const std::filesystem::path& cache,
+            reports::OutputStyle style) {
+  if (options.strategy != "exhaustive") {
+    std::cerr << "qtune tune: MoE problems are searched exhaustively over the curated space (capped by --budget-evals); "
+                 "--strategy "
+              << options.strategy << " applies to the dense GEMMs\n";
+  }
+  tune::MoeTuneOptions moe_options;
+  moe_options.problems = problems;
+  moe_options.space.curated = options.space != "full";
+  for (const std::string& text : options.params) {
+    auto [name, values] = tune::parse_parameter_values(text);
+    moe_options.space.parameter_values[name] = values;
+  }
+  if (options.budget_evals) moe_options.space.max_configs = *options.budget_evals;
+  moe_options.timeout_s = options.timeout_ms ? *options.timeout_ms / 1000.0 : options.timeout_s;
+  moe_options.dry_run = options.dry_run;
+  moe_options.retune = options.retune;
+  moe_options.baseline = options.moe.baseline;
+  moe_options.command_line = command_line();
+  const jit::Compiler compiler(settings);
+  tune::MoeTuneServices services;
+  services.compiler = &compiler;
+  services.cache_directory = cache;
+  services.measure = measure;
+  std::unique_ptr<tune::WorkerBackend> backend;
+  if (!options.dry_run) {
+    tune::WorkerBackendOptions worker;
+    worker.visible_device = target.visible_devices.empty() ? std::string{} : target.visible_devices.front();
+    worker.measure = measure;
+    worker.cache_directory = cache;
+    backend = std::make_unique<tune::WorkerBackend>(worker);
+    services.evaluate = [&backend](const tune::CandidateJob& job, double timeout_s) { return backend->evaluate_job(job, timeout_s); };
+  }
+  services.problem_finished = [](const tune::MoeProblemReport& report) {
+    std::cerr << "qtune tune: " << report.problem.to_string() << ": "
+              << (report.skipped ? "winner stored already"
+                                 : std::to_string(report.candidates) + " candidates, " + std::to_string(report.measured) +
+                                       " measured" + (report.winner ? ", winner " + fixed(report.winner_us, 3) + " us" : ""))
+              << "\n";
+  };
+  std::cerr << "qtune tune: " << problems.size() << " MoE problems (mma-moe)\n";
+  tune::MoeTuneReport report;
+  {
+    StopSignals signals;
+    report = tune::run_moe_tune(moe_options, target, options.db_path, services, &stop_requested);
+  }
+  print_moe_report(report, options.dry_run, style);
+  return report.interrupted ? kExitInterrupted : 0;
+}
+
 // Humming's part of the tune, settled before anything is stored: --family humming refuses a missing peer or a format
 // it lacks (exit 2, one line naming the provider and what to install); --family auto says once why it skips Humming.
 struct HummingPart {
@@ -319,16 +376,22 @@ int run(const TuneCommandOptions& options) {
   if (options.formats.empty()) QTUNE_INPUT_ERROR("--format: required (format specs or presets, e.g. w4a16-int4-ch)");
   const std::vector<FormatSpec> formats = tune::parse_format_list(options.formats, "--format");
   std::vector<search::GemmShape> shapes;
+  std::vector<MoeProblem> moe_problems;  // a model's moe_expert GEMMs, tuned as MoE problems over token buckets
   if (!options.model.empty() && !options.shape.empty()) QTUNE_INPUT_ERROR("--model: give either --model or --shape, not both");
   if (!options.model.empty()) {
     const search::ModelShapes model = search::model_shapes_by_name(options.model, "--model");
-    shapes = search::distinct_shapes(model, options.tp, parse_gemm_filter(options.gemms), "--tp");
-    if (shapes.empty()) {
+    const search::GemmFilter filter = parse_gemm_filter(options.gemms);
+    // Expert GEMMs are no dense GEMMs: the dense run takes the dense ones only.
+    shapes = filter == search::GemmFilter::MoeExpert ? std::vector<search::GemmShape>{}
+                                                     : search::distinct_shapes(model, options.tp, search::GemmFilter::Dense, "--tp");
+    moe_problems = moe_tune_problems(options.moe, &model, options.tp, formats, filter != search::GemmFilter::Dense);
+    if (shapes.empty() && moe_problems.empty()) {
       QTUNE_INPUT_ERROR("--gemms: model '" + model.name + "' has no " + options.gemms + " GEMMs (it has: " +
                         gemm_kinds_text(model, options.tp) + ")");
     }
   } else if (!options.shape.empty()) {
     shapes = tune::parse_shape_list(options.shape, "--shape");
+    moe_problems = moe_tune_problems(options.moe, nullptr, options.tp, formats, false);
   } else {
     QTUNE_INPUT_ERROR("--model: give a model (configs/models name or file) or --shape N,K[;N,K]");
   }
@@ -369,6 +432,9 @@ int run(const TuneCommandOptions& options) {
     };
   }
 
+  if (!moe_problems.empty() && shard.sharded()) {
+    QTUNE_INPUT_ERROR("--shard: MoE expert GEMMs are not sharded yet; tune them in one process (--gemms moe)");
+  }
   const peers::FamilyChoice family_choice = peers::split_families(options.family);
   HummingPart humming;
   if (family_choice.humming == peers::HummingChoice::Required) humming = plan_humming(options, family_choice.humming, shard_problems);
@@ -415,7 +481,7 @@ int run(const TuneCommandOptions& options) {
       plan_progress(progress, families, problems_of_family, options, threads, humming.problems.size());
   FamilyConsole console(progress, stages, families.size(), options.dry_run, style);
   tune::FamilyRuns runs;
-  {
+  if (!shard_problems.empty()) {
     StopSignals signals;
     runs = tune::run_tune_families(tune_options, families, problems_of_family, target, options.db_path, services, &progress,
                                    &console, &stop_requested);
@@ -440,12 +506,17 @@ int run(const TuneCommandOptions& options) {
     if (style == reports::OutputStyle::Text) print_report(report, false, style);
     runs.reports.push_back(std::move(report));
   }
-  if (style != reports::OutputStyle::Text) {
+  // With MoE problems only, the dense table is left out (the MoE table follows).
+  if (style != reports::OutputStyle::Text && (!shard_problems.empty() || moe_problems.empty())) {
     tune::TuneReport machine_report;  // --output json|csv: one table of every family's problems
     for (const tune::TuneReport& report : runs.reports) {
       machine_report.reports.insert(machine_report.reports.end(), report.reports.begin(), report.reports.end());
     }
     print_report(machine_report, options.dry_run, style);
+  }
+  if (!moe_problems.empty() && !runs.interrupted) {
+    const int status = run_moe(options, moe_problems, target, measure, settings, cache, style);
+    if (status != 0) return status;
   }
   // 130: stopped by a signal, as shells report a Ctrl-C.
   return runs.interrupted ? kExitInterrupted : 0;
@@ -470,6 +541,7 @@ void add_tune_command(CLI::App& app) {
   command->add_option("--tp", options->tp, "tensor-parallel degree of the model's GEMMs")->check(integer_in(1, 1024))->capture_default_str();
   command->add_option("--gemms", options->gemms, "which of the model's GEMMs: all, dense or moe")->capture_default_str();
   command->add_option("--shape", options->shape, "GEMM weight shapes N,K[;N,K...] instead of --model");
+  add_moe_tune_options(*command, options->moe);
   command->add_option("--m", options->m_list, "M buckets, e.g. 1,2,4,...,8192 (default: configs/m_buckets.json)");
   command->add_option("--db", options->db_path, "database file (default: $QTUNE_DB, else ./qtune.db)")->envname("QTUNE_DB");
   command->add_option("--strategy", options->strategy, "exhaustive, random, halving or model")->capture_default_str();

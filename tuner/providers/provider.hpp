@@ -15,16 +15,20 @@
 #include <vector>
 
 #include "kernels/family.hpp"
+#include "kernels/moe.hpp"
 
 namespace qtune::providers {
 
-// The kinds of problem a provider may solve. Issue 17 adds MoE (experts, top-k, tokens, routing, layout) as a kind
-// of its own with its fields beside `gemm`; a provider refuses a kind it does not run (UnsupportedError).
-enum class ProblemKind { DenseGemm };
+// The kinds of problem a provider may solve; a provider refuses a kind it does not run (UnsupportedError).
+enum class ProblemKind {
+  DenseGemm,
+  Moe,  // a mixture-of-experts GEMM (kernels/moe.hpp): experts, top-k, tokens, routing, layout, projection
+};
 
 struct ProviderProblem {
   ProblemKind kind = ProblemKind::DenseGemm;
-  Problem gemm;  // kind DenseGemm: format, M, N, K, bias
+  Problem gemm;    // kind DenseGemm: format, M, N, K, bias
+  MoeProblem moe;  // kind Moe
 };
 
 // A provider's configurations for one problem (its space), with what its rules removed, counted per rule as

@@ -52,18 +52,23 @@ CandidateJob WorkerBackend::job_of(const CandidateRequest& request) const {
 }
 
 CandidateResult WorkerBackend::evaluate(const CandidateRequest& request) {
-  const CandidateJob job = job_of(request);
+  return evaluate_job(job_of(request), request.timeout_s);
+}
+
+CandidateResult WorkerBackend::evaluate_job(const CandidateJob& job, double timeout_s) {
   const nlohmann::json params = job;
   const std::string operands = job.operands_key();
   // A fresh worker (the first, or after a crash) makes the problem's data under a generous watchdog first, so the
   // candidate's own timeout covers only the candidate.
   if (worker_.pid() == 0 || worker_.pid() != prepared_pid_ || prepared_problem_ != operands) {
     const measure::JobOutcome prepared = worker_.run(kPrepareJob, params, options_.prepare_timeout_s);
-    measure::throw_if_failed(prepared, std::string(kPrepareJob) + " of " + problem_key(request.problem));
+    const std::string problem = job.problem.kind == providers::ProblemKind::Moe ? job.problem.moe.to_string()
+                                                                                : problem_key(job.problem.gemm);
+    measure::throw_if_failed(prepared, std::string(kPrepareJob) + " of " + problem);
     prepared_pid_ = prepared.worker_pid;
     prepared_problem_ = operands;
   }
-  const measure::JobOutcome outcome = worker_.run(kCandidateJob, params, request.timeout_s);
+  const measure::JobOutcome outcome = worker_.run(kCandidateJob, params, timeout_s);
   // A worker that faulted, crashed or was killed is gone (or going): the next candidate prepares a fresh one first.
   if (outcome.status == measure::JobStatus::Fault || outcome.status == measure::JobStatus::Crashed ||
       outcome.status == measure::JobStatus::Timeout) {

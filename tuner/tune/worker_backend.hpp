@@ -32,6 +32,8 @@ class WorkerBackend final : public MeasuringBackend {
  public:
   explicit WorkerBackend(WorkerBackendOptions options);
   CandidateResult evaluate(const CandidateRequest& request) override;
+  // Any provider's job (a MoE problem's, ...): gemm-prepare when the worker lacks its operands, then gemm-candidate.
+  CandidateResult evaluate_job(const CandidateJob& job, double timeout_s);
   int workers_started() const { return worker_.workers_started(); }
 
  private:

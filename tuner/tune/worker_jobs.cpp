@@ -7,8 +7,10 @@
 #include "kernels/error.hpp"
 #include "tuner/baselines/baseline_bench.hpp"
 #include "tuner/baselines/cublaslt_provider.hpp"
+#include "tuner/baselines/moe_grouped_baseline.hpp"
 #include "tuner/measure/worker.hpp"
 #include "tuner/providers/family_provider.hpp"
+#include "tuner/providers/moe_provider.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/stream.hpp"
 
@@ -18,7 +20,9 @@ namespace fs = std::filesystem;
 using measure::job_field;
 
 providers::Provider& find_provider(const std::string& name) {
-  // Python-hosted peers (issue 15) and MoE providers (issue 17) are looked up here beside these.
+  // Python-hosted peers (issue 15) are looked up here beside these.
+  if (name == providers::kMoeProviderName) return providers::moe_provider();
+  if (name == baselines::kMoeGroupedBaselineName) return baselines::moe_grouped_baseline_provider();
   std::string families;
   for (const KernelFamily* family : kernel_families()) {
     if (family->name() == name) return providers::family_provider(name);
@@ -27,25 +31,25 @@ providers::Provider& find_provider(const std::string& name) {
   try {
     return baselines::cublaslt_provider(name);
   } catch (const InputError&) {
-    QTUNE_INPUT_ERROR("provider: '" + name + "' is neither a kernel family (" + families + ") nor a cuBLASLt baseline");
+    QTUNE_INPUT_ERROR("provider: '" + name + "' is neither a kernel family (" + families + "), " +
+                      providers::kMoeProviderName + ", " + baselines::kMoeGroupedBaselineName + " nor a cuBLASLt baseline");
   }
 }
 
 std::string CandidateJob::operands_key() const {
+  const std::string verify = std::to_string(prepare.seed) + "|v" + std::to_string(prepare.full_verify_max_m) + "," +
+                             std::to_string(prepare.verify_rows);
+  if (problem.kind == providers::ProblemKind::Moe) {
+    // The problem's text names the routing but not its seed.
+    return provider + "|" + problem.moe.to_string() + "|routing seed " + std::to_string(problem.moe.routing.seed) + "|" + verify;
+  }
   const Problem& gemm = problem.gemm;
   return provider + "|" + gemm.format.to_string() + "|" + std::to_string(gemm.n) + "x" + std::to_string(gemm.k) + "|" +
-         (gemm.has_bias ? "bias|" : "") + std::to_string(prepare.seed) + "|v" + std::to_string(prepare.full_verify_max_m) +
-         "," + std::to_string(prepare.verify_rows) + "|m=" + std::to_string(gemm.m);
+         (gemm.has_bias ? "bias|" : "") + verify + "|m=" + std::to_string(gemm.m);
 }
 
 void to_json(nlohmann::json& json, const CandidateJob& job) {
-  const Problem& gemm = job.problem.gemm;
   json = nlohmann::json{{"provider", job.provider},
-                        {"format", gemm.format.to_string()},
-                        {"m", gemm.m},
-                        {"n", gemm.n},
-                        {"k", gemm.k},
-                        {"bias", gemm.has_bias},
                         {"config", job.configuration},
                         {"seed", job.prepare.seed},
                         {"full_verify_max_m", job.prepare.full_verify_max_m},
@@ -56,18 +60,38 @@ void to_json(nlohmann::json& json, const CandidateJob& job) {
                         {"verify", job.candidate.verify},
                         {"measure", measure::measure_options_to_json(job.candidate.measure)}};
   if (job.load.cache_directory) json["cache_dir"] = job.load.cache_directory->string();
+  if (job.problem.kind == providers::ProblemKind::Moe) {
+    json["kind"] = "moe";
+    json["moe"] = job.problem.moe.to_json();
+  } else {
+    const Problem& gemm = job.problem.gemm;
+    json["format"] = gemm.format.to_string();
+    json["m"] = gemm.m;
+    json["n"] = gemm.n;
+    json["k"] = gemm.k;
+    json["bias"] = gemm.has_bias;
+  }
 }
 
 void from_json(const nlohmann::json& json, CandidateJob& job) {
   job = CandidateJob{};
   job.provider = job_field(json, "provider", std::string{});
   if (job.provider.empty()) QTUNE_INPUT_ERROR("provider: missing");
-  Problem& gemm = job.problem.gemm;
-  gemm.format = FormatSpec::parse(job_field(json, "format", std::string{}));
-  gemm.m = job_field(json, "m", std::int64_t{0});
-  gemm.n = job_field(json, "n", std::int64_t{0});
-  gemm.k = job_field(json, "k", std::int64_t{0});
-  gemm.has_bias = job_field(json, "bias", false);
+  const std::string kind = job_field(json, "kind", std::string{"dense"});
+  if (kind == "moe") {
+    job.problem.kind = providers::ProblemKind::Moe;
+    if (!json.contains("moe")) QTUNE_INPUT_ERROR("moe: missing (a job of kind moe carries its MoE problem)");
+    job.problem.moe = MoeProblem::from_json(json.at("moe"));
+  } else if (kind == "dense") {
+    Problem& gemm = job.problem.gemm;
+    gemm.format = FormatSpec::parse(job_field(json, "format", std::string{}));
+    gemm.m = job_field(json, "m", std::int64_t{0});
+    gemm.n = job_field(json, "n", std::int64_t{0});
+    gemm.k = job_field(json, "k", std::int64_t{0});
+    gemm.has_bias = job_field(json, "bias", false);
+  } else {
+    QTUNE_INPUT_ERROR("kind: expected dense or moe, got '" + kind + "'");
+  }
   job.configuration = job_field(json, "config", std::string{});
   job.prepare.seed = job_field(json, "seed", job.prepare.seed);
   job.prepare.full_verify_max_m = job_field(json, "full_verify_max_m", job.prepare.full_verify_max_m);

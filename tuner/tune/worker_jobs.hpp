@@ -29,11 +29,13 @@ void register_worker_jobs();
 // The names register_worker_jobs registers, sorted.
 std::vector<std::string> worker_job_names();
 
-// The provider of that name: a kernel family ("mma", "wgmma", "tma") or a cuBLASLt baseline ("cublaslt-f16", ...).
+// The provider of that name: a kernel family ("mma", "wgmma", "tma"), the MoE provider ("mma-moe") or a cuBLASLt
+// baseline ("cublaslt-f16", ...).
 // InputError naming "provider" otherwise.
 providers::Provider& find_provider(const std::string& name);
 
-// The parameters of gemm-prepare and gemm-candidate (prepare uses all but `load` and `candidate`).
+// The parameters of gemm-prepare and gemm-candidate (prepare uses all but `load` and `candidate`). The problem is
+// "kind": "dense" (format, m, n, k, bias; the default) or "moe" (its MoeProblem::to_json under "moe").
 struct CandidateJob {
   std::string provider;
   providers::ProviderProblem problem;

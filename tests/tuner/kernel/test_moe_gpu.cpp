@@ -1,4 +1,5 @@
-// GPU correctness of the mma family's MoE GEMM against the CPU reference (skipped with a reason when there is no GPU):
+// GPU correctness of the mma family's MoE GEMM against the CPU reference, through the MoE provider (skipped with a reason
+// when there is no GPU):
 // token-indexed and both grouped layouts, gate-up and down (token-indexed down: router-weighted rows, then the top-k
 // reduction), uniform, Zipf-skewed and balanced routing, empty experts, T = 1, 16, 64, 300; W4A16 int4 g128, W4A8
 // int4 x fp8 and W8A8 fp8 (fp8 from sm_89), and more formats (zero points, 128x128 blocks, int8, bf16 output).
@@ -7,25 +8,19 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstring>
-#include <map>
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
-#include "kernels/families/mma_layout.hpp"
 #include "kernels/families/mma_moe.hpp"
 #include "kernels/moe.hpp"
-#include "kernels/moe_layout.hpp"
-#include "kernels/moe_reference.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
+#include "tuner/baselines/moe_grouped_baseline.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
-#include "tuner/jit/compiler.hpp"
-#include "tuner/runtime/device.hpp"
-#include "tuner/runtime/memory.hpp"
-#include "tuner/runtime/module.hpp"
+#include "tuner/providers/moe_provider.hpp"
+#include "tuner/providers/pipeline.hpp"
 #include "tuner/runtime/stream.hpp"
 
 namespace qtune {
@@ -50,140 +45,28 @@ std::string label(const MoeCase& c) {
          " " + c.config;
 }
 
-// Runs one case on the GPU; returns "" when it passes, else what went wrong.
-std::string run_case(const MoeCase& c, const jit::Compiler& compiler, const runtime::Stream& stream) {
+// Runs one case on the GPU through the MoE provider (the sequence `qtune tune` runs: prepare, load, poison, launch,
+// verify); returns "" when it passes, else what went wrong.
+std::string run_case(const MoeCase& c, const runtime::Stream& stream) {
   MoeProblem problem{.format = FormatSpec::parse(c.spec), .experts = c.experts, .top_k = c.top_k, .tokens = c.tokens,
                      .n = c.n, .k = c.k, .projection = c.projection, .layout = c.layout};
   problem.routing = RoutingSpec::parse(c.routing, 17);
   const KernelConfig config = KernelConfig::parse(c.config);
-  const int sm = gemm::device_limits().sm;
-  const std::string arch = gemm::nvrtc_arch(sm);
   const RuleVerdict verdict = mma_moe::check(config, problem, gemm::device_limits());
   if (!verdict.valid) return "config refused: " + verdict.rule + " " + verdict.detail;
 
-  const Routing routing = problem.make_routing();
-  const MoeOperands operands = make_moe_operands(problem, routing, 23);
-  const MoeReferenceResult reference = reference_moe(problem, operands);
-  const int bm = config.get("bm");
-  const MoeRowMap map = moe_row_map(c.layout, routing, bm);
-  const int64_t rows = mma_moe::launch_rows(problem, bm, map);
-  const bool token_indexed = c.layout == MoeLayout::TokenIndexed;
-  const bool reduces = token_indexed && c.projection == MoeProjection::Down;
-
-  // Host bytes of every buffer that has input.
-  const mma::DeviceFormat device = mma::device_format(problem.format);
-  PackedBuffers host = mma_moe::prepack_experts(operands.experts, problem.format, problem.n, problem.k);
-  if (token_indexed) {
-    for (auto& [name, bytes] : mma::prepack_activations(operands.activations, device)) host[name] = std::move(bytes);
-  } else {
-    // The grouped layouts read activations already in their rows (padding rows: any row, never read).
-    std::vector<int64_t> source_rows;
-    for (int64_t r = 0; r < map.rows(); ++r) {
-      const int32_t pair = map.row_pair[static_cast<size_t>(r)];
-      source_rows.push_back(pair < 0 ? 0 : input_row_of_pair(c.projection, routing, pair));
-    }
-    for (auto& [name, bytes] : mma::prepack_activations(select_activation_rows(operands.activations, source_rows), device)) {
-      host[name] = std::move(bytes);
-    }
-  }
-  for (auto& [name, bytes] : mma_moe::pack_layout(c.layout, routing, bm)) host[name] = std::move(bytes);
-  std::vector<uint8_t> weights(routing.weights.size() * 4);
-  std::memcpy(weights.data(), routing.weights.data(), weights.size());
-  host["router_weights"] = weights;
-
-  std::map<std::string, runtime::DeviceBuffer> buffers;
-  std::map<std::string, uint64_t> addresses;
-  for (const BufferSpec& spec : mma_moe::buffers(config, problem, rows)) {
-    runtime::DeviceBuffer buffer(spec.bytes);
-    const auto found = host.find(spec.name);
-    if (spec.role == BufferRole::Output) {
-      buffer.fill_bytes(0xFF);  // NaN in f16 and bf16: an element never written is caught
-    } else {
-      buffer.fill_bytes(0);
-      if (found != host.end()) {
-        if (found->second.size() > spec.bytes) return "buffer '" + spec.name + "' holds more than its size";
-        buffer.upload(found->second.data(), found->second.size());
-      }
-    }
-    addresses[spec.name] = buffer.get();
-    buffers.emplace(spec.name, std::move(buffer));
-  }
-
-  jit::CompileRequest request;
-  request.source = mma_moe::instantiation_source(config, problem, arch);
-  request.kernel_name = mma_moe::kernel_name();
-  request.arch = arch;
-  const jit::CompiledKernel compiled = compiler.compile(request);
-  const runtime::Module module(compiled.cubin);
-  const runtime::Kernel kernel = module.kernel(mma_moe::kernel_name());
-  const LaunchGeometry geometry = mma_moe::launch_geometry(config, problem, rows);
-  KernelArguments arguments = mma_moe::pack_arguments(config, problem, rows, addresses);
-  std::vector<void*> pointers = arguments.pointers();
-  kernel.set_max_dynamic_shared_memory(static_cast<int>(geometry.dynamic_shared_bytes));
-  runtime::LaunchConfig launch;
-  launch.grid = {geometry.grid[0], geometry.grid[1], geometry.grid[2]};
-  launch.block = {geometry.block[0], geometry.block[1], geometry.block[2]};
-  launch.dynamic_shared_bytes = geometry.dynamic_shared_bytes;
-  kernel.launch(launch, stream.get(), pointers.data());
-
-  std::optional<runtime::Module> reduce_module;
-  if (reduces) {
-    jit::CompileRequest reduce_request;
-    reduce_request.source = mma_moe::reduce_instantiation_source(problem.format, arch);
-    reduce_request.kernel_name = mma_moe::reduce_kernel_name();
-    reduce_request.arch = arch;
-    reduce_module.emplace(compiler.compile(reduce_request).cubin);
-    const runtime::Kernel reduce = reduce_module->kernel(mma_moe::reduce_kernel_name());
-    const LaunchGeometry reduce_geometry = mma_moe::reduce_launch_geometry(problem);
-    KernelArguments reduce_arguments = mma_moe::pack_reduce_arguments(problem, addresses);
-    std::vector<void*> reduce_pointers = reduce_arguments.pointers();
-    runtime::LaunchConfig reduce_launch;
-    reduce_launch.grid = {reduce_geometry.grid[0], 1, 1};
-    reduce_launch.block = {reduce_geometry.block[0], 1, 1};
-    reduce.launch(reduce_launch, stream.get(), reduce_pointers.data());
-  }
-  stream.synchronize();
-
-  // What the projection delivers, as rows the reference has: pairs (gate-up, grouped down) or tokens (reduced down).
-  ReferenceResult expected;
-  expected.n = problem.n;
-  std::vector<uint16_t> got;
-  std::string padding_problem;
-  if (reduces) {
-    got = buffers.at("reduced").download<uint16_t>(static_cast<size_t>(problem.tokens * problem.n));
-    expected.m = problem.tokens;
-    expected.unrounded = reference.unrounded;
-  } else if (token_indexed) {
-    got = buffers.at("c").download<uint16_t>(static_cast<size_t>(routing.pairs() * problem.n));
-    expected.m = routing.pairs();
-    expected.unrounded = reference.pair_unrounded;
-  } else {
-    const std::vector<uint16_t> layout_rows = buffers.at("c").download<uint16_t>(static_cast<size_t>(rows * problem.n));
-    got.assign(static_cast<size_t>(routing.pairs() * problem.n), 0xFFFF);
-    int64_t written_padding = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int32_t pair = map.row_pair[static_cast<size_t>(r)];
-      for (int64_t j = 0; j < problem.n; ++j) {
-        const uint16_t bits = layout_rows[static_cast<size_t>(r * problem.n + j)];
-        if (pair >= 0) {
-          got[static_cast<size_t>(pair * problem.n + j)] = bits;
-        } else if (bits != 0xFFFF) {
-          ++written_padding;
-        }
-      }
-    }
-    if (written_padding > 0) padding_problem = std::to_string(written_padding) + " elements of padding rows written; ";
-    expected.m = routing.pairs();
-    expected.unrounded = reference.pair_unrounded;
-  }
-  const gemm::Verification verification =
-      gemm::verify_output(got, problem.format.output, expected, default_tolerance(problem.format));
-  if (verification.passed && padding_problem.empty()) return "";
-  return padding_problem + verification.summary() + " [" + std::to_string(compiled.resources.registers) + " regs]";
+  providers::MoeProvider& provider = providers::moe_provider();
+  providers::PrepareOptions prepare;
+  prepare.seed = 23;
+  const std::unique_ptr<providers::Operands> operands = provider.prepare(providers::moe_provider_problem(problem), prepare);
+  providers::LoadOptions load;
+  load.arch = gemm::nvrtc_arch(gemm::device_limits().sm);
+  const std::unique_ptr<providers::Runnable> runnable = provider.load(*operands, config.to_string(), load);
+  const providers::Check check = providers::check_candidate(*runnable, stream.get());
+  return check.passed ? "" : check.summary;
 }
 
 void run_all(const std::vector<MoeCase>& cases) {
-  const jit::Compiler compiler;
   const runtime::Stream stream;
   const int sm = gemm::device_limits().sm;
   int failed = 0, ran = 0;
@@ -192,7 +75,7 @@ void run_all(const std::vector<MoeCase>& cases) {
     ++ran;
     std::string outcome;
     try {
-      outcome = run_case(c, compiler, stream);
+      outcome = run_case(c, stream);
     } catch (const std::exception& error) {
       outcome = std::string("error: ") + error.what();
     }
@@ -288,6 +171,31 @@ TEST(MoeGpu, MoreFormats) {
     }
   }
   run_all(cases);
+}
+
+// The MoE baseline (cuBLAS grouped GEMM, f16 weights dequantized) through the same check: every pair row.
+TEST(MoeGpu, GroupedBaselineMatchesTheReference) {
+  QTUNE_REQUIRE_GPU();
+  const runtime::Stream stream;
+  baselines::MoeGroupedBaselineProvider& provider = baselines::moe_grouped_baseline_provider();
+  int ran = 0;
+  for (const char* spec : {"w4a16-int4-g128", "w4a8-int4-fp8"}) {
+    if (!mma_family().supports(FormatSpec::parse(spec), gemm::device_limits().sm).supported) continue;
+    for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+      for (int64_t tokens : {1, 16, 300}) {
+        MoeProblem problem{.format = FormatSpec::parse(spec), .experts = 16, .top_k = 4, .tokens = tokens, .n = 256,
+                           .k = 512, .projection = projection, .layout = MoeLayout::TokenIndexed};
+        problem.routing = RoutingSpec::parse("zipf:1.5", 17);
+        const auto operands = provider.prepare(providers::moe_provider_problem(problem), providers::PrepareOptions{});
+        const auto runnable = provider.load(*operands, "default", providers::LoadOptions{});
+        const providers::Check check = providers::check_candidate(*runnable, stream.get());
+        std::printf("[ moe baseline ] %-80s %s\n", problem.to_string().c_str(), check.summary.c_str());
+        EXPECT_TRUE(check.passed) << problem.to_string() << ": " << check.summary;
+        ++ran;
+      }
+    }
+  }
+  EXPECT_GT(ran, 0);
 }
 
 }  // namespace

@@ -93,7 +93,49 @@ TEST(WorkerJobs, ABadFieldIsNamed) {
   test_support::expect_input_error([&] { params.get<CandidateJob>(); }, {"provider"});
 }
 
+// A MoE problem travels whole (format, E, top_k, T, N, K, projection, layout, routing and its seed) in one field.
+TEST(WorkerJobs, MoeCandidateJobRoundTripsThroughJson) {
+  CandidateJob job = sample_job();
+  job.provider = "mma-moe";
+  job.problem.kind = providers::ProblemKind::Moe;
+  job.problem.moe = MoeProblem{.format = FormatSpec::parse("w4a8-int4-fp8"), .experts = 256, .top_k = 8, .tokens = 64,
+                               .n = 7168, .k = 2048, .projection = MoeProjection::Down, .layout = MoeLayout::GroupedMasked};
+  job.problem.moe.routing = RoutingSpec::parse("zipf:1.5", 7);
+  const nlohmann::json json = job;
+  EXPECT_EQ(json.at("kind"), "moe");
+  EXPECT_FALSE(json.contains("m")) << "a MoE job carries no dense M";
+  const CandidateJob back = json.get<CandidateJob>();
+  ASSERT_EQ(back.problem.kind, providers::ProblemKind::Moe);
+  EXPECT_EQ(back.problem.moe.to_string(), job.problem.moe.to_string());
+  EXPECT_EQ(back.problem.moe.routing.seed, 7u);
+  EXPECT_EQ(back.operands_key(), job.operands_key());
+  // Another token count, layout or routing seed is another problem's operands; another configuration is not.
+  CandidateJob other = job;
+  other.configuration = "bm=16";
+  EXPECT_EQ(other.operands_key(), job.operands_key());
+  other.problem.moe.tokens = 128;
+  EXPECT_NE(other.operands_key(), job.operands_key());
+  other = job;
+  other.problem.moe.routing.seed = 8;
+  EXPECT_NE(other.operands_key(), job.operands_key());
+  other = job;
+  other.problem.moe.layout = MoeLayout::TokenIndexed;
+  EXPECT_NE(other.operands_key(), job.operands_key());
+
+  nlohmann::json bad = json;
+  bad["kind"] = "sparse";
+  test_support::expect_input_error([&] { bad.get<CandidateJob>(); }, {"kind", "sparse"});
+  bad = json;
+  bad["moe"]["top_k"] = 300;
+  test_support::expect_input_error([&] { bad.get<CandidateJob>(); }, {"top_k"});
+  bad = json;
+  bad.erase("moe");
+  test_support::expect_input_error([&] { bad.get<CandidateJob>(); }, {"moe"});
+}
+
 TEST(WorkerJobs, ProvidersAreFoundByName) {
+  EXPECT_EQ(find_provider("mma-moe").name(), "mma-moe");
+  EXPECT_EQ(find_provider("cublas-grouped-f16").name(), "cublas-grouped-f16");
   EXPECT_EQ(find_provider("mma").name(), "mma");
   EXPECT_EQ(find_provider("tma").name(), "tma");
   EXPECT_EQ(find_provider("cublaslt-f16").name(), "cublaslt-f16");

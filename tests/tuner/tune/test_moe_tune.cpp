@@ -1,0 +1,296 @@
+// The MoE tune on the CPU (docs/moe.md): token buckets and layouts parse with bad input named, a model's moe_expert
+// GEMMs become MoE problems, routing files are checked against every problem before anything runs, the MoE provider's
+// space is the mma family's curated ranges at the rows per expert the routing gives (every configuration passing
+// mma_moe::check), the store keeps MoE problems, results and winners apart from dense ones (schema version 4), and
+// run_moe_tune compiles, measures through its evaluator (a double here), stores every result and the fastest verified
+// winner, and skips a problem with a winner on a rerun.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "db/moe_store.hpp"
+#include "kernels/error.hpp"
+#include "kernels/families/mma_moe.hpp"
+#include "search/gpu_profile.hpp"
+#include "tests/common/expect_error.hpp"
+#include "tests/common/temp_dir.hpp"
+#include "tuner/providers/moe_provider.hpp"
+#include "tuner/tune/moe_tune.hpp"
+
+namespace qtune::tune {
+namespace {
+
+using test_support::expect_input_error;
+using test_support::TempDir;
+
+TEST(MoeTune, TokenBucketsAndLayoutsParseAndNameTheField) {
+  EXPECT_EQ(default_token_buckets(), (std::vector<std::int64_t>{1, 16, 64, 256, 1024, 4096}));
+  EXPECT_EQ(parse_token_list("64, 1,16,64", "--tokens"), (std::vector<std::int64_t>{1, 16, 64}));
+  expect_input_error([] { parse_token_list("1,0,4", "--tokens"); }, {"--tokens", "T = 0"});
+  expect_input_error([] { parse_token_list("-3", "--tokens"); }, {"--tokens", "-3"});
+  expect_input_error([] { parse_token_list("many", "--tokens"); }, {"--tokens", "many"});
+  expect_input_error([] { parse_token_list("2000000", "--tokens"); }, {"--tokens", "2000000"});
+  EXPECT_EQ(parse_layout_list("token-indexed,grouped-masked", "--moe-layout"),
+            (std::vector<MoeLayout>{MoeLayout::TokenIndexed, MoeLayout::GroupedMasked}));
+  expect_input_error([] { parse_layout_list("scattered", "--moe-layout"); }, {"--moe-layout", "scattered"});
+}
+
+TEST(MoeTune, DeepSeekV3ExpertsBecomeMoeProblemsOverTokenBuckets) {
+  const search::ModelShapes model = search::model_shapes_by_name("deepseek-v3");
+  const std::vector<MoeProblem> problems =
+      moe_problems_of_model(model, 1, {FormatSpec::parse("w4a16-int4-g128")}, default_token_buckets(),
+                            {MoeLayout::TokenIndexed}, RoutingSpec{});
+  ASSERT_EQ(problems.size(), 12u);  // gate-up and down, 6 token buckets each
+  std::map<std::string, int> by_projection;
+  for (const MoeProblem& problem : problems) {
+    EXPECT_EQ(problem.experts, 256);
+    EXPECT_EQ(problem.top_k, 8);
+    EXPECT_EQ(problem.routing.kind, RoutingKind::Uniform);
+    EXPECT_EQ(problem.routing.seed, 1u);
+    ++by_projection[std::string(moe_projection_name(problem.projection))];
+    if (problem.projection == MoeProjection::GateUp) {
+      EXPECT_EQ(problem.n, 4096);
+      EXPECT_EQ(problem.k, 7168);
+    } else {
+      EXPECT_EQ(problem.n, 7168);
+      EXPECT_EQ(problem.k, 2048);
+    }
+  }
+  EXPECT_EQ(by_projection["gate-up"], 6);
+  EXPECT_EQ(by_projection["down"], 6);
+  // A dense model has none.
+  EXPECT_TRUE(moe_problems_of_model(search::model_shapes_by_name("llama-3-70b"), 1, {FormatSpec::parse("w4a16-int4-g128")},
+                                    default_token_buckets(), {MoeLayout::TokenIndexed}, RoutingSpec{})
+                  .empty());
+}
+
+// Bad routing files are refused before anything runs, naming the file's field.
+TEST(MoeTune, RoutingFilesAreCheckedAgainstEveryProblem) {
+  TempDir dir;
+  const search::ModelShapes model = search::model_shapes_by_name("mixtral-8x7b");  // 8 experts, top-2
+  auto problems_with = [&](const nlohmann::json& document, std::vector<std::int64_t> tokens) {
+    const std::string file = (dir / "routing.json").string();
+    std::ofstream(file) << document.dump();
+    return moe_problems_of_model(model, 1, {FormatSpec::parse("w4a16-int4-g128")}, tokens, {MoeLayout::TokenIndexed},
+                                 RoutingSpec::parse("file:" + file));
+  };
+  const nlohmann::json good = {{"experts", 8}, {"top_k", 2}, {"ids", {{0, 3}, {5, 1}, {3, 7}}}};
+  EXPECT_EQ(problems_with(good, {3}).size(), 2u);  // gate-up and down at T = 3
+  expect_input_error([&] { problems_with(good, {3, 4}); }, {"ids", "3 rows", "4 tokens"});
+  nlohmann::json out_of_range = good;
+  out_of_range["ids"][1][1] = 8;
+  expect_input_error([&] { problems_with(out_of_range, {3}); }, {"ids[1][1]", "out of range"});
+  nlohmann::json too_many = good;
+  too_many["top_k"] = 9;
+  expect_input_error([&] { problems_with(too_many, {3}); }, {"top_k"});
+  nlohmann::json other_experts = good;
+  other_experts["experts"] = 16;
+  expect_input_error([&] { problems_with(other_experts, {3}); }, {"experts"});
+}
+
+MoeProblem small_problem(std::int64_t tokens, MoeProjection projection = MoeProjection::GateUp) {
+  return MoeProblem{.format = FormatSpec::parse("w4a16-int4-g128"), .experts = 8, .top_k = 2, .tokens = tokens, .n = 256,
+                    .k = 512, .projection = projection, .layout = MoeLayout::TokenIndexed};
+}
+
+TEST(MoeProvider, SpaceIsTheCuratedRangesAtTheRowsPerExpert) {
+  const ArchLimits limits = search::limits_of_profile(search::gpu_profile_by_name("h200"));
+  providers::MoeProvider& provider = providers::moe_provider();
+  MoeProblem decode = small_problem(1);
+  decode.experts = 256;
+  decode.top_k = 8;
+  decode.n = 4096;
+  decode.k = 7168;
+  EXPECT_EQ(providers::rows_per_expert(decode.make_routing()), 1);
+  const providers::ProviderSpace small = provider.enumerate(providers::moe_provider_problem(decode), limits, {}, nullptr);
+  ASSERT_FALSE(small.configurations.empty());
+  for (const std::string& text : small.configurations) {
+    const KernelConfig config = KernelConfig::parse(text);
+    EXPECT_EQ(config.get("bm"), 16) << text;
+    EXPECT_TRUE(mma_moe::check(config, decode, limits).valid) << text;
+  }
+  MoeProblem prefill = decode;
+  prefill.tokens = 4096;  // 32768 pairs over 256 experts: 128 rows each
+  EXPECT_EQ(providers::rows_per_expert(prefill.make_routing()), 128);
+  const providers::ProviderSpace large = provider.enumerate(providers::moe_provider_problem(prefill), limits, {}, nullptr);
+  ASSERT_FALSE(large.configurations.empty());
+  for (const std::string& text : large.configurations) EXPECT_GE(KernelConfig::parse(text).get("bm"), 64) << text;
+  // A budget spreads the space; named values replace the curated ones.
+  providers::SpaceRequest request;
+  request.max_configs = 5;
+  request.parameter_values["split"] = {1};
+  const providers::ProviderSpace narrowed = provider.enumerate(providers::moe_provider_problem(decode), limits, request, nullptr);
+  EXPECT_EQ(narrowed.configurations.size(), 5u);
+  for (const std::string& text : narrowed.configurations) EXPECT_EQ(KernelConfig::parse(text).get("split"), 1) << text;
+  EXPECT_GT(narrowed.total, narrowed.configurations.size());
+  // Dense problems are not the MoE provider's.
+  providers::ProviderProblem dense;
+  dense.gemm = Problem{FormatSpec::parse("w4a16-int4-g128"), 16, 256, 512, false};
+  EXPECT_THROW(provider.enumerate(dense, limits, {}, nullptr), UnsupportedError);
+}
+
+db::RunInfo test_run() {
+  db::RunInfo info;
+  info.kind = "tune-moe";
+  info.tool_version = "test";
+  info.git_sha = "test";
+  info.gpu_profile = "h200";
+  return info;
+}
+
+TEST(MoeStore, ProblemsResultsAndWinnersLiveBesideTheDenseOnes) {
+  TempDir dir;
+  db::Store store = db::Store::open(dir / "q.db");
+  EXPECT_EQ(store.schema_version(), 4);
+  const db::MoeProblemKey key = moe_problem_key(small_problem(16));
+  const db::MoeProblemId id = db::upsert_moe_problem(store, key);
+  EXPECT_EQ(db::upsert_moe_problem(store, key), id);
+  db::MoeProblemKey other = key;
+  other.layout = "grouped-contiguous";
+  EXPECT_NE(db::upsert_moe_problem(store, other), id);
+  const auto stored = db::get_moe_problem(store, id);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(static_cast<const db::MoeProblemKey&>(*stored), key);
+  // A dense problem of the same N x K at M = T is another row of another table.
+  store.upsert_problem(db::Problem{key.format, 16, 256, 512});
+  EXPECT_EQ(store.list_problems().size(), 1u);
+  EXPECT_EQ(db::list_moe_problems(store).size(), 2u);
+
+  const db::RunId run = store.insert_run(test_run());
+  const db::ConfigId fast = store.upsert_config({db::ConfigKind::Kernel, "mma-moe", R"({"bm":16})", "h"});
+  const db::ConfigId wrong = store.upsert_config({db::ConfigKind::Kernel, "mma-moe", R"({"bm":32})", "h"});
+  db::MoeResult result{.run = run, .problem = id, .config = fast, .outcome = "measured", .verified = true, .median_us = 5.0};
+  db::insert_moe_result(store, result);
+  db::insert_moe_result(store, {.run = run, .problem = id, .config = wrong, .outcome = "verification-failed"});
+  EXPECT_THROW(db::insert_moe_result(store, {.run = run, .problem = id, .config = fast, .outcome = "measured"}), Error);
+  EXPECT_EQ(db::list_moe_results(store, id, "h200").size(), 2u);
+  EXPECT_TRUE(db::list_moe_results(store, id, "l40s").empty());
+  EXPECT_THROW(db::set_moe_winner(store, {run, id, wrong, 1.0, "fastest"}), Error);  // failed verification
+  db::set_moe_winner(store, {run, id, fast, 5.0, "fastest"});
+  const auto winner = db::get_moe_winner(store, id, "h200");
+  ASSERT_TRUE(winner.has_value());
+  EXPECT_EQ(winner->config, fast);
+  EXPECT_EQ(db::list_moe_winners(store).size(), 1u);
+  EXPECT_TRUE(store.check().empty());
+}
+
+TEST(MoeStore, MergeCopiesMoeRowsOnce) {
+  TempDir dir;
+  {
+    db::Store source = db::Store::open(dir / "a.db");
+    const db::MoeProblemId id = db::upsert_moe_problem(source, moe_problem_key(small_problem(64)));
+    const db::RunId run = source.insert_run(test_run());
+    const db::ConfigId config = source.upsert_config({db::ConfigKind::Kernel, "mma-moe", R"({"bm":64})", "h"});
+    db::insert_moe_result(source, {.run = run, .problem = id, .config = config, .outcome = "measured", .verified = true,
+                                   .median_us = 7.5});
+    db::set_moe_winner(source, {run, id, config, 7.5, "fastest"});
+  }
+  db::Store target = db::Store::open(dir / "b.db");
+  db::upsert_moe_problem(target, moe_problem_key(small_problem(1)));  // ids differ between the files
+  target.merge(dir / "a.db");
+  target.merge(dir / "a.db");  // twice: nothing more
+  const std::vector<db::MoeProblemRecord> problems = db::list_moe_problems(target);
+  ASSERT_EQ(problems.size(), 2u);
+  const db::MoeProblemId merged = problems.at(1).id;
+  EXPECT_EQ(problems.at(1).tokens, 64);
+  EXPECT_EQ(db::list_moe_results(target, merged, "h200").size(), 1u);
+  const auto winner = db::get_moe_winner(target, merged, "h200");
+  ASSERT_TRUE(winner.has_value());
+  EXPECT_DOUBLE_EQ(winner->median_us, 7.5);
+  EXPECT_TRUE(target.check().empty());
+}
+
+// The whole MoE tune with a double for the worker: every candidate's result is stored, the fastest verified one wins,
+// a failed verification never does, and a rerun skips the problem.
+TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
+  TempDir dir;
+  const search::GpuProfile profile = search::gpu_profile_by_name("h200");
+  const TuneTarget target = target_from_profile(profile);
+  MoeTuneOptions options;
+  options.problems = {small_problem(16, MoeProjection::Down)};  // token-indexed down: the reduction compiles too
+  options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}}, {"wm", {1}}, {"wn", {4}},
+                                    {"wk", {1}},  {"stages", {4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
+  jit::CompilerSettings settings;
+  settings.cache_directory = std::filesystem::path(QTUNE_BINARY_DIR) / "test-cache";
+  settings.threads = 2;
+  const jit::Compiler compiler(settings);
+  MoeTuneServices services;
+  services.compiler = &compiler;
+  options.baseline = "cublas-grouped-f16";
+  std::vector<CandidateJob> jobs;
+  services.evaluate = [&jobs](const CandidateJob& job, double) {
+    jobs.push_back(job);
+    providers::CandidateResult result;
+    if (job.provider == "cublas-grouped-f16") {  // faster than every candidate, but a baseline never wins
+      result.outcome = providers::CandidateOutcome::Measured;
+      result.verified = true;
+      result.measurement.median_us = 1.0;
+      result.measurement.samples_us = {1.0};
+      return result;
+    }
+    const int split = KernelConfig::parse(job.configuration).get("split");
+    if (split == 4) {  // the fastest would be split 4, but it computes wrong results
+      result.outcome = providers::CandidateOutcome::VerificationFailed;
+      result.verified = true;
+      return result;
+    }
+    result.outcome = providers::CandidateOutcome::Measured;
+    result.verified = true;
+    result.measurement.median_us = split == 2 ? 3.0 : 4.0;
+    result.measurement.samples_us = {result.measurement.median_us};
+    return result;
+  };
+  const MoeTuneReport report = run_moe_tune(options, target, dir / "q.db", services);
+  ASSERT_EQ(report.reports.size(), 1u);
+  const MoeProblemReport& problem = report.reports.front();
+  EXPECT_EQ(problem.candidates, 3u);
+  EXPECT_EQ(problem.measured, 2u);
+  EXPECT_EQ(problem.invalid, 1u);
+  ASSERT_TRUE(problem.winner.has_value());
+  EXPECT_EQ(problem.winner->get("split"), 2);
+  EXPECT_DOUBLE_EQ(problem.winner_us, 3.0);
+  const Routing routing = options.problems.front().make_routing();
+  EXPECT_EQ(problem.experts_touched, routing.experts_touched());
+  EXPECT_EQ(problem.rows_per_expert, providers::rows_per_expert(routing));
+  // The touched experts' int4 weights and f16 group scales at least, and the outputs.
+  EXPECT_GT(problem.winner_bytes, static_cast<std::uint64_t>(routing.experts_touched()) * (256 * 512 / 2 + 256 * 512 / 128 * 2));
+  ASSERT_TRUE(problem.baseline_us.has_value());
+  EXPECT_DOUBLE_EQ(*problem.baseline_us, 1.0);
+  ASSERT_EQ(jobs.size(), 4u);
+  EXPECT_EQ(jobs.back().provider, "cublas-grouped-f16");
+  EXPECT_EQ(jobs.back().configuration, "default");
+  jobs.pop_back();
+  for (const CandidateJob& job : jobs) {
+    EXPECT_EQ(job.provider, "mma-moe");
+    EXPECT_EQ(job.problem.kind, providers::ProblemKind::Moe);
+    EXPECT_EQ(job.problem.moe.to_string(), options.problems.front().to_string());
+    EXPECT_FALSE(job.load.expected_cache_key.empty()) << "the worker loads what the tune compiled";
+  }
+  {
+    db::Store store = db::Store::open(dir / "q.db");
+    const std::vector<db::MoeProblemRecord> problems = db::list_moe_problems(store);
+    ASSERT_EQ(problems.size(), 1u);
+    const std::vector<db::MoeResult> results = db::list_moe_results(store, problems.front().id, "h200");
+    ASSERT_EQ(results.size(), 4u);
+    EXPECT_EQ(results.back().phase, "baseline");
+    EXPECT_EQ(store.get_config(results.back().config)->kind, db::ConfigKind::Baseline);
+    const auto winner = db::get_moe_winner(store, problems.front().id, "h200");
+    ASSERT_TRUE(winner.has_value());
+    EXPECT_DOUBLE_EQ(winner->median_us, 3.0);
+    EXPECT_EQ(store.get_config(winner->config)->family, "mma-moe");
+  }
+  // A rerun keeps the winner and measures nothing.
+  jobs.clear();
+  const MoeTuneReport again = run_moe_tune(options, target, dir / "q.db", services);
+  ASSERT_EQ(again.reports.size(), 1u);
+  EXPECT_TRUE(again.reports.front().skipped);
+  EXPECT_TRUE(jobs.empty());
+}
+
+}  // namespace
+}  // namespace qtune::tune

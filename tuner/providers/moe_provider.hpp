@@ -1,0 +1,61 @@
+#pragma once
+// The mma family's MoE GEMM (kernels/families/mma_moe.hpp, docs/moe.md) as a provider, "mma-moe": problems of kind
+// Moe. Its space is the mma family's parameter space (curated at the rows per expert the routing gives) kept by
+// mma_moe::check; its operands are the routing, seeded quantized activations and experts, every expert's prepacked
+// weights on the device (experts nobody routes to are 0xFF: NaN scales) and the CPU reference of every output row; a
+// configuration is the GEMM (and, for the token-indexed down projection, the top-k reduction) loaded from the kernel
+// cache. Each configuration gets its own layout tables (they depend on bm) and output buffers, poisoned with NaN;
+// a grouped layout's padding rows must stay unwritten.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/moe.hpp"
+#include "kernels/moe_layout.hpp"
+#include "tuner/jit/compiler.hpp"
+#include "tuner/providers/provider.hpp"
+
+namespace qtune::providers {
+
+inline constexpr const char* kMoeProviderName = "mma-moe";
+
+class MoeProvider final : public Provider {
+ public:
+  MoeProvider();
+  ~MoeProvider() override;
+  std::string name() const override { return kMoeProviderName; }
+
+  ProviderSpace enumerate(const ProviderProblem& problem, const ArchLimits& limits, const SpaceRequest& request,
+                          Operands* prepared) const override;
+  std::unique_ptr<Operands> prepare(const ProviderProblem& problem, const PrepareOptions& options) override;
+  std::unique_ptr<Runnable> load(Operands& operands, const std::string& configuration, const LoadOptions& options) override;
+
+ private:
+  struct Cache;
+  std::unique_ptr<Cache> cache_;  // quantized experts (reused across token counts) and the JIT of the last cache directory
+};
+
+// The one MoE provider (never destroyed: its compiler and experts may be used until exit).
+MoeProvider& moe_provider();
+
+// A ProviderProblem of kind Moe.
+ProviderProblem moe_provider_problem(const MoeProblem& problem);
+
+// The compile requests of a configuration (the tune's compile step and the worker's load build the same ones, so the
+// worker finds the parent's cubins in the kernel cache): the GEMM, and the top-k reduction, which only the
+// token-indexed down projection launches (moe_reduces).
+jit::CompileRequest moe_compile_request(const KernelConfig& config, const MoeProblem& problem, const std::string& arch);
+jit::CompileRequest moe_reduce_compile_request(const MoeProblem& problem, const std::string& arch);
+bool moe_reduces(const MoeProblem& problem);
+
+// The rows per touched expert the routing gives, rounded up: pairs / experts with at least one pair. The curated
+// ranges of the mma family at this M are the MoE space's (a block never holds two experts).
+std::int64_t rows_per_expert(const Routing& routing);
+
+// The bytes a launch of `config` must move at least once (issue 17's bandwidth targets): every touched expert's
+// prepacked weights, scales, zero points and global scale, the activations the GEMM reads (token-indexed: the input
+// rows once; grouped: the gathered rows) and the projection's outputs in the output type (gate-up: a row per pair;
+// down: a row per token). Layout tables and the down projection's intermediate rows are not counted.
+std::uint64_t moe_compulsory_bytes(const MoeProblem& problem, const Routing& routing, const KernelConfig& config);
+
+}  // namespace qtune::providers

@@ -1,0 +1,317 @@
+#include "tuner/tune/moe_tune.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
+#include "tuner/providers/moe_provider.hpp"
+#include "tuner/tune/records.hpp"
+
+namespace qtune::tune {
+
+namespace {
+
+constexpr std::int64_t kMaxTokens = std::int64_t{1} << 20;
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    items.push_back(item);
+  }
+  return items;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> default_token_buckets() { return {1, 16, 64, 256, 1024, 4096}; }
+
+std::vector<std::int64_t> parse_token_list(const std::string& text, const std::string& field) {
+  std::set<std::int64_t> tokens;
+  for (const std::string& item : split_list(text)) {
+    std::size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size()) QTUNE_INPUT_ERROR(field + ": expected token counts such as 1,16,64, got '" + item + "'");
+    if (value == 0) QTUNE_INPUT_ERROR(field + ": T = 0 tokens is no MoE problem (token counts are 1 to 2^20)");
+    if (value < 0 || value > kMaxTokens) {
+      QTUNE_INPUT_ERROR(field + ": " + item + " tokens is outside 1 to " + std::to_string(kMaxTokens));
+    }
+    tokens.insert(value);
+  }
+  if (tokens.empty()) QTUNE_INPUT_ERROR(field + ": no token counts");
+  return {tokens.begin(), tokens.end()};
+}
+
+std::vector<MoeLayout> parse_layout_list(const std::string& text, const std::string& field) {
+  std::vector<MoeLayout> layouts;
+  for (const std::string& item : split_list(text)) {
+    const MoeLayout layout = parse_moe_layout(item, field);
+    if (std::find(layouts.begin(), layouts.end(), layout) == layouts.end()) layouts.push_back(layout);
+  }
+  if (layouts.empty()) QTUNE_INPUT_ERROR(field + ": no layouts");
+  return layouts;
+}
+
+MoeProjection projection_of(const search::ShardedGemm& gemm) {
+  return gemm.name.find("down") != std::string::npos ? MoeProjection::Down : MoeProjection::GateUp;
+}
+
+std::vector<MoeProblem> moe_problems_of_model(const search::ModelShapes& model, int tp, const std::vector<FormatSpec>& formats,
+                                              const std::vector<std::int64_t>& tokens, const std::vector<MoeLayout>& layouts,
+                                              const RoutingSpec& routing, const std::string& tp_field) {
+  // Distinct expert GEMMs: two layers' experts of the same shape are one problem.
+  std::vector<search::ShardedGemm> gemms;
+  for (const search::ShardedGemm& gemm : search::sharded_gemms(model, tp, tp_field)) {
+    if (gemm.kind != search::GemmKind::MoeExpert) continue;
+    const bool seen = std::any_of(gemms.begin(), gemms.end(), [&](const search::ShardedGemm& other) {
+      return other.n == gemm.n && other.k == gemm.k && other.experts == gemm.experts && other.top_k == gemm.top_k &&
+             projection_of(other) == projection_of(gemm);
+    });
+    if (!seen) gemms.push_back(gemm);
+  }
+  std::vector<MoeProblem> problems;
+  for (const FormatSpec& format : formats) {
+    for (const search::ShardedGemm& gemm : gemms) {
+      for (std::int64_t t : tokens) {
+        for (MoeLayout layout : layouts) {
+          MoeProblem problem{.format = format, .experts = gemm.experts, .top_k = gemm.top_k, .tokens = t, .n = gemm.n,
+                             .k = gemm.k, .projection = projection_of(gemm), .layout = layout, .routing = routing};
+          problem.validate();
+          problems.push_back(problem);
+        }
+      }
+    }
+  }
+  // A routing file is read and checked against every problem once here (its E, top_k and T must agree).
+  if (routing.kind == RoutingKind::File) {
+    for (const MoeProblem& problem : problems) static_cast<void>(problem.make_routing());
+  }
+  return problems;
+}
+
+db::MoeProblemKey moe_problem_key(const MoeProblem& problem) {
+  db::MoeProblemKey key;
+  key.format = problem.format.to_string();
+  key.experts = problem.experts;
+  key.top_k = problem.top_k;
+  key.tokens = problem.tokens;
+  key.n = problem.n;
+  key.k = problem.k;
+  key.projection = std::string(moe_projection_name(problem.projection));
+  key.layout = std::string(moe_layout_name(problem.layout));
+  key.routing = problem.routing.to_string();
+  key.seed = problem.routing.seed;
+  return key;
+}
+
+namespace {
+
+struct CompiledCandidate {
+  KernelConfig config;
+  std::string cache_key;
+};
+
+// Compiles every configuration (and the reduction, when the problem launches one) into the kernel cache; keeps those
+// that compiled without spilling.
+std::vector<CompiledCandidate> compile_candidates(const std::vector<std::string>& configurations, const MoeProblem& problem,
+                                                  const std::string& arch, const jit::Compiler& compiler,
+                                                  MoeProblemReport& report) {
+  std::vector<jit::CompileRequest> requests;
+  std::vector<KernelConfig> configs;
+  for (const std::string& text : configurations) {
+    configs.push_back(KernelConfig::parse(text, mma_family().name()));
+    requests.push_back(providers::moe_compile_request(configs.back(), problem, arch));
+  }
+  if (providers::moe_reduces(problem)) requests.push_back(providers::moe_reduce_compile_request(problem, arch));
+  const std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(requests);
+  if (providers::moe_reduces(problem) && !outcomes.back().kernel) std::rethrow_exception(outcomes.back().error);
+  std::vector<CompiledCandidate> compiled;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const std::optional<jit::CompiledKernel>& kernel = outcomes[i].kernel;
+    if (!kernel || kernel->resources.spill_store_bytes > 0 || kernel->resources.spill_load_bytes > 0) {
+      ++report.compile_failures;
+      continue;
+    }
+    compiled.push_back({configs[i], kernel->cache_key});
+  }
+  return compiled;
+}
+
+// The job of one configuration of a provider on a MoE problem, measured as the winners are.
+CandidateJob moe_job(const std::string& provider, const providers::ProviderProblem& problem, const std::string& configuration,
+                     const MoeTuneServices& services) {
+  CandidateJob job;
+  job.provider = provider;
+  job.problem = problem;
+  job.configuration = configuration;
+  job.prepare.seed = services.measure.seed;
+  job.prepare.device = 0;  // the worker sees its one GPU
+  job.load.cache_directory = services.cache_directory;
+  job.candidate.verify = services.measure.verify;
+  job.candidate.measure = services.measure.full_fidelity;
+  return job;
+}
+
+// One result row of a candidate; returns whether it was verified and measured.
+bool store_result(db::Store& store, const db::KernelConfig& record, const providers::CandidateResult& result, db::RunId run,
+                  db::MoeProblemId problem, const std::string& phase, db::ConfigId& config) {
+  db::MoeResult row;
+  row.run = run;
+  row.problem = problem;
+  row.outcome = providers::to_string(result.outcome);
+  row.verified = result.verified;
+  row.max_rel_error = result.max_rel_error;
+  row.tolerance = result.tolerance;
+  row.rows_checked = result.rows_checked;
+  row.phase = phase;
+  row.message = result.outcome == providers::CandidateOutcome::Measured ? result.verification_summary : result.message;
+  const bool timed = result.outcome == providers::CandidateOutcome::Measured && std::isfinite(result.measurement.median_us) &&
+                     result.measurement.median_us > 0;
+  if (timed) {
+    row.median_us = result.measurement.median_us;
+    row.ci_low_us = result.measurement.ci_low_us;
+    row.ci_high_us = result.measurement.ci_high_us;
+    row.sample_count = static_cast<std::int64_t>(result.measurement.samples_us.size());
+  } else if (result.outcome == providers::CandidateOutcome::Measured) {
+    row.outcome = "error";  // nothing was timed: no measured row without a median
+  }
+  auto transaction = store.transaction();
+  config = store.upsert_config(record);
+  row.config = config;
+  db::insert_moe_result(store, row);
+  transaction.commit();
+  return timed && result.verified;
+}
+
+std::optional<double> measure_baseline(const std::string& baseline, const providers::ProviderProblem& problem, double timeout_s,
+                                       MoeTuneServices& services, db::Store& store, db::RunId run, db::MoeProblemId problem_id) {
+  const CandidateJob job = moe_job(baseline, problem, "default", services);
+  const providers::CandidateResult result = services.evaluate(job, timeout_s);
+  db::KernelConfig record;
+  record.kind = db::ConfigKind::Baseline;
+  record.family = baseline;
+  record.params_json = "{}";
+  db::ConfigId config{};
+  if (!store_result(store, record, result, run, problem_id, "baseline", config)) return std::nullopt;
+  return result.measurement.median_us;
+}
+
+}  // namespace
+
+MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& target, const std::filesystem::path& database,
+                           MoeTuneServices& services, const std::atomic<bool>* stop) {
+  if (services.compiler == nullptr) QTUNE_THROW(Error, "run_moe_tune: no compiler");
+  if (!options.dry_run && !services.evaluate) QTUNE_THROW(Error, "run_moe_tune: no measuring backend");
+  db::Store store = db::Store::open(database);
+  db::RunInfo info = run_info_of_this_build("tune-moe");
+  info.cuda_version = target.cuda_version;
+  info.driver_version = target.driver_version;
+  info.gpu_name = target.gpu_name;
+  info.gpu_uuid = target.gpu_uuid;
+  info.gpu_profile = target.gpu_profile;
+  info.sm = target.limits.sm;
+  info.sm_count = target.limits.sm_count;
+  info.sm_clock_mhz = target.sm_clock_mhz;
+  info.mem_clock_mhz = target.mem_clock_mhz;
+  info.command_line = options.command_line;
+  if (info.gpu_key().empty()) QTUNE_INPUT_ERROR("gpu: neither a profile nor a device name");
+  MoeTuneReport report;
+  report.gpu = info.gpu_key();
+  report.run = store.insert_run(info);
+  const std::string source_hash = kernel_source_hash(mma_family());
+  const providers::MoeProvider& provider = providers::moe_provider();
+
+  for (const MoeProblem& problem : options.problems) {
+    if (stop != nullptr && stop->load()) {
+      report.interrupted = true;
+      break;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    MoeProblemReport problem_report;
+    problem_report.problem = problem;
+    const db::MoeProblemId problem_id = db::upsert_moe_problem(store, moe_problem_key(problem));
+    if (!options.retune && !options.dry_run) {
+      if (const auto winner = db::get_moe_winner(store, problem_id, report.gpu)) {
+        problem_report.skipped = true;
+        problem_report.winner_us = winner->median_us;
+        if (const auto config = store.get_config(winner->config)) {
+          problem_report.winner = KernelConfig::from_json(
+              nlohmann::json{{"family", mma_family().name()}, {"params", nlohmann::json::parse(config->params_json)}});
+        }
+        report.reports.push_back(problem_report);
+        if (services.problem_finished) services.problem_finished(problem_report);
+        continue;
+      }
+    }
+    const providers::ProviderProblem provider_problem = providers::moe_provider_problem(problem);
+    const Routing routing = problem.make_routing();
+    problem_report.experts_touched = routing.experts_touched();
+    problem_report.rows_per_expert = providers::rows_per_expert(routing);
+    const providers::ProviderSpace space = provider.enumerate(provider_problem, target.limits, options.space, nullptr);
+    problem_report.space_total = space.total;
+    problem_report.removed_by_rule = space.removed_by_rule;
+    const std::vector<CompiledCandidate> candidates =
+        compile_candidates(space.configurations, problem, target.arch, *services.compiler, problem_report);
+    problem_report.candidates = candidates.size();
+
+    std::optional<std::pair<KernelConfig, double>> best;
+    db::ConfigId best_config{};
+    if (!options.dry_run) {
+      for (const CompiledCandidate& candidate : candidates) {
+        if (stop != nullptr && stop->load()) {
+          report.interrupted = true;
+          break;
+        }
+        CandidateJob job = moe_job(providers::kMoeProviderName, provider_problem, candidate.config.to_string(), services);
+        job.load.arch = target.arch;
+        job.load.expected_cache_key = candidate.cache_key;
+        const providers::CandidateResult result = services.evaluate(job, options.timeout_s);
+        db::KernelConfig record = config_record(candidate.config, source_hash);
+        record.family = providers::kMoeProviderName;  // MoE configs never mix with the dense family's priors
+        db::ConfigId config{};
+        const bool measured = store_result(store, record, result, report.run, problem_id, "exhaustive", config);
+        if (measured) {
+          ++problem_report.measured;
+          if (!best || result.measurement.median_us < best->second) {
+            best = std::make_pair(candidate.config, result.measurement.median_us);
+            best_config = config;
+          }
+        } else {
+          ++problem_report.invalid;
+        }
+      }
+      if (!options.baseline.empty() && !report.interrupted) {
+        problem_report.baseline_us = measure_baseline(options.baseline, provider_problem, options.timeout_s, services,
+                                                      store, report.run, problem_id);
+      }
+      if (best) {
+        db::set_moe_winner(store, db::MoeWinner{report.run, problem_id, best_config, best->second,
+                                                "fastest of " + std::to_string(problem_report.measured) + " verified"});
+        problem_report.winner = best->first;
+        problem_report.winner_us = best->second;
+        problem_report.winner_bytes = providers::moe_compulsory_bytes(problem, routing, best->first);
+        ++report.winners;
+      }
+    }
+    problem_report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    report.reports.push_back(problem_report);
+    if (services.problem_finished) services.problem_finished(problem_report);
+    if (report.interrupted) break;
+  }
+  store.finish_run(report.run, report.interrupted ? db::RunStatus::Interrupted : db::RunStatus::Completed);
+  return report;
+}
+
+}  // namespace qtune::tune

@@ -1,0 +1,115 @@
+#pragma once
+// `qtune tune` of mixture-of-experts GEMMs (docs/moe.md): a model's moe_expert GEMMs become MoE problems over token
+// buckets (T = 1, 16, 64, 256, 1024, 4096 by default), each with its routing (uniform, seed 1, unless --routing) and
+// layout, tuned through the MoE provider ("mma-moe", tuner/providers/moe_provider.hpp). Per problem:
+//   plan     the provider's space (the mma family's curated ranges at the rows per expert the routing gives, kept by
+//            mma_moe::check), spread evenly to the evaluation budget;
+//   compile  every configuration's GEMM (and the token-indexed down projection's reduction) into the kernel cache the
+//            worker loads from; configurations that fail to compile or spill are dropped;
+//   measure  each one in the measuring worker (prepare once, then poison, launch, verify every output row, measure),
+//            one result row per candidate (db/moe_store.hpp) in its own transaction;
+//   finish   the fastest verified configuration is the winner of (format, E, top-k, N, K, T, layout, projection,
+//            routing) on this GPU.
+// The search is exhaustive over that space: the model strategy's cost model has no MoE features yet, so
+// `--strategy model` (or random, halving) is refused for MoE problems. A problem with a stored winner is skipped
+// unless retune.
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "db/moe_store.hpp"
+#include "kernels/family.hpp"
+#include "kernels/moe.hpp"
+#include "search/model_shapes.hpp"
+#include "tuner/jit/compiler.hpp"
+#include "tuner/providers/provider.hpp"
+#include "tuner/tune/backend.hpp"
+#include "tuner/tune/tuner.hpp"
+#include "tuner/tune/worker_jobs.hpp"
+
+namespace qtune::tune {
+
+// The MoE baselines a tune may measure beside its candidates (tuner/baselines/moe_grouped_baseline.hpp).
+inline constexpr const char* kMoeBaselines[] = {"cublas-grouped-f16"};
+
+// T = 1, 16, 64, 256, 1024, 4096.
+std::vector<std::int64_t> default_token_buckets();
+// "1,16,64": positive token counts (at most 2^20), ascending and distinct after sorting. InputError naming `field`
+// (a T of 0 is refused: "--tokens: T = 0 ...").
+std::vector<std::int64_t> parse_token_list(const std::string& text, const std::string& field);
+// "token-indexed,grouped-contiguous": InputError naming `field`.
+std::vector<MoeLayout> parse_layout_list(const std::string& text, const std::string& field);
+
+// Which projection a model's expert GEMM is: its name says down ("experts.down_proj"), else gate-up.
+MoeProjection projection_of(const search::ShardedGemm& gemm);
+
+// The MoE problems of a model's moe_expert GEMMs at `tp`: formats x distinct expert GEMMs x token buckets x layouts,
+// with `routing`. Every problem is validated and its routing made once, so bad input (top_k > E, a routing file of the
+// wrong length or with ids out of range, T = 0) is an InputError naming the field before anything runs.
+std::vector<MoeProblem> moe_problems_of_model(const search::ModelShapes& model, int tp, const std::vector<FormatSpec>& formats,
+                                              const std::vector<std::int64_t>& tokens, const std::vector<MoeLayout>& layouts,
+                                              const RoutingSpec& routing, const std::string& tp_field = "--tp");
+
+// The store's key of a MoE problem.
+db::MoeProblemKey moe_problem_key(const MoeProblem& problem);
+
+struct MoeTuneOptions {
+  std::vector<MoeProblem> problems;
+  providers::SpaceRequest space;  // curated or whole, narrowed parameters, max_configs = the evaluation budget
+  double timeout_s = 30;          // per candidate (load, verify, measure)
+  bool dry_run = false;           // plan and compile only; nothing is stored but the run
+  bool retune = false;            // search problems again even when they have a winner
+  std::string command_line;
+  // A MoE baseline provider ("cublas-grouped-f16") measured once per problem searched, beside the candidates; its
+  // result is stored under a baseline config (never a winner). "": none.
+  std::string baseline;
+};
+
+struct MoeProblemReport {
+  MoeProblem problem;
+  bool skipped = false;  // a winner was stored already
+  std::size_t space_total = 0;
+  std::map<std::string, std::size_t> removed_by_rule;
+  std::size_t candidates = 0;      // after the rules, the budget and compiling
+  std::size_t compile_failures = 0;
+  std::size_t measured = 0;  // verified and measured
+  std::size_t invalid = 0;   // failed verification, errors, crashes, timeouts
+  std::optional<KernelConfig> winner;
+  double winner_us = 0;
+  std::optional<double> baseline_us;  // MoeTuneOptions::baseline's median, when it was measured and verified
+  int experts_touched = 0;            // by the problem's routing
+  std::int64_t rows_per_expert = 0;   // pairs / experts touched, rounded up
+  std::uint64_t winner_bytes = 0;     // providers::moe_compulsory_bytes of the winner: winner_bytes / winner_us = its GB/s
+  double seconds = 0;
+};
+
+struct MoeTuneReport {
+  db::RunId run{};
+  std::string gpu;
+  std::vector<MoeProblemReport> reports;
+  std::size_t winners = 0;
+  bool interrupted = false;
+};
+
+// Measures one MoE candidate job: the worker (WorkerBackend::evaluate_job) or a test double.
+using MoeJobEvaluator = std::function<providers::CandidateResult(const CandidateJob& job, double timeout_s)>;
+
+struct MoeTuneServices {
+  const jit::Compiler* compiler = nullptr;  // required: fills the kernel cache the worker loads from
+  std::optional<std::filesystem::path> cache_directory;
+  MoeJobEvaluator evaluate;  // required unless dry_run
+  MeasureSettings measure = default_measure_settings();
+  std::function<void(const MoeProblemReport&)> problem_finished;  // progress; may be empty
+};
+
+// Runs the MoE tune into the store at `database` (one run of kind "tune-moe"). `stop` (may be null) ends it after
+// the candidate in flight; the run is marked interrupted.
+MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& target, const std::filesystem::path& database,
+                           MoeTuneServices& services, const std::atomic<bool>* stop = nullptr);
+
+}  // namespace qtune::tune
