@@ -10,7 +10,7 @@ import os
 import sys
 
 from qtune_peers.adapters.base import Adapter, Prepared, distribution_version
-from qtune_peers.errors import InputError
+from qtune_peers.errors import InputError, UnsupportedError
 
 # operands -> (weight dtype, weight bits, activation dtype or None for f16)
 OPERANDS = {
@@ -112,7 +112,15 @@ class HummingAdapter(Adapter):
 
         def launch(stream):
             with tensors.on_stream(stream):
-                layer(a, outputs=c, input_scale=input_scale, tuning_config=tuning)
+                try:
+                    layer(a, outputs=c, input_scale=input_scale, tuning_config=tuning)
+                except RuntimeError as error:
+                    # Humming compiles the kernel on its first call: a kernel its own rules chose that its compiler
+                    # refuses is the peer's limit for this problem, said with the compiler's first error.
+                    if "Compiler" not in str(error):
+                        raise
+                    raise UnsupportedError(f"{self.peer}-{operands} M={m}: Humming could not compile its kernel: "
+                                           f"{_last_compile_error()}") from error
 
         return Prepared(used, tensors.output_of(c), launch)
 
@@ -155,3 +163,23 @@ class HummingAdapter(Adapter):
         layer.transform()
         self._cache_key, self._cache_layer = key, layer
         return layer
+
+
+def _last_compile_error():
+    """The first error line of the newest compiler log in Humming's cache (where its JIT writes stderr.log)."""
+    try:
+        from humming.jit import utils as jit_utils
+
+        logs = []
+        for root, _, files in os.walk(jit_utils.get_humming_cache_dir()):
+            if "stderr.log" in files:
+                path = os.path.join(root, "stderr.log")
+                logs.append((os.path.getmtime(path), path))
+        for _, path in sorted(logs, reverse=True)[:1]:
+            with open(path, encoding="utf-8", errors="replace") as stream:
+                for line in stream:
+                    if "error" in line:
+                        return line.strip()[:300]
+    except Exception as error:  # noqa: BLE001  (the message is a courtesy; the refusal stands without it)
+        return f"(no compiler log: {type(error).__name__})"
+    return "(no error line in the compiler log)"
