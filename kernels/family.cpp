@@ -117,7 +117,8 @@ int ArchLimits::resident_blocks_per_sm(std::uint64_t threads, int registers, std
 namespace {
 
 // What differs between the architectures ArchLimits::for_sm knows; the rest keeps ArchLimits' defaults.
-// SM counts are of a reference part (sm_103: B300's 160 SMs, sm_121: DGX Spark GB10's 48); per-SM limits per capability.
+// SM counts are of a reference part (sm_100: B200's 148, sm_103: B300's 148, sm_121: DGX Spark GB10's 48); per-SM limits per
+// capability, blocks per SM as CUDA 13.0's cuda_occupancy.h gives them (12.x: 24). configs/gpus/*.json must agree (tested).
 struct ArchTableRow {
   int sm;
   int sm_count;
@@ -130,7 +131,7 @@ struct ArchTableRow {
 constexpr ArchTableRow kArchTable[] = {
     {75, 68, 65536, 65536, 1024, 16},      {80, 108, 166912, 167936, 2048, 32}, {86, 82, 101376, 102400, 1536, 16},
     {89, 128, 101376, 102400, 1536, 24},   {90, 132, 232448, 233472, 2048, 32}, {100, 148, 232448, 233472, 2048, 32},
-    {103, 160, 232448, 233472, 2048, 32},  {120, 170, 101376, 102400, 1536, 24}, {121, 48, 101376, 102400, 1536, 24},
+    {103, 148, 232448, 233472, 2048, 32},  {120, 170, 101376, 102400, 1536, 24}, {121, 48, 101376, 102400, 1536, 24},
 };
 
 }  // namespace
