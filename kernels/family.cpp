@@ -227,13 +227,15 @@ bool auto_tune_covers(const KernelFamily& family, const std::vector<const Kernel
 }
 
 int sm_of_arch(std::string_view arch, std::string_view field) {
+  // compute_NN is a PTX target (the driver compiles it for the GPU it loads on): the code of sm_NN.
+  const bool ptx = arch.starts_with("compute_");
   std::string_view digits = arch;
-  if (digits.starts_with("sm_")) digits.remove_prefix(3);
-  while (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.remove_suffix(1);
+  digits.remove_prefix(ptx ? 8 : arch.starts_with("sm_") ? 3 : 0);
+  while (!ptx && !digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.remove_suffix(1);
   int sm = 0;
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), sm);
-  if (!arch.starts_with("sm_") || error != std::errc() || end != digits.data() + digits.size() || sm <= 0) {
-    QTUNE_INPUT_ERROR(std::string(field) + ": " + quote_input(arch) + " is not an architecture such as sm_90a");
+  if (!(ptx || arch.starts_with("sm_")) || error != std::errc() || end != digits.data() + digits.size() || sm <= 0) {
+    QTUNE_INPUT_ERROR(std::string(field) + ": " + quote_input(arch) + " is not an architecture such as sm_90a (or a PTX target such as compute_75)");
   }
   return sm;
 }

@@ -308,7 +308,9 @@ TEST(KernelFamilies, ArchNames) {
   EXPECT_EQ(sm_of_arch("sm_90a"), 90);
   EXPECT_EQ(sm_of_arch("sm_120a"), 120);
   EXPECT_EQ(sm_of_arch("sm_80"), 80);
-  EXPECT_THROW(sm_of_arch("compute_90"), InputError);
+  EXPECT_EQ(sm_of_arch("compute_75"), 75);  // a PTX target: the driver compiles sm_75's code for the GPU it loads on
+  EXPECT_THROW(sm_of_arch("compute_75a"), InputError);
+  EXPECT_THROW(sm_of_arch("gfx90a"), InputError);
   expect_input_error([] { ArchLimits::for_sm(70); }, {"sm: ", "sm_70", "(known: 75, 80, 86, 89, 90, 100, 103, 120, 121)"});
   EXPECT_EQ(ArchLimits::for_sm(90).sm_count, 132);
 }
