@@ -347,12 +347,14 @@ TEST(MmaFamily, ParameterSpaceListsEveryTemplateKnob) {
   EXPECT_EQ(names, (std::vector<std::string>{"bm", "bn", "bk", "wm", "wn", "wk", "stages", "split", "raster"}));
 }
 
-TEST(MmaFamily, SupportsWeightOnlyFormatsOnAmpereAndLater) {
+TEST(MmaFamily, SupportsWeightOnlyFormatsOnTuringAndLater) {
   const FormatSpec format = FormatSpec::parse("w4a16-int4-ch");
-  for (int sm : {80, 86, 89, 90, 100, 120}) EXPECT_TRUE(mma_family().supports(format, sm).supported) << sm;
-  const ArchSupport turing = mma_family().supports(format, 75);
-  EXPECT_FALSE(turing.supported);
-  EXPECT_NE(turing.reason.find("unsupported on sm_75"), std::string::npos) << turing.reason;
+  for (int sm : known_architectures()) EXPECT_TRUE(mma_family().supports(format, sm).supported) << sm;
+  // Turing runs f16 activations only: bf16 is refused there, naming the architecture.
+  const ArchSupport turing_bf16 = mma_family().supports(FormatSpec::parse("w4a16-int4-ch-bf16"), 75);
+  EXPECT_FALSE(turing_bf16.supported);
+  EXPECT_NE(turing_bf16.reason.find("unsupported on sm_75: bf16"), std::string::npos) << turing_bf16.reason;
+  EXPECT_NE(mma_family().supports(format, 70).reason.find("unsupported on sm_70"), std::string::npos);
 }
 
 TEST(MmaFamily, RefusesWithAReasonNamingTheArchitecture) {
