@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "db/store.hpp"
+#include "kernels/families/mma_family.hpp"
 #include "kernels/family.hpp"
 #include "search/config_files.hpp"
 #include "search/model_shapes.hpp"
@@ -80,9 +81,11 @@ TEST(OfflineBringUp, DryRunCompilesAModelsPlanForAProfileWithoutAGpu) {
   }
 }
 
-// A table tuned elsewhere (the H200 fixture) exported for two architectures the build machine lacks: per
-// architecture, exactly the table's configurations that the family's rules admit there are written, each a cubin for
-// that architecture listed in the manifest; the rest are named as not built.
+// A table tuned elsewhere (the H200 fixture) exported for two architectures the build machine lacks, with the
+// heuristic's kernels (--cubins-heuristic): per architecture, the table's configurations that the family's rules admit
+// there and the heuristic's configuration for each tuned M are written, each a cubin for that architecture listed in
+// the manifest, and nothing the rules refuse. The H200's tiles exceed sm_75's 64 KiB of shared memory, so there the
+// heuristic's kernels are what the new machine starts from.
 TEST(OfflineBringUp, ExportWritesTheTablesKernelsForOtherArchitectures) {
   ASSERT_EQ(setenv("QTUNE_CACHE_DIR", test_cache().c_str(), 1), 0);
   TempDir dir;
@@ -96,36 +99,42 @@ TEST(OfflineBringUp, ExportWritesTheTablesKernelsForOtherArchitectures) {
   const fs::path table_file = dir / "table.json";
   const fs::path cubins = dir / "cubins";
   ASSERT_EQ(run_qtune({"export", "--db", db, "-o", table_file.string(), "--cubins", cubins.string(), "--arch",
-                       "sm_120a,sm_75", "--jobs", "2"}),
+                       "sm_120a,sm_75", "--cubins-heuristic", "--jobs", "2"}),
             0);
 
   std::ifstream stream(table_file);
   const std::string text{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
   const reports::SelectionTable table = reports::SelectionTable::from_json(nlohmann::json::parse(text), table_file.string());
   const FormatSpec format = FormatSpec::parse("w4a16-int4-ch");
-  std::map<std::string, std::set<std::string>> expected;  // arch -> configs the rules admit there
-  for (const auto& [arch, sm] : std::map<std::string, int>{{"sm_120a", 120}, {"sm_75", 75}}) {
-    expected[arch];
-    for (const reports::ShapeRules& shape : table.formats.at(format.to_string())) {
-      for (const reports::MRange& range : shape.ranges) {
-        const KernelFamily& family = find_family(range.config.family);
-        for (const reports::TunedBucket& bucket : range.buckets) {  // the export checks a config at its tuned M
-          const Problem problem{format, bucket.m, shape.n, shape.k, false};
-          if (family.supports(format, sm).supported && family.check(range.config, problem, ArchLimits::for_sm(sm)).valid) {
-            expected[arch].insert(range.config.to_string());
-          }
-        }
-      }
-    }
-  }
-  EXPECT_FALSE(expected["sm_120a"].empty());
   std::map<std::string, std::set<std::string>> written;
   for (const production::CubinEntry& entry : production::CubinManifest::read(cubins).kernels) {
     written[entry.arch].insert(entry.config.to_string());
     EXPECT_TRUE(fs::exists(cubins / entry.file)) << entry.file;
   }
-  EXPECT_EQ(written["sm_120a"], expected["sm_120a"]);
-  EXPECT_EQ(written["sm_75"], expected["sm_75"]);
+  for (const auto& [arch, sm] : std::map<std::string, int>{{"sm_120a", 120}, {"sm_75", 75}}) {
+    SCOPED_TRACE(arch);
+    const ArchLimits limits = ArchLimits::for_sm(sm);
+    std::set<std::string> admitted;  // table configs the rules admit at their tuned M, and the heuristic's there
+    for (const reports::ShapeRules& shape : table.formats.at(format.to_string())) {
+      for (const reports::MRange& range : shape.ranges) {
+        const KernelFamily& family = find_family(range.config.family);
+        for (const reports::TunedBucket& bucket : range.buckets) {
+          const Problem problem{format, bucket.m, shape.n, shape.k, false};
+          if (family.supports(format, sm).supported && family.check(range.config, problem, limits).valid) {
+            admitted.insert(range.config.to_string());
+          }
+          admitted.insert(heuristic_family(problem, sm).default_config(problem, limits).to_string());
+        }
+      }
+    }
+    EXPECT_FALSE(written[arch].empty());
+    for (const std::string& config : admitted) EXPECT_TRUE(written[arch].count(config) == 1) << config;
+    for (const std::string& config : written[arch]) {
+      const Problem any_m{format, 1, 4096, 4096, false};
+      const KernelConfig parsed = KernelConfig::parse(config, "mma");
+      EXPECT_TRUE(mma_family().check(parsed, any_m, limits).valid || mma_family().check(parsed, Problem{format, 4096, 4096, 4096, false}, limits).valid) << config;
+    }
+  }
 }
 
 }  // namespace
