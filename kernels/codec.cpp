@@ -349,6 +349,16 @@ float f16_bits_to_float(uint16_t bits) {
   return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
+std::vector<uint8_t> output_type_bytes(std::span<const float> values, OutputType type) {
+  std::vector<uint8_t> bytes(values.size() * 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits = type == OutputType::F16 ? float_to_f16_bits(values[i]) : float_to_bf16_bits(values[i]);
+    bytes[2 * i] = static_cast<uint8_t>(bits & 0xFF);
+    bytes[2 * i + 1] = static_cast<uint8_t>(bits >> 8);
+  }
+  return bytes;
+}
+
 uint16_t float_to_bf16_bits(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN

@@ -16,6 +16,8 @@
 //   way (shared exponent = floor(log2(amax)) - emax of the element type), see quantize.hpp.
 #include <array>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "kernels/format.hpp"
 
@@ -80,6 +82,8 @@ uint16_t float_to_bf16_bits(float value);
 float bf16_bits_to_float(uint16_t bits);
 inline float round_to_f16(float value) { return f16_bits_to_float(float_to_f16_bits(value)); }
 inline float round_to_bf16(float value) { return bf16_bits_to_float(float_to_bf16_bits(value)); }
+// Values in the output type (f16 or bf16), two little-endian bytes each: a bias buffer as the kernels read it.
+std::vector<uint8_t> output_type_bytes(std::span<const float> values, OutputType type);
 
 // ---- Generic IEEE-like float layouts (used by the element codecs; f16 and bf16 fit too) ----
 struct FloatLayout {

@@ -7,6 +7,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/text_escape.hpp"
+#include "kernels/families/block_scaled_family.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
@@ -155,7 +156,8 @@ ArchLimits ArchLimits::for_sm(int sm) {
 
 const std::vector<const KernelFamily*>& kernel_families() {
   // heuristic_family takes the first that prefers a problem: tma before wgmma, which it replaces from M = 256 on.
-  static const std::vector<const KernelFamily*> families = {&mma_family(), &tma_family(), &wgmma_family()};
+  static const std::vector<const KernelFamily*> families = {&mma_family(), &tma_family(), &wgmma_family(),
+                                                              &block_scaled_family()};
   return families;
 }
 

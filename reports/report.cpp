@@ -292,7 +292,10 @@ void add_cell(SeriesSet& series, const Cell& cell, const TuningData& data, const
     heuristic.config[m] = config_text(data, *cell.heuristic_config);
   }
   for (const auto& [family, time] : cell.baseline_us) {
-    put(series.named(family + suffix, SeriesKind::Baseline, std::string(kQtuneTiming)), time);
+    // A peer measured live by qtune (bench --baseline humming-..., docs/peers.md) is told apart from the same peer's
+    // imported file, which is labelled with its own timing.
+    const bool live_peer = family.rfind("cublaslt-", 0) != 0;
+    put(series.named(family + suffix + (live_peer ? " (live)" : ""), SeriesKind::Baseline, std::string(kQtuneTiming)), time);
   }
   for (const db::ExternalResultRecord& result : cell.external) {
     const std::string legend = timing_legend(timing_of(result));

@@ -23,10 +23,17 @@ SelectionTable build_selection_table(const TuningData& data, const std::string& 
   const GpuData& gpu_data = found->second;
   std::set<std::int64_t> winner_runs;
   std::size_t winner_count = 0;
+  std::size_t peer_winners = 0;
   for (const auto& [shape, cells] : gpu_data.shapes()) {
     std::vector<BucketWinner> winners;
     for (const Cell* cell : cells) {
       if (!cell->winner) continue;
+      // qtune's runtime runs qtune's kernel families only: a cell a peer won (tune --family humming) is exported
+      // with `qtune export --humming`, and here falls to the neighbouring buckets' qtune winners.
+      if (family_named(data.config(db::id_value(cell->winner->config)).family) == nullptr) {
+        ++peer_winners;
+        continue;
+      }
       winners.push_back({cell->problem.m, to_kernel_config(data.config(db::id_value(cell->winner->config))), cell->winner->median_us});
       winner_runs.insert(db::id_value(cell->winner->run));
     }
@@ -62,6 +69,7 @@ SelectionTable build_selection_table(const TuningData& data, const std::string& 
                         {"shard", run->shard}});
   }
   table.provenance = {{"runs", run_list}, {"winners", winner_count}};
+  if (peer_winners > 0) table.provenance["peer_winners_left_out"] = peer_winners;
   return table;
 }
 

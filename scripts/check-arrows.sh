@@ -23,7 +23,7 @@ rules=(
   "tuner/providers/|kernels/ search/ db/ tuner/ !tuner/baselines/ !tuner/tune/ !tuner/cli/ !tuner/production/ !tuner/bench/ !tuner/main/ !tuner/peers/"
   "tuner/baselines/|kernels/ search/ db/ tuner/ !tuner/tune/ !tuner/cli/ !tuner/production/ !tuner/bench/ !tuner/main/ !tuner/peers/"
   "tuner/peers/|kernels/ search/ db/ tuner/ !tuner/cli/ !tuner/production/ !tuner/bench/ !tuner/main/"
-  "tuner/cli/|kernels/ search/ db/ reports/ tuner/ !tuner/bench/ !tuner/main/ !tuner/peers/"
+  "tuner/cli/|kernels/ search/ db/ reports/ tuner/ !tuner/bench/ !tuner/main/"
   "tuner/bench/|kernels/ search/ db/ reports/ tuner/ !tuner/main/"
   "tuner/main/|tuner/cli/"
 )

@@ -331,12 +331,7 @@ PackedBuffers MmaFamily::prepack_activations(const QuantizedActivations& activat
 }
 
 std::vector<uint8_t> MmaFamily::pack_bias(std::span<const float> bias, const FormatSpec& format) const {
-  std::vector<uint8_t> bytes(bias.size() * 2);
-  for (size_t i = 0; i < bias.size(); ++i) {
-    const uint16_t bits = format.output == OutputType::F16 ? float_to_f16_bits(bias[i]) : float_to_bf16_bits(bias[i]);
-    std::memcpy(bytes.data() + i * 2, &bits, 2);
-  }
-  return bytes;
+  return output_type_bytes(bias, format.output);
 }
 
 ParameterRanges MmaFamily::curated_ranges(int64_t m) const {

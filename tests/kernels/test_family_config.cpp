@@ -74,14 +74,15 @@ TEST(KernelConfig, MalformedInputNamesTheField) {
             std::string::npos);
 }
 
-TEST(KernelFamilies, RegistryFindsMmaWgmmaAndTma) {
-  ASSERT_EQ(kernel_families().size(), 3u);
+TEST(KernelFamilies, RegistryFindsMmaWgmmaTmaAndBsmma) {
+  ASSERT_EQ(kernel_families().size(), 4u);
   EXPECT_EQ(kernel_families().front()->name(), "mma");  // production's first choice without a table
   EXPECT_EQ(find_family("mma").name(), "mma");
   EXPECT_EQ(find_family("wgmma").name(), "wgmma");
   EXPECT_EQ(find_family("tma").name(), "tma");
   EXPECT_EQ(find_family("tma").weight_layout(), "mma");  // it runs on the weights production packs once
-  expect_input_error([&] { find_family("nope"); }, {"unknown kernel family 'nope' (known: mma, tma, wgmma)"});
+  EXPECT_EQ(find_family("bsmma").weight_layout(), "bsmma");  // its own fragment-order layout
+  expect_input_error([&] { find_family("nope"); }, {"unknown kernel family 'nope' (known: mma, tma, wgmma, bsmma)"});
 }
 
 // The tma family's rules: sm_90 only, 8-bit and 16-bit operands, clusters only with multicast, flushed formats at

@@ -225,6 +225,42 @@ TEST_F(ExportFixture, RegretFallsBackToTheHeuristicWhereTheChosenConfigWasNotMea
   EXPECT_EQ(regret.worst_cell, "w4a16-int4-ch n=10240 k=8192 m=16");
 }
 
+// A cell a peer won (tune --family humming) is no qtune kernel: the selection table for qtune's runtime leaves it
+// out, counts it in the provenance, and the neighbouring bucket's qtune winner answers its M.
+TEST(SelectionBuild, LeavesOutCellsAPeerWon) {
+  FixtureSpec spec;
+  spec.formats = {"w4a16-int4-ch"};
+  spec.shapes = {{8192, 8192}};
+  spec.m_buckets = {16, 64};
+  TempDir dir;
+  const KernelConfig qtune_kernel = testing::fixture_configs()[0];
+  {
+    db::Store store = db::Store::open(dir / "peer.db");
+    auto transaction = store.transaction();
+    const db::RunId run = store.insert_run(testing::fixture_run(spec));
+    const db::ConfigId ours = store.upsert_config(testing::to_db_config(qtune_kernel));
+    const db::ConfigId humming = store.upsert_config({db::ConfigKind::Kernel, "humming", R"({"bm":16})", "humming 0.1"});
+    const db::ProblemId small = store.upsert_problem({"w4a16-int4-ch", 16, 8192, 8192});
+    const db::ProblemId large = store.upsert_problem({"w4a16-int4-ch", 64, 8192, 8192});
+    for (auto [problem, config, time] : {std::tuple{small, ours, 20.0}, std::tuple{large, ours, 30.0},
+                                         std::tuple{large, humming, 25.0}}) {
+      testing::add_passed_verification(store, run, problem, config);
+      testing::add_measurement(store, run, problem, config, time, "");
+    }
+    store.set_winner({run, small, ours, 20.0, "fastest"});
+    store.set_winner({run, large, humming, 25.0, "fastest"});
+    transaction.commit();
+  }
+  db::Store store = db::Store::open_read_only(dir / "peer.db");
+  const SelectionTable table = build_selection_table(load_tuning_data(store), "h200");
+  ASSERT_EQ(table.formats.at("w4a16-int4-ch").size(), 1u);
+  const auto& ranges = table.formats.at("w4a16-int4-ch")[0].ranges;
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0].config, qtune_kernel);
+  EXPECT_EQ(table.provenance.at("winners"), 1);
+  EXPECT_EQ(table.provenance.at("peer_winners_left_out"), 1);
+}
+
 TEST_F(ExportFixture, BuildRefusesAGpuWithoutWinners) {
   expect_input_error([&] { build_selection_table(data_, "a100"); }, {"--gpu", "h200"});
 }

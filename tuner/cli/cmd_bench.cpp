@@ -1,6 +1,7 @@
 // `qtune bench`: parses the options into a tune::BenchRequest, runs it (tuner/tune/bench_run.hpp: measures GEMM
-// targets for N,K and a list of M in a worker process) and prints median/p10/p90 microseconds, GB/s, TFLOP/s and the
-// percentage of the GPU's copy bandwidth and tensor peak; stores the results unless --no-db.
+// targets for N,K and a list of M in a worker process; peers hosted in Python in theirs, tuner/peers/peer_runs.hpp)
+// and prints median/p10/p90 microseconds, GB/s, TFLOP/s and the percentage of the GPU's copy bandwidth and tensor
+// peak; stores the results unless --no-db.
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -23,6 +24,8 @@
 #include "tuner/cli/commands.hpp"
 #include "tuner/measure/measure.hpp"
 #include "tuner/measure/nvml.hpp"
+#include "tuner/peers/peer_host.hpp"
+#include "tuner/peers/peer_runs.hpp"
 #include "tuner/tune/bench_run.hpp"
 
 namespace qtune::cli {
@@ -59,7 +62,28 @@ struct BenchOptions {
   int device = 0;
   bool in_process = false;
   std::string worker_executable = "/proc/self/exe";
+  std::vector<std::string> peer_paths;
+  bool test_peers = false;
 };
+
+// --baseline split into cuBLASLt's ids (qtune's worker runs them) and peer providers (a Python worker runs them).
+struct BaselineChoice {
+  std::string cublaslt;  // comma-separated, for parse_baseline_list
+  std::vector<peers::ProviderId> peers;
+};
+
+BaselineChoice split_baselines(const std::string& text) {
+  BaselineChoice choice;
+  for (const std::string& item : peers::split_provider_list(text)) {
+    if (peers::names_cublaslt_baseline(item)) {
+      choice.cublaslt += (choice.cublaslt.empty() ? "" : ",") + item;
+      continue;
+    }
+    const peers::ProviderId provider = peers::parse_provider(item, "--baseline");
+    if (std::find(choice.peers.begin(), choice.peers.end(), provider) == choice.peers.end()) choice.peers.push_back(provider);
+  }
+  return choice;
+}
 
 using Row = tune::BenchRow;
 using Context = tune::BenchContext;
@@ -189,8 +213,11 @@ void run_bench(const BenchOptions& options) {
     format->validate_shape(shape[0], shape[1]);
   }
   std::vector<BaselineKind> kinds;
+  BaselineChoice choice;
   if (!options.baselines.empty()) {
-    kinds = baselines::parse_baseline_list(options.baselines, "--baseline");
+    choice = split_baselines(options.baselines);
+    if (!choice.cublaslt.empty()) kinds = baselines::parse_baseline_list(choice.cublaslt, "--baseline");
+    if (kinds.empty() && choice.peers.empty()) QTUNE_INPUT_ERROR("--baseline: name at least one baseline");
   } else if (format) {
     const auto natural = baselines::natural_baseline(*format);
     if (!natural) {
@@ -212,6 +239,21 @@ void run_bench(const BenchOptions& options) {
   measure_options.stability_blocks = options.blocks;
   measure::validate(measure_options);
 
+  // The peers are refused (exit 2, one line naming the provider and what to install) before anything is measured or
+  // stored: their worker starts and describes them first.
+  std::unique_ptr<peers::PeerHost> peer_host;
+  if (!choice.peers.empty()) {
+    peers::PeerEnvironment environment = peers::peer_environment(options.peer_paths);
+    environment.test_peers = options.test_peers;
+    peer_host = std::make_unique<peers::PeerHost>(std::move(environment));
+    for (const peers::ProviderId& provider : choice.peers) {
+      if (provider.operands != "f16" && provider.operands != "bf16") {
+        FormatSpec::parse(provider.operands).validate_shape(shape[0], shape[1]);
+      }
+      peer_host->require(provider);
+    }
+  }
+
   tune::BenchRequest request;
   request.kinds = std::move(kinds);
   request.format = format;
@@ -231,6 +273,9 @@ void run_bench(const BenchOptions& options) {
   request.timeout_s = options.timeout_s;
   request.in_process = options.in_process;
   request.worker_executable = options.worker_executable;
+  for (const peers::ProviderId& provider : choice.peers) {
+    request.more_targets.push_back(peers::bench_target(*peer_host, provider, request));
+  }
 
   const tune::BenchOutcome outcome = tune::run_bench(request, [style](const Row& row) {
     if (style != reports::OutputStyle::Text) return;
@@ -262,11 +307,16 @@ void run_bench(const BenchOptions& options) {
 void add_bench_command(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
   CLI::App* command = app.add_subcommand(
-      "bench", "Measure cuBLASLt baselines (and, later, kernel configurations) for N,K and a list of M");
+      "bench", "Measure cuBLASLt baselines and peers (Humming, Marlin, DeepGEMM, PyTorch) for N,K and a list of M");
   command->add_option(
       "--baseline", options->baselines,
       "comma-separated baselines: cublaslt-f16, cublaslt-bf16, cublaslt-fp8-tensor, cublaslt-fp8-outer, "
-      "cublaslt-fp8-block128, cublaslt-int8, or all");
+      "cublaslt-fp8-block128, cublaslt-int8, or all; and peers hosted in Python (docs/peers.md), e.g. "
+      "humming-w4a16-int4-ch, marlin-w4a16-int4-g128, deepgemm-w8a8-fp8-block128x128, torch-f16, torch-fp8-rowwise");
+  command->add_option("--peer-path", options->peer_paths,
+                      "a folder the peers are imported from (a source checkout, a folder of built packages); "
+                      "repeatable, before $QTUNE_PEER_PATH");
+  command->add_flag("--test-peers", options->test_peers, "also offer qtune's test peers (fake)")->group("");
   command->add_option("--format", options->format,
                       "the format compared with: results are stored under it; without --baseline, its natural "
                       "baseline is measured");

@@ -37,7 +37,7 @@ struct CompileCommandOptions {
   std::string arch;
   std::string format;
   std::vector<std::string> configs;
-  std::string family = "mma";
+  std::string family = "auto";
   std::string space = "curated";
   std::vector<std::string> params;
   std::int64_t m = 16;
@@ -197,7 +197,18 @@ void run(const CompileCommandOptions& options) {
   const int sm = validate_arch(options.arch);
   const ArchLimits limits = ArchLimits::for_sm(sm);
   const FormatSpec format = naming_flag("--format", [&] { return FormatSpec::parse(options.format); });
-  const KernelFamily& family = naming_flag("--family", [&]() -> const KernelFamily& { return find_family(options.family); });
+  // "auto": the family that runs the format on this architecture (the first of the registry, as production packs it).
+  const KernelFamily& family = naming_flag("--family", [&]() -> const KernelFamily& {
+    if (options.family != "auto") return find_family(options.family);
+    if (const KernelFamily* here = family_support(format, sm).family) return *here;
+    // No family runs it here: take one that runs it elsewhere, so that the refusal below names --arch.
+    for (const KernelFamily* other : kernel_families()) {
+      for (const int other_sm : known_architectures()) {
+        if (other->supports(format, other_sm).supported) return *other;
+      }
+    }
+    return *kernel_families().front();
+  });
   const ArchSupport support = family.supports(format, sm);
   if (!support.supported) refuse_unsupported(family, format, sm, support.reason);
   const std::vector<search::GemmShape> shapes = tune::parse_shape_list(options.shape, "--shape");
@@ -281,7 +292,7 @@ void add_compile_command(CLI::App& app) {
   command->add_option("--config", options->configs,
                       "compile this configuration only, e.g. bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=1,raster=0 "
                       "(repeatable; default: every valid one of the space)");
-  command->add_option("--family", options->family, "kernel family")->capture_default_str();
+  command->add_option("--family", options->family, "kernel family, or auto: the family that runs the format on --arch")->capture_default_str();
   command->add_option("--space", options->space,
                       "without --config: curated (the per-M ranges `qtune tune` searches) or full (the whole space)")
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include "db/store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/text_escape.hpp"
+#include "reports/humming_table.hpp"
 #include "reports/selection_build.hpp"
 #include "reports/table.hpp"
 #include "reports/tuning_data.hpp"
@@ -39,6 +40,7 @@ struct ExportOptions {
   std::string archs;   // comma-separated NVRTC targets for --cubins
   bool cubins_heuristic = false;
   std::size_t jobs = 0;
+  std::string humming;  // a Humming table file (reports/humming_table.hpp); empty: none
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -139,9 +141,59 @@ void print_regret(const reports::FallbackRegret& regret, const std::map<std::str
   }
 }
 
+// The GPU keys of the store's runs that measured a Humming configuration.
+std::set<std::string> gpus_with_humming(db::Store& store) {
+  std::set<std::int64_t> humming_configs;
+  for (const db::KernelConfigRecord& config : store.list_configs()) {
+    if (config.kind == db::ConfigKind::Kernel && config.family == search::kHummingFamily) humming_configs.insert(db::id_value(config.id));
+  }
+  std::map<std::int64_t, std::string> gpu_of_run;
+  for (const db::RunRecord& run : store.list_runs()) gpu_of_run[db::id_value(run.id)] = run.gpu_key();
+  std::set<std::string> gpus;
+  for (const db::MeasurementRecord& measurement : store.list_measurements()) {
+    if (humming_configs.count(db::id_value(measurement.config)) > 0) gpus.insert(gpu_of_run[db::id_value(measurement.run)]);
+  }
+  return gpus;
+}
+
+// `--humming OUT`: the fastest verified Humming configuration of every tuned problem on the GPU, as the table
+// Humming's loader installs (tuner/peers/python/qtune_peers/humming_table.py), written atomically.
+void export_humming(const ExportOptions& options, reports::OutputStyle style) {
+  db::Store store = db::Store::open_read_only(options.db_path);
+  const std::set<std::string> measured = gpus_with_humming(store);
+  std::string gpu;
+  if (!options.gpu.empty()) {
+    gpu = reports::gpu_key_for(options.gpu);
+  } else if (measured.size() == 1) {
+    gpu = *measured.begin();
+  } else {
+    QTUNE_INPUT_ERROR("--gpu: required (GPUs with Humming results in " + options.db_path + ": " + joined_or_none(measured) + ")");
+  }
+  if (measured.count(gpu) == 0) {
+    QTUNE_INPUT_ERROR("--gpu: no Humming results for GPU " + quote_input(gpu) + " in " + options.db_path +
+                      " (GPUs with Humming results: " + joined_or_none(measured) + "; run `qtune tune --family humming`)");
+  }
+  reports::HummingCells cells = reports::humming_cells_from_store(store, gpu);
+  if (cells.cells.empty()) {
+    QTUNE_INPUT_ERROR("--gpu: no verified Humming measurement for GPU " + quote_input(gpu) + " in " + options.db_path);
+  }
+  const std::size_t problems = cells.cells.size();
+  const reports::HummingTable table =
+      reports::build_humming_table(gpu, cells.device_name, cells.sm, std::move(cells.cells));
+  reports::write_humming_table(table, options.humming);
+  if (style == reports::OutputStyle::Text) {
+    std::cout << "wrote " << options.humming << ": " << table.layers.size() << " Humming layer(s) from " << problems
+              << " tuned problem(s) on " << gpu << "\n";
+  }
+}
+
 void run_export(const ExportOptions& options) {
+  if (!options.humming.empty()) {
+    export_humming(options, reports::parse_output_style(options.output));
+    if (options.outputs.empty() && options.cubins.empty()) return;
+  }
   if (options.outputs.empty() && options.cubins.empty()) {
-    QTUNE_INPUT_ERROR("-o: give at least one output file (table.json or table.hpp), or --cubins DIR");
+    QTUNE_INPUT_ERROR("-o: give at least one output file (table.json or table.hpp), or --cubins DIR, or --humming FILE");
   }
   if (!options.cubins.empty() && split_list(options.archs).empty()) QTUNE_INPUT_ERROR("--arch: required with --cubins (e.g. sm_90a,sm_80)");
   if (options.cubins.empty() && !options.archs.empty()) QTUNE_INPUT_ERROR("--arch: only with --cubins DIR");
@@ -264,6 +316,10 @@ void add_export_command(CLI::App& app) {
   command->add_option("--jobs", options->jobs, "NVRTC threads for --cubins (0: every core; at most the cores)")
       ->check(integer_in(0, kMaxJobs))
       ->capture_default_str();
+  command->add_option("--humming", options->humming,
+                      "also (or only) write the GPU's Humming table: per layer shape and dtypes the [[m_lo, m_hi, "
+                      "config], ...] list Humming's forward_layer(tuning_config=...) takes, from `qtune tune --family "
+                      "humming` (docs/peers.md: installing it)");
   command->callback([options] { run_export(*options); });
 }
 

@@ -29,6 +29,8 @@
 #include "tuner/cli/commands.hpp"
 #include "tuner/jit/kernel_cache.hpp"
 #include "tuner/jit/thread_pool.hpp"
+#include "tuner/peers/humming_tune.hpp"
+#include "tuner/peers/peer_host.hpp"
 #include "tuner/production/selector.hpp"
 #include "tuner/tune/devices.hpp"
 #include "tuner/tune/family_runs.hpp"
@@ -74,6 +76,8 @@ struct TuneCommandOptions {
   std::uint64_t seed = 1;
   std::size_t jobs = 0;
   std::string output = "table";
+  std::vector<std::string> peer_paths;
+  bool test_peers = false;
 };
 
 std::atomic<bool> stop_requested{false};
@@ -206,7 +210,8 @@ void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputS
 std::vector<std::pair<std::size_t, std::size_t>> plan_progress(tune::ConsoleProgress& progress,
                                                                const std::vector<const KernelFamily*>& families,
                                                                const std::vector<std::vector<Problem>>& problems_of_family,
-                                                               const TuneCommandOptions& options, std::size_t threads) {
+                                                               const TuneCommandOptions& options, std::size_t threads,
+                                                               std::size_t humming_problems) {
   const std::size_t candidates = options.space == "full" ? 20000 : 300;
   double evaluated_share = options.budget_fraction.value_or(1.0);
   if (options.budget_evals) {
@@ -221,6 +226,15 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_progress(tune::ConsoleProg
     const std::string name = families[i]->name();
     const std::size_t compile = plan.add_stage("compiling " + name, problems * per_problem.compile_seconds, "compiling");
     const std::size_t measure = plan.add_stage("measuring " + name, problems * per_problem.measure_seconds, "measuring");
+    stages.emplace_back(compile, measure);
+  }
+  if (humming_problems > 0) {
+    // Humming compiles each configuration with nvcc when it first runs it: its measuring stage carries the compiles.
+    const double evaluations = static_cast<double>(options.budget_evals.value_or(peers::kHummingDefaultEvaluations) + 1);
+    const double seconds = static_cast<double>(humming_problems) * evaluations *
+                           (peers::kHummingCompileSeconds + options.time_budget_s + tune::kEvaluationOverheadSeconds);
+    const std::size_t compile = plan.add_stage("compiling humming", 0, "compiling");
+    const std::size_t measure = plan.add_stage("measuring humming (nvcc compiles each config on its first run)", seconds, "measuring");
     stages.emplace_back(compile, measure);
   }
   progress.set_plan(std::move(plan), threads, options.time_budget_s);
@@ -248,6 +262,56 @@ class FamilyConsole final : public tune::FamilyRunObserver {
   bool dry_run_;
   reports::OutputStyle style_;
 };
+
+// Humming's part of the tune, settled before anything is stored: --family humming refuses a missing peer or a format
+// it lacks (exit 2, one line naming the provider and what to install); --family auto says once why it skips Humming.
+struct HummingPart {
+  std::unique_ptr<peers::PeerHost> host;
+  std::vector<Problem> problems;
+};
+
+HummingPart plan_humming(const TuneCommandOptions& options, peers::HummingChoice choice, const std::vector<Problem>& problems) {
+  HummingPart part;
+  if (choice == peers::HummingChoice::No) return part;
+  if (options.dry_run) {
+    std::cerr << "qtune tune: humming is not planned in a dry run (it compiles nothing ahead: its candidates are measured)\n";
+    return part;
+  }
+  const auto skip = [](const std::string& why) { std::cerr << "qtune tune: --family auto: humming skipped: " << why << "\n"; };
+  try {
+    peers::PeerEnvironment environment = peers::peer_environment(options.peer_paths);
+    environment.test_peers = options.test_peers;
+    part.host = std::make_unique<peers::PeerHost>(std::move(environment));
+    if (choice == peers::HummingChoice::Required) {
+      std::set<std::string> required;
+      for (const Problem& problem : problems) {
+        if (required.insert(problem.format.to_string()).second) part.host->require(peers::humming_provider(problem.format));
+      }
+      part.problems = peers::humming_problems(*part.host, problems);
+      return part;
+    }
+    std::string why_not;
+    if (!peers::humming_available(*part.host, &why_not)) {
+      skip(why_not);
+      part.host.reset();
+      return part;
+    }
+  } catch (const InputError& error) {
+    if (choice == peers::HummingChoice::Required) throw;
+    skip(error.what());
+    part.host.reset();
+    return part;
+  }
+  std::vector<std::string> left_out;
+  part.problems = peers::humming_problems(*part.host, problems, &left_out);
+  if (!left_out.empty()) {
+    std::string formats;
+    for (const std::string& format : left_out) formats += (formats.empty() ? "" : ", ") + format;
+    std::cerr << "qtune tune: --family auto: humming offers none of " << formats << "\n";
+  }
+  if (part.problems.empty()) part.host.reset();
+  return part;
+}
 
 int run(const TuneCommandOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
@@ -305,8 +369,15 @@ int run(const TuneCommandOptions& options) {
     };
   }
 
+  const peers::FamilyChoice family_choice = peers::split_families(options.family);
+  HummingPart humming;
+  if (family_choice.humming == peers::HummingChoice::Required) humming = plan_humming(options, family_choice.humming, shard_problems);
   const tune::TuneTarget target = tune::resolve_target(options.gpu, options.devices, options.dry_run);
-  const std::vector<const KernelFamily*> families = tune::families_to_tune(options.family, formats, target.limits.sm);
+  if (family_choice.humming == peers::HummingChoice::IfAvailable) humming = plan_humming(options, family_choice.humming, shard_problems);
+  const std::vector<const KernelFamily*> families =
+      family_choice.kernel_families.empty()
+          ? std::vector<const KernelFamily*>{}
+          : tune::families_to_tune(family_choice.kernel_families, formats, target.limits.sm);
   std::cerr << "qtune tune: " << tune_options.problems.size() << " problems";
   if (shard.sharded()) std::cerr << " (shard " << shard.to_string() << " of " << all_problems.size() << ")";
   std::cerr << " on " << target.gpu_key() << " (" << target.arch << ")";
@@ -341,7 +412,7 @@ int run(const TuneCommandOptions& options) {
   tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
   const std::size_t threads = jit::compiler_thread_count(options.jobs);
   const std::vector<std::pair<std::size_t, std::size_t>> stages =
-      plan_progress(progress, families, problems_of_family, options, threads);
+      plan_progress(progress, families, problems_of_family, options, threads, humming.problems.size());
   FamilyConsole console(progress, stages, families.size(), options.dry_run, style);
   tune::FamilyRuns runs;
   {
@@ -350,6 +421,25 @@ int run(const TuneCommandOptions& options) {
                                    &console, &stop_requested);
   }
   if (!runs.interrupted) progress.end_stages();
+  if (!runs.interrupted && !humming.problems.empty()) {
+    // Humming last: a problem's winner is the fastest of every provider (each run keeps another's faster winner).
+    if (!families.empty()) std::cerr << "qtune tune: family humming, " << humming.problems.size() << " problems\n";
+    progress.start_stages(stages.back().first, stages.back().second);  // nothing compiles ahead: measuring carries it
+    peers::HummingTuneOptions humming_options;
+    humming_options.tune = tune_options;
+    humming_options.tune.problems = humming.problems;
+    humming_options.tune.family = search::kHummingFamily;
+    humming_options.measure = measure;
+    tune::TuneReport report;
+    {
+      StopSignals signals;
+      report = peers::run_humming_tune(humming_options, target, options.db_path, *humming.host, &progress, &stop_requested);
+    }
+    if (!report.interrupted) progress.end_stages();
+    runs.interrupted = runs.interrupted || report.interrupted;
+    if (style == reports::OutputStyle::Text) print_report(report, false, style);
+    runs.reports.push_back(std::move(report));
+  }
   if (style != reports::OutputStyle::Text) {
     tune::TuneReport machine_report;  // --output json|csv: one table of every family's problems
     for (const tune::TuneReport& report : runs.reports) {
@@ -399,7 +489,9 @@ void add_tune_command(CLI::App& app) {
                       "kernel families to tune, one run each, in order: auto (every family that runs one of the "
                       "formats on the GPU, each where it can win: on sm_90 mma to M = 32, wgmma from M = 16, tma from M = 32 for "
                       "quantized activations and from M = 256 for weight-only formats) or a "
-                      "list such as mma,wgmma (every problem for each); a problem's winner is the fastest of all")
+                      "list such as mma,wgmma (every problem for each); humming (Humming's TuningConfig, run by its "
+                      "peer: docs/peers.md; auto includes it where its peer is installed); a problem's winner is the "
+                      "fastest of all")
       ->capture_default_str();
   command->add_option("--space", options->space,
                       "curated: per-M parameter ranges (a few hundred candidates per problem); full: the family's whole "
@@ -437,6 +529,9 @@ void add_tune_command(CLI::App& app) {
       ->check(integer_in(0, kMaxJobs))
       ->capture_default_str();
   command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();
+  command->add_option("--peer-path", options->peer_paths,
+                      "a folder the peers (Humming) are imported from; repeatable, before $QTUNE_PEER_PATH");
+  command->add_flag("--test-peers", options->test_peers, "also offer qtune's test peers (fake)")->group("");
   command->callback([options] { set_exit_status(run(*options)); });
 }
 

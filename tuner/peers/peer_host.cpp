@@ -5,6 +5,7 @@
 #include <array>
 #include <cctype>
 #include <cstdlib>
+#include <limits>
 #include <system_error>
 
 #include "kernels/error.hpp"
@@ -106,7 +107,11 @@ nlohmann::json problem_json(const ProviderId& provider, const PeerProblem& probl
 PeerVerification verification_from_json(const nlohmann::json& json) {
   PeerVerification check;
   check.passed = measure::job_field<bool>(json, "passed", false, "verification.");
-  check.relative_error = measure::job_field<double>(json, "relative_error", 0.0, "verification.");
+  // An output holding NaN or inf has an infinite error, which JSON writes as null.
+  const auto error = json.find("relative_error");
+  check.relative_error = error != json.end() && error->is_null()
+                             ? std::numeric_limits<double>::infinity()
+                             : measure::job_field<double>(json, "relative_error", 0.0, "verification.");
   check.tolerance = measure::job_field<double>(json, "tolerance", 0.0, "verification.");
   check.nan_count = measure::job_field<std::int64_t>(json, "nan_count", 0, "verification.");
   check.bad_count = measure::job_field<std::int64_t>(json, "bad_count", 0, "verification.");

@@ -151,6 +151,10 @@ void complete_context(BenchContext& context) {
 BenchOutcome run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row) {
   BenchOutcome outcome;
   for (const BaselineKind kind : request.kinds) outcome.targets.push_back(make_baseline_target(kind, request));
+  outcome.targets.insert(outcome.targets.end(), request.more_targets.begin(), request.more_targets.end());
+  if (outcome.targets.empty()) QTUNE_INPUT_ERROR("--baseline: name at least one baseline");
+  const bool self_measured = std::any_of(outcome.targets.begin(), outcome.targets.end(),
+                                         [](const BenchTarget& target) { return bool(target.measure_self); });
   BenchContext& context = outcome.context;
 
   JobRunner runner(request);
@@ -169,7 +173,12 @@ BenchOutcome run_bench(const BenchRequest& request, const std::function<void(con
     }
   }
 
-  // Pinning looks the earlier choice up by GPU: learn which one this is before the first target.
+  // Pinning looks the earlier choice up by GPU, and self-measured targets never say which GPU they ran on: learn it
+  // before the first target (for the latter only where a GPU answers: the peers' fake runs on the host).
+  if (self_measured && !request.pin_algorithm && context.device.is_null()) {
+    const measure::JobOutcome device = runner.run("selftest-device", {{"device", request.device}}, 120);
+    if (device.ok()) context.device = device.result;
+  }
   std::optional<db::Store> pin_store;
   if (request.pin_algorithm) {
     if (context.device.is_null()) {
@@ -185,6 +194,16 @@ BenchOutcome run_bench(const BenchRequest& request, const std::function<void(con
       BenchRow row;
       row.target = &target;
       row.problem = {m, request.n, request.k};
+      if (target.measure_self) {
+        SelfMeasured measured = target.measure_self(row.problem);
+        row.result = std::move(measured.result);
+        row.candidate = std::move(measured.candidate);
+        row.failure = std::move(measured.failure);
+        if (request.pin_algorithm) row.pin_note = "pin: " + target.label + " has no algorithm to pin";
+        if (on_row) on_row(row);
+        outcome.rows.push_back(std::move(row));
+        continue;
+      }
       std::optional<PinnedAlgorithm> pinned;
       if (request.pin_algorithm) {
         pinned = stored_pin(pin_store ? &*pin_store : nullptr, target, row.problem, request, context.device,
@@ -231,7 +250,23 @@ void store_bench(db::Store& store, const BenchRequest& request, const BenchOutco
   info.notes = "copy bandwidth: " + context.bandwidth_source;
   const db::RunId run = store.insert_run(info);
 
+  const auto l2_mode = request.measure.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
   for (const BenchRow& row : outcome.rows) {
+    if (row.candidate) {
+      // One config, one result, whatever became of it: a failed run is a failed baseline, never a missing row.
+      const db::ProblemId problem =
+          store.upsert_problem({row.target->problem_format, row.problem.m, row.problem.n, row.problem.k});
+      const nlohmann::json params =
+          row.result && !row.result->variants.empty() ? row.result->variants.front().params : nlohmann::json::object();
+      const db::ConfigId config =
+          store.upsert_config({row.target->config_kind, row.target->config_family, params.dump(), ""});
+      CandidateRecords records = candidate_records(*row.candidate, run, problem, config, kSelfMeasuredPhase);
+      store.insert_verification(records.verification);
+      if (!records.measurement) continue;
+      if (records.measurement->status != db::MeasurementStatus::Ok) records.measurement->l2_mode = l2_mode;
+      store.insert_measurement(*records.measurement);
+      continue;
+    }
     if (!row.result || !row.result->supported) continue;
     const db::ProblemId problem =
         store.upsert_problem({row.target->problem_format, row.problem.m, row.problem.n, row.problem.k});
@@ -250,7 +285,7 @@ void store_bench(db::Store& store, const BenchRequest& request, const BenchOutco
       if (measurement.status == db::MeasurementStatus::Ok) {
         measurement.message = row.result->notes;
       } else {
-        measurement.l2_mode = request.measure.warm_l2 ? db::L2Mode::Warm : db::L2Mode::Cold;
+        measurement.l2_mode = l2_mode;
       }
       store.insert_measurement(measurement);
     }

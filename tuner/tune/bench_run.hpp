@@ -1,8 +1,8 @@
 #pragma once
 // `qtune bench` as a library call: measures GEMM targets for N,K and a list of M, each in a worker process (a faulting
 // kernel kills only the worker) or in this one, and stores the results through tune/records.hpp. Targets are cuBLASLt
-// baselines today; a kernel configuration of a qtune family is another BenchTarget (a worker job answering with the
-// same TargetResult JSON), added next to make_baseline_target.
+// baselines (a job of qtune's worker answering a TargetResult) and targets that measure themselves: the peers hosted
+// in Python (tuner/peers/peer_runs.hpp), which run in a worker of their own.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -17,12 +17,40 @@
 #include "tuner/baselines/baseline.hpp"
 #include "tuner/baselines/baseline_bench.hpp"
 #include "tuner/measure/measure.hpp"
+#include "tuner/providers/pipeline.hpp"
 
 namespace qtune::tune {
 
+// What a target that measures itself returns for one problem.
+struct SelfMeasured {
+  baselines::TargetResult result;        // one variant: what the bench prints
+  providers::CandidateResult candidate;  // what is stored (records.hpp's candidate_records)
+  std::string failure;                   // the run failed (crash, timeout, error): why; the candidate is stored still
+};
+
+// Something measured for a GEMM problem: the worker job that prepares, verifies and times it (answering with a
+// TargetResult), how its memory traffic is counted, which tensor peak it is compared with, and how it is stored.
+struct BenchTarget {
+  std::string label;
+  std::string job;
+  // The job's params; `pinned`: re-time this algorithm alone (see baselines::PinnedAlgorithm).
+  std::function<nlohmann::json(const baselines::GemmProblem&, const std::optional<baselines::PinnedAlgorithm>& pinned)>
+      job_params;
+  std::function<baselines::TrafficModel(const baselines::GemmProblem&)> traffic;
+  search::TensorType tensor_type = search::TensorType::F16;
+  std::string problem_format;  // the database problem's format text
+  db::ConfigKind config_kind = db::ConfigKind::Baseline;
+  std::string config_family;  // the database config family
+  // Set for a target that measures itself instead of sending `job` to qtune's worker (a peer runs in its own).
+  std::function<SelfMeasured(const baselines::GemmProblem&)> measure_self;
+};
+
+// The phase a self-measured target's one configuration is stored under.
+inline constexpr const char* kSelfMeasuredPhase = "peer";
+
 // A validated bench: what the CLI's options become.
 struct BenchRequest {
-  std::vector<baselines::BaselineKind> kinds;  // at least one
+  std::vector<baselines::BaselineKind> kinds;  // with more_targets, at least one target
   std::optional<FormatSpec> format;            // --format: the results are stored under it
   int64_t n = 0;
   int64_t k = 0;
@@ -41,21 +69,8 @@ struct BenchRequest {
   double timeout_s = 900;  // one target x M
   bool in_process = false;  // run the jobs here instead of in a worker (no containment)
   std::string worker_executable = "/proc/self/exe";
-};
-
-// Something measured for a GEMM problem: the worker job that prepares, verifies and times it (answering with a
-// TargetResult), how its memory traffic is counted, which tensor peak it is compared with, and how it is stored.
-struct BenchTarget {
-  std::string label;
-  std::string job;
-  // The job's params; `pinned`: re-time this algorithm alone (see baselines::PinnedAlgorithm).
-  std::function<nlohmann::json(const baselines::GemmProblem&, const std::optional<baselines::PinnedAlgorithm>& pinned)>
-      job_params;
-  std::function<baselines::TrafficModel(const baselines::GemmProblem&)> traffic;
-  search::TensorType tensor_type = search::TensorType::F16;
-  std::string problem_format;  // the database problem's format text
-  db::ConfigKind config_kind = db::ConfigKind::Baseline;
-  std::string config_family;  // the database config family
+  // Targets the caller built (the peers: tuner/peers/peer_runs.hpp), measured after the baselines of `kinds`.
+  std::vector<BenchTarget> more_targets;
 };
 
 BenchTarget make_baseline_target(baselines::BaselineKind kind, const BenchRequest& request);
@@ -67,6 +82,7 @@ struct BenchRow {
   std::optional<baselines::TargetResult> result;
   std::string failure;   // the job failed (crash, timeout, error): why
   std::string pin_note;  // --pin-algorithm found nothing to pin: why (the worker's result notes say the rest)
+  std::optional<providers::CandidateResult> candidate;  // a self-measured target's result, stored as it is
 };
 
 // What the rows are compared with: the copy bandwidth (measured, else the datasheet's), the GPU and its profile.
@@ -89,7 +105,8 @@ struct BenchOutcome {
 BenchOutcome run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row = {});
 
 // Stores a bench as one run of kind "bench" (stamped with `command_line` and the outcome's device): per supported row
-// its problem, and per algorithm its config, verification and measurement (phase top-k, best-of-top-k or pinned).
+// its problem, and per algorithm its config, verification and measurement (phase top-k, best-of-top-k or pinned); a
+// self-measured target's row as its one config with its one result, failures included (phase "peer").
 void store_bench(db::Store& store, const BenchRequest& request, const BenchOutcome& outcome,
                  const std::string& command_line);
 

@@ -575,18 +575,7 @@ void check_tune_options(const TuneOptions& options, const TuneTarget& target, co
 
 db::RunInfo tune_run_info(const TuneOptions& options, const TuneTarget& target, const KernelFamily& family,
                           const std::string& source_hash, const SearchIdentity& identity) {
-  db::RunInfo info = run_info_of_this_build("tune");
-  info.cuda_version = target.cuda_version;
-  info.driver_version = target.driver_version;
-  info.gpu_name = target.gpu_name;
-  info.gpu_uuid = target.gpu_uuid;
-  info.gpu_profile = target.gpu_profile;
-  info.sm = target.limits.sm;
-  info.sm_count = target.limits.sm_count;
-  info.sm_clock_mhz = target.sm_clock_mhz;
-  info.mem_clock_mhz = target.mem_clock_mhz;
-  info.command_line = options.command_line;
-  info.shard = options.shard.to_string();
+  db::RunInfo info = tune_run_on(target, options.command_line, options.shard.to_string());
   nlohmann::json notes;
   notes["tune"] = {{"search_key", identity.search_key},
                    {"space_key", identity.space_key},
@@ -861,6 +850,22 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
     throw;
   }
   return report;
+}
+
+db::RunInfo tune_run_on(const TuneTarget& target, const std::string& command_line, const std::string& shard) {
+  db::RunInfo info = run_info_of_this_build("tune");
+  info.cuda_version = target.cuda_version;
+  info.driver_version = target.driver_version;
+  info.gpu_name = target.gpu_name;
+  info.gpu_uuid = target.gpu_uuid;
+  info.gpu_profile = target.gpu_profile;
+  info.sm = target.limits.sm;
+  info.sm_count = target.limits.sm_count;
+  info.sm_clock_mhz = target.sm_clock_mhz;
+  info.mem_clock_mhz = target.mem_clock_mhz;
+  info.command_line = command_line;
+  info.shard = shard;
+  return info;
 }
 
 }  // namespace qtune::tune

@@ -84,5 +84,44 @@ struct MoeParams {
   int max_rows;    // masked: rows of each expert's slab
 };
 
+// ---- The bsmma family (gemm/block_scaled_mma.cuh): block-scaled W4A4 on sm_120a ----
+// Its kernel parameter. Pointers are device addresses; unused ones are 0.
+struct BlockScaledParams {
+  unsigned long long a;               // activation fragments, prepacked (e2m1)
+  unsigned long long a_scales;        // activation scale words, prepacked
+  unsigned long long a_global_scale;  // one f32 (NVFP4 activations), or 0
+  unsigned long long weights;         // weight fragments, prepacked (e2m1)
+  unsigned long long scales;          // weight scale words, prepacked
+  unsigned long long global_scale;    // one f32 multiplied into every output (1 for MXFP4)
+  unsigned long long bias;            // [N] in the output type, or 0
+  unsigned long long c;               // output [M][N], row-major
+  int m;
+  int n;
+  int k;
+  int reserved;
+};
+
+// The two block-scaled MMA kinds: e2m1 x e2m1 with 4X (ue4m3) or 2X (ue8m0) scales, m16n8k64; and 8-bit (or fp4 in an
+// 8-bit container) operands with 1X ue8m0 scales, m16n8k32, issued twice per K step of 64.
+enum BlockScaledKind : int {
+  kBlockScaledMxf4Nvf4 = 0,
+  kBlockScaledMxf8f6f4 = 1,
+};
+
+// The activations are packed for a multiple of this many rows (zeros past M), so no CTA tile reads past the buffer.
+constexpr int kBlockScaledRowPadding = 128;
+// A lane's bytes of one prepacked fragment per (tile, K step of 64), for elements of `bits` bits in memory: m16 x k64
+// activations 4 bits each (16 bytes for e2m1, 32 for 8-bit), n8 x k64 weights 2 bits each (8 or 16 bytes).
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define QTUNE_ABI_FUNCTION __host__ __device__ constexpr  // the same arithmetic on both sides
+#else
+#define QTUNE_ABI_FUNCTION constexpr
+#endif
+QTUNE_ABI_FUNCTION int block_scaled_activation_lane_bytes(int bits) { return 4 * bits; }
+QTUNE_ABI_FUNCTION int block_scaled_weight_lane_bytes(int bits) { return 2 * bits; }
+#undef QTUNE_ABI_FUNCTION
+constexpr int kBlockScaledActivationScaleBlockBytes = 32 * 4;  // a scale word per lane (lanes 4g, 4g + 1 used)
+constexpr int kBlockScaledWeightScaleBlockBytes = 8 * 4;       // a scale word per column
+
 }  // namespace device
 }  // namespace qtune

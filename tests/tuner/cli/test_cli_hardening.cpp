@@ -186,9 +186,15 @@ TEST(CliArchitectures, FormatsShowSaysWhichFamilyRunsTheFormat) {
   result = run_qtune({"formats", "show", "w4a4-nvfp4", "--output", "json"});
   ASSERT_EQ(result.status, 0) << result.err;
   const nlohmann::json shown = nlohmann::json::parse(result.out);
+  // Only the bsmma family runs fp4 activations, on sm_120; every other architecture says why not.
   for (const nlohmann::json& arch : shown.at("architectures")) {
-    EXPECT_FALSE(arch.at("supported").get<bool>()) << "no family runs w4a4-nvfp4, yet: " << arch.dump();
-    EXPECT_FALSE(arch.at("reason").get<std::string>().empty()) << arch.dump();
+    const bool consumer_blackwell = arch.at("sm").get<int>() == 120 || arch.at("sm").get<int>() == 121;
+    EXPECT_EQ(arch.at("supported").get<bool>(), consumer_blackwell) << arch.dump();
+    if (consumer_blackwell) {
+      EXPECT_EQ(arch.at("family").get<std::string>(), "bsmma") << arch.dump();
+    } else {
+      EXPECT_FALSE(arch.at("reason").get<std::string>().empty()) << arch.dump();
+    }
   }
 }
 
@@ -204,8 +210,12 @@ TEST(CliArchitectures, CompileOffersOnlyArchitecturesAFamilyCompilesFor) {
   // The format runs on sm_75..sm_89 (int4 MMA): on sm_90 the architecture is the problem.
   expect_refused({"compile", "--arch", "sm_90a", "--format", "w4a4-int4-ch", "--no-db"}, "--arch: ");
   expect_refused({"compile", "--arch", "sm_90a", "--format", "w4a4-int4-ch", "--no-db"}, "runs it on sm_75, sm_80, sm_86, sm_89");
-  // No architecture runs fp4 activations: the format is the problem.
-  expect_refused({"compile", "--arch", "sm_100a", "--format", "w4a4-nvfp4", "--no-db"}, "--format: ");
+  // fp4 activations run on sm_120a only (the bsmma family): on sm_100a the architecture is the problem, and with
+  // --family auto (the default) the family that runs it there compiles it.
+  expect_refused({"compile", "--arch", "sm_100a", "--format", "w4a4-nvfp4", "--no-db"}, "--arch: ");
+  expect_refused({"compile", "--arch", "sm_100a", "--format", "w4a4-nvfp4", "--no-db"}, "the bsmma family runs it on sm_120");
+  // No family runs fp4 weights with int8 activations anywhere: the format is the problem.
+  expect_refused({"compile", "--arch", "sm_90a", "--format", "w4a8-fp4-int8", "--no-db"}, "--format: ");
   // wgmma takes weight-only formats only; the mma family runs this one here.
   expect_refused({"compile", "--arch", "sm_90a", "--format", "w8a8-fp8-ch", "--family", "wgmma", "--no-db"},
                  "--family: ");

@@ -108,7 +108,7 @@ class PeerWorker:
         result = {"provider": params["provider"], "peer_version": adapter.version(), "config": prepared.config,
                   "verification": verification}
         if verification.get("passed") and params.get("measure_time", True):
-            result["measurement"] = self.abi.measure(params.get("measure") or {}, prepared.launch)
+            result["measurement"] = adapter.measure(self.abi, params.get("measure") or {}, prepared)
         return result
 
 

@@ -66,6 +66,11 @@ class Adapter:
         """Packs ``problem``'s operands for ``config`` and returns a Prepared."""
         raise NotImplementedError
 
+    def measure(self, abi, options, prepared):
+        """qtune's measure() of the prepared launch (CUPTI, cold L2, statistics, NVML); only the tests' host-side
+        fake peer times itself otherwise."""
+        return abi.measure(options, prepared.launch)
+
     # ---- shared
     def probe(self):
         """Imports the peer and checks it; returns its version, or raises PeerUnavailable saying what is missing."""

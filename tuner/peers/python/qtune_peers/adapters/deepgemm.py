@@ -37,9 +37,12 @@ class DeepGemmAdapter(Adapter):
         if align is not None:
             sfa = align(sfa)
         d = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+        # sm_90 reads f32 scales; DeepGEMM's default casts them to ue8m0, which only its sm_100 kernels take (on an
+        # H200 the default call crashed the process).
+        options = {"disable_ue8m0_cast": True} if torch.cuda.get_device_capability(device)[0] == 9 else {}
 
         def launch(stream):
             with tensors.on_stream(stream):
-                deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+                deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, **options)
 
         return Prepared({}, tensors.output_of(d), launch)

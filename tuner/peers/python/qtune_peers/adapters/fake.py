@@ -1,8 +1,10 @@
 """The tests' peers, pure Python and host-side (no torch, no GPU): "fake" multiplies qtune's dequantized operands
-in Python and writes f16 patterns, or misbehaves as its config says; "absent" is a peer that is never installed.
-Offered only to a worker started with --test-peers."""
+in Python and writes f16 patterns, or misbehaves as its config says, and times itself on the host (CUPTI has no GPU
+kernel of it to time), so that the commands can be tested end to end without a GPU; "absent" is a peer that is never
+installed. Offered only to a worker started with --test-peers."""
 import os
 import signal
+import statistics
 import struct
 import time
 
@@ -27,7 +29,8 @@ class FakeAdapter(Adapter):
         return [{"behaviour": "correct"}, {"behaviour": "wrong"}]
 
     def prepare(self, problem, operands, config, device):
-        self.refuse_config(config, ["behaviour", "seconds"])
+        # A Humming TuningConfig is taken and ignored, so that `tune --family humming`'s loop runs on the CPU.
+        self.refuse_config(config, ["behaviour", "seconds", "tuning_config"])
         behaviour = config.get("behaviour", "correct")
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"behaviour must be one of {', '.join(BEHAVIOURS)}")
@@ -54,6 +57,28 @@ class FakeAdapter(Adapter):
             output.host[:] = struct.pack(f"<{len(values)}e", *values)
 
         return Prepared({"behaviour": behaviour}, output, launch)
+
+    def measure(self, abi, options, prepared):
+        """The host time of a few launches, in the fields of qtune's Measurement (no NVML, no L2 to flush)."""
+        samples = []
+        start = time.perf_counter()
+        for _ in range(3):
+            began = time.perf_counter()
+            prepared.launch(None)
+            samples.append((time.perf_counter() - began) * 1e6)
+        samples.sort()
+        median = statistics.median(samples)
+        nvml = {"valid": False, "sm_mhz": -1, "mem_mhz": -1, "temp_c": -1, "power_w": -1.0, "throttle_reasons": 0,
+                "throttled": False}
+        return {"median_us": median, "p10_us": samples[0], "p90_us": samples[-1], "min_us": samples[0],
+                "max_us": samples[-1], "mean_us": statistics.fmean(samples), "stddev_us": statistics.pstdev(samples),
+                "ci_low_us": samples[0], "ci_high_us": samples[-1], "ci_coverage": 0.0, "samples_us": samples,
+                "repetitions": len(samples), "warmup_repetitions": 0, "converged": True,
+                "stop_reason": "host timing of the fake peer (no GPU kernel)", "warmup_settled": True,
+                "warmup_seconds": 0.0, "total_seconds": time.perf_counter() - start,
+                "warm_l2": bool(options.get("warm_l2", False)), "l2_flush": "", "flush_bytes": 0,
+                "nvml_start": nvml, "nvml_end": nvml, "throttled": False, "kernels_per_repetition": 0,
+                "kernel_names": [], "unattributed_kernels": 0, "device_name": "host (fake peer)", "device_uuid": ""}
 
 
 class AbsentAdapter(Adapter):

@@ -41,8 +41,17 @@ class HummingAdapter(Adapter):
         if importlib.util.find_spec("humming") is None:
             raise self.unavailable("humming is not importable (no module named 'humming')")
         # Humming starts a background build of its launcher when imported unless told not to; qtune's worker builds
-        # it in the job that first needs it, inside the watchdog.
+        # it in the job that first needs it, inside the watchdog. The variable is cleared again after the imports:
+        # Humming's serial build path (taken while it is set) fails on every list of configs, its heuristic's too.
+        told = "HUMMING_DISABLE_PARALLEL_BUILD" in os.environ
         os.environ.setdefault("HUMMING_DISABLE_PARALLEL_BUILD", "1")
+        try:
+            return self._probe_imports()
+        finally:
+            if not told:
+                os.environ.pop("HUMMING_DISABLE_PARALLEL_BUILD", None)
+
+    def _probe_imports(self):
         try:
             import pynvml  # noqa: F401
         except ImportError:

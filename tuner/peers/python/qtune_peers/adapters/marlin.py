@@ -5,6 +5,7 @@ import inspect
 import types
 
 from qtune_peers.adapters.base import Adapter, Prepared, distribution_version
+from qtune_peers.errors import UnsupportedError
 
 # thread_k x thread_n tiles Marlin's kernel has; -1 lets Marlin choose (its default).
 TILES = [(-1, -1), (128, 128), (64, 256)]
@@ -41,6 +42,11 @@ class MarlinAdapter(Adapter):
         self.refuse_config(config, ["thread_k", "thread_n", "sms", "max_par"])
         n, k = problem.n, problem.k
         group = 128 if operands.endswith("g128") else -1
+        if group != -1 and torch.cuda.get_device_capability(device)[0] >= 9:
+            # Seen on an H200 (2026-12-02): Marlin's own g128 use, without qtune, stops with "an illegal instruction
+            # was encountered", which would take the worker down; per channel runs right.
+            raise UnsupportedError("marlin-w4a16-int4-g128: IST-DASLab Marlin's g128 kernel executes an illegal "
+                                   "instruction on sm_90 and later; use gptq_marlin-w4a16-int4-g128 (vLLM) there")
         layer = self._packed_layer(problem, group, device)
         a = tensors.device_tensor(problem, "activation_bits16", device, torch.float16)
         c = torch.empty((problem.m, n), dtype=torch.float16, device=a.device)
