@@ -83,10 +83,24 @@ std::string architecture_summary() {
       const FormatSpec format = FormatSpec::parse(preset.name);
       const FamilySupport support = family_support(format, sm);
       if (support.family != nullptr) continue;
-      // Reasons start with the format ("<spec> is unsupported on sm_X: " or "<spec>: "); what follows is shared.
-      std::string reason = support.reason;
-      for (const std::string& prefix : {format.to_string() + " is unsupported on sm_" + std::to_string(sm) + ": ", format.to_string() + ": "}) {
-        if (reason.rfind(prefix, 0) == 0) reason = reason.substr(prefix.size());
+      // Each family's reason ('; '-separated) starts with the format ("<spec> is unsupported on sm_X[ by the F family]: "
+      // or "<spec>: "); without it, what follows is shared by many formats.
+      const std::string spec = format.to_string();
+      const std::string unsupported = spec + " is unsupported on sm_" + std::to_string(sm);
+      std::string reason;
+      std::size_t begin = 0;
+      while (begin <= support.reason.size()) {
+        std::size_t end = support.reason.find("; ", begin);
+        if (end == std::string::npos) end = support.reason.size();
+        std::string part = support.reason.substr(begin, end - begin);
+        if (part.rfind(unsupported + " by the ", 0) == 0) {
+          part = part.substr(unsupported.size() + 8);  // "F family: ..."
+        } else if (part.rfind(unsupported + ": ", 0) == 0) {
+          part = part.substr(unsupported.size() + 2);
+        }
+        if (part.rfind(spec + ": ", 0) == 0) part = part.substr(spec.size() + 2);  // also after the prefix above
+        reason += (reason.empty() ? "" : "; ") + part;
+        begin = end + 2;
       }
       by_reason[reason].push_back(preset.name);
     }
