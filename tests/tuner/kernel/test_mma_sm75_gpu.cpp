@@ -122,17 +122,25 @@ std::vector<Sm75Case> spread_cases() {
   return cases;
 }
 
-// Without a GPU: every case is a supported format and a configuration sm_75's rules admit.
-TEST(MmaSm75Cases, AreValidOnTuring) {
+// Without a GPU: every case is a supported format and a configuration sm_75's rules admit, and its compute_75 PTX
+// compiles, so a GPU run tests the code rather than the build.
+TEST(MmaSm75Cases, AreValidOnTuringAndCompileToPtx) {
   const ArchLimits turing = ArchLimits::for_sm(75);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
   for (const std::vector<Sm75Case>& cases : {every_format_cases(), spread_cases()}) {
     for (const Sm75Case& c : cases) {
       const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
       const KernelConfig config = c.config.empty() ? mma_family().default_config(problem, turing) : KernelConfig::parse(c.config, "mma");
       const RuleVerdict verdict = mma_family().check(config, problem, turing);
       EXPECT_TRUE(verdict.valid) << c.spec << " m=" << c.m << " " << config.to_string() << ": " << verdict.rule << ": " << verdict.detail;
+      requests.push_back(test_support::family_compile_request(mma_family(), config, problem.format, "compute_75"));
+      labels.push_back(c.spec + " m=" + std::to_string(c.m) + " " + config.to_string());
     }
   }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_NE(std::string(kernel.cubin.data()).find(".target sm_75"), std::string::npos) << label;
+  });
 }
 
 TEST(MmaSm75OnGpu, EveryTuringFormatAgainstTheReference) {
