@@ -118,7 +118,8 @@ int ArchLimits::resident_blocks_per_sm(std::uint64_t threads, int registers, std
 namespace {
 
 // What differs between the architectures ArchLimits::for_sm knows; the rest keeps ArchLimits' defaults.
-// SM counts are of a reference part (sm_103: B300's 160 SMs, sm_121: DGX Spark GB10's 48); per-SM limits per capability.
+// SM counts are of a reference part (sm_100: B200's 148, sm_103: B300's 148, sm_121: DGX Spark GB10's 48); per-SM limits per
+// capability, blocks per SM as CUDA 13.0's cuda_occupancy.h gives them (12.x: 24). configs/gpus/*.json must agree (tested).
 struct ArchTableRow {
   int sm;
   int sm_count;
@@ -131,7 +132,7 @@ struct ArchTableRow {
 constexpr ArchTableRow kArchTable[] = {
     {75, 68, 65536, 65536, 1024, 16},      {80, 108, 166912, 167936, 2048, 32}, {86, 82, 101376, 102400, 1536, 16},
     {89, 128, 101376, 102400, 1536, 24},   {90, 132, 232448, 233472, 2048, 32}, {100, 148, 232448, 233472, 2048, 32},
-    {103, 160, 232448, 233472, 2048, 32},  {120, 170, 101376, 102400, 1536, 24}, {121, 48, 101376, 102400, 1536, 24},
+    {103, 148, 232448, 233472, 2048, 32},  {120, 170, 101376, 102400, 1536, 24}, {121, 48, 101376, 102400, 1536, 24},
 };
 
 }  // namespace
@@ -228,13 +229,15 @@ bool auto_tune_covers(const KernelFamily& family, const std::vector<const Kernel
 }
 
 int sm_of_arch(std::string_view arch, std::string_view field) {
+  // compute_NN is a PTX target (the driver compiles it for the GPU it loads on): the code of sm_NN.
+  const bool ptx = arch.starts_with("compute_");
   std::string_view digits = arch;
-  if (digits.starts_with("sm_")) digits.remove_prefix(3);
-  while (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.remove_suffix(1);
+  digits.remove_prefix(ptx ? 8 : arch.starts_with("sm_") ? 3 : 0);
+  while (!ptx && !digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.remove_suffix(1);
   int sm = 0;
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), sm);
-  if (!arch.starts_with("sm_") || error != std::errc() || end != digits.data() + digits.size() || sm <= 0) {
-    QTUNE_INPUT_ERROR(std::string(field) + ": " + quote_input(arch) + " is not an architecture such as sm_90a");
+  if (!(ptx || arch.starts_with("sm_")) || error != std::errc() || end != digits.data() + digits.size() || sm <= 0) {
+    QTUNE_INPUT_ERROR(std::string(field) + ": " + quote_input(arch) + " is not an architecture such as sm_90a (or a PTX target such as compute_75)");
   }
   return sm;
 }

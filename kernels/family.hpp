@@ -232,7 +232,7 @@ const KernelFamily& heuristic_family(const Problem& problem, int sm);
 bool auto_tune_covers(const KernelFamily& family, const std::vector<const KernelFamily*>& families, const Problem& problem,
                       int sm);
 
-// "sm_90a" -> 90, "sm_120a" -> 120. Throws InputError naming `field`.
+// "sm_90a" -> 90, "sm_120a" -> 120, and the PTX target "compute_75" -> 75. Throws InputError naming `field`.
 int sm_of_arch(std::string_view arch, std::string_view field = "arch");
 
 }  // namespace qtune

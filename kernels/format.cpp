@@ -951,7 +951,7 @@ const std::vector<FormatPreset>& format_presets() {
 // ---------------------------------------------------------------- architectures
 
 const std::vector<int>& known_architectures() {
-  static const std::vector<int> architectures = {75, 80, 86, 89, 90, 100, 120};
+  static const std::vector<int> architectures = {75, 80, 86, 89, 90, 100, 103, 120, 121};
   return architectures;
 }
 

@@ -39,6 +39,13 @@ int positive_int_at_most(const ConfigObject& object, std::string_view key, std::
   return static_cast<int>(value);
 }
 
+// A figure NVIDIA may not publish: null or absent is nullopt, anything else must be a positive integer up to `max`.
+std::optional<std::int64_t> unpublished_or_positive_int(const ConfigObject& object, std::string_view key, std::int64_t max) {
+  const std::optional<std::int64_t> value = object.optional_positive_int(key);
+  if (value && *value > max) object.fail(key, "expected at most " + std::to_string(max) + ", got " + std::to_string(*value));
+  return value;
+}
+
 // The first compute capability whose tensor cores take each type; a profile claiming a rate earlier is contradictory.
 int first_sm_with(TensorType type) {
   switch (type) {
@@ -126,11 +133,11 @@ GpuProfile gpu_profile_from_json(const nlohmann::json& document, const fs::path&
     root.fail("shared_memory_per_block_optin_bytes",
               "exceeds shared_memory_per_sm_bytes (" + std::to_string(profile.shared_memory_per_sm_bytes) + ")");
   }
-  profile.l2_bytes = root.required_positive_int("l2_bytes");
+  profile.l2_bytes = unpublished_or_positive_int(root, "l2_bytes", std::int64_t(1) << 40);
 
   profile.memory_gb = root.required_positive_number("memory_gb");
   profile.memory_bandwidth_gbps = root.required_positive_number("memory_bandwidth_gbps");
-  profile.boost_clock_mhz = positive_int_at_most(root, "boost_clock_mhz", 10000);
+  if (const auto clock = unpublished_or_positive_int(root, "boost_clock_mhz", 10000)) profile.boost_clock_mhz = static_cast<int>(*clock);
 
   const ConfigObject peaks = root.required_object("peak_dense_tflops");
   bool any_peak = false;

@@ -54,11 +54,13 @@ struct GpuProfile {
   int shared_memory_per_block_bytes = 0;        // without opt-in (48 KiB)
   int shared_memory_per_block_optin_bytes = 0;  // the most one block may request with cudaFuncAttributeMaxDynamicSharedMemorySize
   int shared_memory_per_sm_bytes = 0;
-  std::int64_t l2_bytes = 0;
+  // L2 size as the device reports it; nullopt where NVIDIA publishes none (the profile's notes say so). Nothing
+  // qtune decides depends on it: cold-L2 flushing sizes its buffer from the device's own report.
+  std::optional<std::int64_t> l2_bytes;
 
   double memory_gb = 0;              // datasheet capacity, decimal GB
   double memory_bandwidth_gbps = 0;  // datasheet peak, GB/s (1e9 bytes/s)
-  int boost_clock_mhz = 0;
+  std::optional<int> boost_clock_mhz;  // maximum SM clock; nullopt where unpublished
 
   // Datasheet peak dense (non-sparse) tensor throughput in TFLOP/s (TOP/s for integers) with FP32 (INT32) accumulation,
   // indexed by TensorType; nullopt where the GPU has no tensor-core support for the type.

@@ -30,7 +30,7 @@ std::string arch_name(int sm) { return "sm_" + std::to_string(sm); }
 
 std::string MmaFamily::description() const {
   return "quantized GEMM on mma.sync tensor cores (f16/bf16, int8, fp8, int4) with cp.async pipelines and register "
-         "dequantization (sm_80+)";
+         "dequantization (sm_80+; sm_75: f16, int8 and int4 with stages copied through registers)";
 }
 
 std::vector<ParameterDomain> MmaFamily::parameter_space() const {
@@ -51,13 +51,18 @@ std::vector<ParameterDomain> MmaFamily::parameter_space() const {
 ArchSupport MmaFamily::supports(const FormatSpec& format, int sm) const {
   ArchSupport support{sm, false, ""};
   const std::string prefix = format.to_string() + " is unsupported on " + arch_name(sm) + ": ";
-  if (sm < 80) {
-    support.reason = prefix + "the mma family needs sm_80 or later (cp.async and bf16 mma.sync)";
+  if (sm < 75) {
+    support.reason = prefix + "the mma family needs sm_75 or later (mma.sync tensor cores)";
     return support;
   }
   const ArchSupport format_support = architecture_support(format, sm);
   if (!format_support.supported) {
     support.reason = prefix + format_support.reason;
+    return support;
+  }
+  // Turing runs f16 (m16n8k8), int8 (m8n8k16) and int4 (m8n8k32) MMAs; bf16 conversions are sm_80's.
+  if (sm < 80 && format.output == OutputType::BF16) {
+    support.reason = prefix + "bf16 output needs sm_80 or later";
     return support;
   }
   if (auto reason = mma::unsupported_format_reason(format)) {

@@ -450,13 +450,13 @@ std::vector<int> supported_architectures(const std::string& spec) {
 std::string reason(const std::string& spec, int sm) { return architecture_support(FormatSpec::parse(spec), sm).reason; }
 
 TEST(FormatSpec, ArchitectureSupport) {
-  EXPECT_EQ(known_architectures(), (std::vector<int>{75, 80, 86, 89, 90, 100, 120}));
-  const std::vector<int> all = {75, 80, 86, 89, 90, 100, 120};
-  const std::vector<int> fp8 = {89, 90, 100, 120};
-  const std::vector<int> blackwell = {100, 120};
+  EXPECT_EQ(known_architectures(), (std::vector<int>{75, 80, 86, 89, 90, 100, 103, 120, 121}));
+  const std::vector<int> all = {75, 80, 86, 89, 90, 100, 103, 120, 121};
+  const std::vector<int> fp8 = {89, 90, 100, 103, 120, 121};
+  const std::vector<int> blackwell = {100, 103, 120, 121};
   EXPECT_EQ(supported_architectures("w4a16-int4-g128"), all);
   EXPECT_EQ(supported_architectures("nvfp4"), all);  // weight-only: runs wherever f16 runs
-  EXPECT_EQ(supported_architectures("w4a16-int4-g128-bf16"), (std::vector<int>{80, 86, 89, 90, 100, 120}));
+  EXPECT_EQ(supported_architectures("w4a16-int4-g128-bf16"), (std::vector<int>{80, 86, 89, 90, 100, 103, 120, 121}));
   EXPECT_EQ(reason("w4a16-int4-g128-bf16", 75), "bf16 activations need sm_80 or later");
   EXPECT_EQ(supported_architectures("w8a8-int8-ch"), all);
   EXPECT_EQ(supported_architectures("w8a8-fp8-ch"), fp8);

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -83,13 +84,14 @@ TEST(GpuProfiles, EveryShippedProfileLoads) {
   const auto profiles = load_gpu_profiles(kConfigs / "gpus");
   std::vector<std::string> names;
   for (const auto& profile : profiles) names.push_back(profile.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"a100", "h100", "h20", "h200", "l20", "l40s", "rtx-pro-6000", "rtx4090",
-                                                "rtx5090"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"a100", "b200", "b300", "gb10", "h100", "h20", "h200", "l20", "l40s",
+                                                "rtx-pro-6000", "rtx4090", "rtx5090"}));
   for (const auto& profile : profiles) {
     SCOPED_TRACE(profile.name);
     EXPECT_GT(profile.sm_count, 0);
     EXPECT_LE(profile.shared_memory_per_block_optin_bytes, profile.shared_memory_per_sm_bytes);
-    EXPECT_TRUE(profile.supports(TensorType::F16));
+    // Every profile states a rate where qtune can compare (GB10 publishes only fp4).
+    EXPECT_TRUE(profile.supports(TensorType::F16) || profile.supports(TensorType::FP4));
     EXPECT_TRUE(profile.arch.starts_with("sm_" + std::to_string(profile.sm)));
   }
 }
@@ -102,6 +104,7 @@ TEST(GpuProfiles, DatasheetNumbers) {
   EXPECT_EQ(h200->arch, "sm_90a");
   EXPECT_EQ(h200->sm_count, 132);
   EXPECT_EQ(h200->l2_bytes, 62914560);
+  EXPECT_EQ(h200->boost_clock_mhz, 1980);
   EXPECT_DOUBLE_EQ(h200->memory_bandwidth_gbps, 4800);
   EXPECT_DOUBLE_EQ(*h200->peak_tflops(TensorType::BF16), 989.4);
   EXPECT_DOUBLE_EQ(*h200->peak_tflops(TensorType::FP8), 1978.9);
@@ -148,6 +151,75 @@ TEST(GpuProfiles, DatasheetNumbers) {
   EXPECT_TRUE(a100->supports(TensorType::INT4));
 }
 
+// A profile's per-SM limits are its compute capability's, so they must be ArchLimits' for that architecture (the SM
+// count is the part's own). rtx5090.json said 32 blocks per SM where compute capability 12.x has 24.
+TEST(GpuProfiles, AgreeWithArchLimitsOfTheirArchitecture) {
+  for (const GpuProfile& profile : load_gpu_profiles(kConfigs / "gpus")) {
+    SCOPED_TRACE(profile.name);
+    const ArchLimits arch = ArchLimits::for_sm(profile.sm);  // throws for an architecture ArchLimits does not know
+    EXPECT_EQ(profile.max_blocks_per_sm, arch.max_blocks_per_sm);
+    EXPECT_EQ(profile.max_threads_per_sm, arch.max_threads_per_sm);
+    EXPECT_EQ(profile.max_threads_per_block, arch.max_threads_per_block);
+    EXPECT_EQ(profile.registers_per_sm, arch.registers_per_sm);
+    EXPECT_EQ(profile.registers_per_thread_max, arch.max_registers_per_thread);
+    EXPECT_EQ(profile.shared_memory_per_block_optin_bytes, arch.max_shared_per_block);
+    EXPECT_EQ(profile.shared_memory_per_sm_bytes, arch.shared_per_sm);
+    const ArchLimits limits = limits_of_profile(profile);
+    EXPECT_EQ(limits.sm_count, profile.sm_count);
+    EXPECT_EQ(limits.max_blocks_per_sm, arch.max_blocks_per_sm);
+    // Every profile's architecture is a compile target.
+    EXPECT_NE(std::find(known_architectures().begin(), known_architectures().end(), profile.sm), known_architectures().end());
+  }
+}
+
+// Figures NVIDIA does not publish are null (or absent), not guesses; the numbers that are published are pinned.
+TEST(GpuProfiles, BlackwellProfilesAndUnpublishedFigures) {
+  const auto profiles = load_gpu_profiles(kConfigs / "gpus");
+  const GpuProfile* b200 = find_gpu_profile(profiles, "NVIDIA B200");
+  ASSERT_NE(b200, nullptr);
+  EXPECT_EQ(b200->sm, 100);
+  EXPECT_EQ(b200->arch, "sm_100a");
+  EXPECT_EQ(b200->sm_count, 148);
+  EXPECT_FALSE(b200->l2_bytes.has_value());
+  EXPECT_FALSE(b200->boost_clock_mhz.has_value());
+  EXPECT_DOUBLE_EQ(*b200->peak_tflops(TensorType::FP4), 9000);
+  EXPECT_FALSE(b200->supports(TensorType::INT4));
+
+  const GpuProfile* b300 = find_gpu_profile(profiles, "NVIDIA B300 SXM6 AC");
+  ASSERT_NE(b300, nullptr);
+  EXPECT_EQ(b300->name, "b300");
+  EXPECT_EQ(b300->sm, 103);
+  EXPECT_EQ(b300->arch, "sm_103a");
+  EXPECT_DOUBLE_EQ(b300->memory_gb, 288);
+  EXPECT_FALSE(b300->peak_tflops(TensorType::INT8).has_value());
+
+  const GpuProfile* gb10 = find_gpu_profile(profiles, "DGX Spark");
+  ASSERT_NE(gb10, nullptr);
+  EXPECT_EQ(gb10->name, "gb10");
+  EXPECT_EQ(gb10->sm, 121);
+  EXPECT_EQ(gb10->arch, "sm_121a");
+  EXPECT_EQ(gb10->sm_count, 48);
+  EXPECT_EQ(gb10->max_threads_per_sm, 1536);
+  EXPECT_DOUBLE_EQ(gb10->memory_bandwidth_gbps, 273);
+  EXPECT_FALSE(gb10->peak_tflops(TensorType::F16).has_value());
+  EXPECT_DOUBLE_EQ(*gb10->peak_tflops(TensorType::FP4), 500);
+
+  const GpuProfile* l40s = find_gpu_profile(profiles, "NVIDIA L40S");
+  ASSERT_NE(l40s, nullptr);
+  EXPECT_EQ(l40s->sm, 89);
+  EXPECT_EQ(l40s->sm_count, 142);
+
+  // null and absent both mean unpublished; present values are still checked.
+  json h200 = read(kConfigs / "gpus" / "h200.json");
+  TempDir dir;
+  h200["l2_bytes"] = nullptr;
+  h200.erase("boost_clock_mhz");
+  const GpuProfile unpublished = load_gpu_profile(dir.write("h200.json", h200.dump()));
+  EXPECT_FALSE(unpublished.l2_bytes.has_value());
+  EXPECT_FALSE(unpublished.boost_clock_mhz.has_value());
+  EXPECT_EQ(limits_of_profile(unpublished).sm_count, 132);
+}
+
 TEST(GpuProfiles, LookupByNameAndAliasIgnoresCaseAndPunctuation) {
   const auto profiles = load_gpu_profiles(kConfigs / "gpus");
   for (const char* name : {"H200", "h200", "NVIDIA H200", "nvidia h200", "H200 SXM"}) {
@@ -173,14 +245,16 @@ TEST(GpuProfiles, DeviceMatchRequiresAgreeingArchitectureAndSmCount) {
   EXPECT_TRUE(match_device(profiles, DeviceIdentity{"NVIDIA H200", 0, 0}).has_value());
   EXPECT_FALSE(match_device(profiles, DeviceIdentity{"NVIDIA H200", 90, 114}).has_value());
   EXPECT_FALSE(match_device(profiles, DeviceIdentity{"NVIDIA H200", 100, 132}).has_value());
-  EXPECT_FALSE(match_device(profiles, DeviceIdentity{"NVIDIA B200", 100, 148}).has_value());
+  EXPECT_TRUE(match_device(profiles, DeviceIdentity{"NVIDIA B200", 100, 148}).has_value());
+  EXPECT_FALSE(match_device(profiles, DeviceIdentity{"NVIDIA B200", 100, 160}).has_value());
+  EXPECT_FALSE(match_device(profiles, DeviceIdentity{"NVIDIA B100", 100, 148}).has_value());
 }
 
 TEST(GpuProfiles, ByNameFromShippedConfigsOrPath) {
   ScopedEnvironment env("QTUNE_CONFIG_DIR", nullptr);
   EXPECT_EQ(gpu_profile_by_name("NVIDIA H200").name, "h200");
   EXPECT_EQ(gpu_profile_by_name((kConfigs / "gpus" / "l40s.json").string()).name, "l40s");
-  expect_input_error([] { gpu_profile_by_name("b300", "--gpu"); }, {"--gpu", "unknown GPU profile 'b300'", "h200"});
+  expect_input_error([] { gpu_profile_by_name("b400", "--gpu"); }, {"--gpu", "unknown GPU profile 'b400'", "h200"});
 }
 
 TEST(GpuProfiles, TensorTypeNamesRoundTrip) {
@@ -220,6 +294,8 @@ TEST(GpuProfiles, MalformedProfilesNameTheField) {
       {"string for integer", [](json& j) { j["sm_count"] = "132"; }, {"field 'sm_count'", "expected a positive integer"}},
       {"fraction for integer", [](json& j) { j["sm_count"] = 132.5; }, {"field 'sm_count'", "expected a positive integer"}},
       {"negative", [](json& j) { j["l2_bytes"] = -1; }, {"field 'l2_bytes'", "expected a positive integer"}},
+      {"l2 as text", [](json& j) { j["l2_bytes"] = "unknown"; }, {"field 'l2_bytes'", "expected a positive integer"}},
+      {"clock too high", [](json& j) { j["boost_clock_mhz"] = 20000; }, {"field 'boost_clock_mhz'", "at most 10000"}},
       {"zero bandwidth", [](json& j) { j["memory_bandwidth_gbps"] = 0; }, {"field 'memory_bandwidth_gbps'", "positive number"}},
       {"typo", [](json& j) { j["sm_cout"] = 132; }, {"field 'sm_cout'", "unknown field"}},
       {"arch contradicts sm", [](json& j) { j["arch"] = "sm_80"; }, {"field 'arch'", "does not match sm 90"}},

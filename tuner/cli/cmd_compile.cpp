@@ -64,6 +64,51 @@ const std::vector<std::string>& accepted_archs() {
   return archs;
 }
 
+// `compile --help`'s last section: per architecture, how many preset formats each family runs there, and for the
+// presets no family runs, every family's reason, from the families' own rules (KernelFamily::supports).
+std::string architecture_summary() {
+  const std::size_t presets = format_presets().size();
+  std::string text = "Formats per architecture (from the kernel families' rules; `qtune formats show SPEC` for one format):\n";
+  for (int sm : known_architectures()) {
+    std::string runs;
+    for (const KernelFamily* family : kernel_families()) {
+      const auto count = std::count_if(format_presets().begin(), format_presets().end(), [&](const FormatPreset& preset) {
+        return family->supports(FormatSpec::parse(preset.name), sm).supported;
+      });
+      if (count > 0) runs += (runs.empty() ? "" : ", ") + family->name() + " " + std::to_string(count);
+    }
+    text += "  sm_" + std::to_string(sm) + ": " + (runs.empty() ? "no family runs a preset" : runs + " of the " + std::to_string(presets) + " presets") + "\n";
+    std::map<std::string, std::vector<std::string>> by_reason;  // why no family runs them -> presets
+    for (const FormatPreset& preset : format_presets()) {
+      const FormatSpec format = FormatSpec::parse(preset.name);
+      const FamilySupport support = family_support(format, sm);
+      if (support.family != nullptr) continue;
+      // Each family's reason ('; '-separated) starts with the format ("<spec> is unsupported on sm_X[ by the F family]: "
+      // or "<spec>: "); without it, what follows is shared by many formats.
+      const std::string spec = format.to_string();
+      const std::string unsupported = spec + " is unsupported on sm_" + std::to_string(sm);
+      std::string reason;
+      std::size_t begin = 0;
+      while (begin <= support.reason.size()) {
+        std::size_t end = support.reason.find("; ", begin);
+        if (end == std::string::npos) end = support.reason.size();
+        std::string part = support.reason.substr(begin, end - begin);
+        if (part.rfind(unsupported + " by the ", 0) == 0) {
+          part = part.substr(unsupported.size() + 8);  // "F family: ..."
+        } else if (part.rfind(unsupported + ": ", 0) == 0) {
+          part = part.substr(unsupported.size() + 2);
+        }
+        if (part.rfind(spec + ": ", 0) == 0) part = part.substr(spec.size() + 2);  // also after the prefix above
+        reason += (reason.empty() ? "" : "; ") + part;
+        begin = end + 2;
+      }
+      by_reason[reason].push_back(preset.name);
+    }
+    for (const auto& [reason, names] : by_reason) text += "    none runs " + joined(names) + ": " + reason + "\n";
+  }
+  return text;
+}
+
 // Refuses a format the family cannot run on `sm`, naming what to change: --arch when the family runs the format on
 // other architectures, --family when another family runs it here, else --format.
 [[noreturn]] void refuse_unsupported(const KernelFamily& family, const FormatSpec& format, int sm, const std::string& reason) {
@@ -276,6 +321,7 @@ void add_compile_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--output", options->output, "table, json or csv")->capture_default_str();
   command->add_flag("--verbose", options->verbose, "print the full NVRTC log of every failed compile (stderr)");
+  command->footer([] { return architecture_summary(); });
   command->callback([options] { run(*options); });
 }
 

@@ -448,7 +448,7 @@ int run(const TuneCommandOptions& options) {
   if (shard.sharded()) std::cerr << " (shard " << shard.to_string() << " of " << all_problems.size() << ")";
   std::cerr << " on " << target.gpu_key() << " (" << target.arch << ")";
   if (!options.dry_run) std::cerr << ", " << target.visible_devices.size() << " GPU(s)";
-  std::cerr << ", strategy " << options.strategy << ", db " << options.db_path << (options.dry_run ? ", dry run" : "") << "\n";
+  std::cerr << ", strategy " << options.strategy << ", db " << options.db_path << (options.dry_run ? ", dry run: NVRTC only, no GPU is touched" : "") << "\n";
 
   const jit::CompilerSettings settings = compiler_settings(options.jobs);
   tune::NvrtcInstantiationCompiler compiler(settings);

@@ -59,6 +59,12 @@ std::string program_log(nvrtcProgram program) {
   return log;
 }
 
+}  // namespace
+
+bool is_ptx_target(std::string_view arch) { return arch.starts_with("compute_"); }
+
+namespace {
+
 bool starts_with_any(const std::string& option, std::initializer_list<std::string_view> prefixes) {
   return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view prefix) { return option.starts_with(prefix); });
 }
@@ -66,13 +72,14 @@ bool starts_with_any(const std::string& option, std::initializer_list<std::strin
 void validate(const CompileRequest& request, const std::set<std::string, std::less<>>& base_header_names) {
   if (request.kernel_name.empty()) QTUNE_INPUT_ERROR("kernel_name: empty");
   if (request.source.empty()) QTUNE_INPUT_ERROR("source: empty (kernel " + request.kernel_name + ")");
-  static const std::regex arch_pattern(R"(sm_(\d+)[af]?)");
+  static const std::regex arch_pattern(R"((?:sm_(\d+)[af]?|compute_(\d+)))");
   std::smatch match;
   if (!std::regex_match(request.arch, match, arch_pattern)) {
-    QTUNE_INPUT_ERROR("arch: '" + request.arch + "' is not of the form sm_<number>[a|f], e.g. sm_90a");
+    QTUNE_INPUT_ERROR("arch: '" + request.arch + "' is not of the form sm_<number>[a|f], e.g. sm_90a, or compute_<number>");
   }
   const std::vector<std::string> supported = Compiler::supported_archs();
-  if (std::find(supported.begin(), supported.end(), "sm_" + match[1].str()) == supported.end()) {
+  const std::string number = match[1].matched ? match[1].str() : match[2].str();
+  if (std::find(supported.begin(), supported.end(), "sm_" + number) == supported.end()) {
     std::string list;
     for (const std::string& arch : supported) list += (list.empty() ? "" : ", ") + arch;
     QTUNE_INPUT_ERROR("arch: NVRTC cannot compile for '" + request.arch + "' (it supports " + list + ")");
@@ -187,8 +194,8 @@ std::vector<std::string> Compiler::supported_archs() {
 }
 
 std::vector<std::string> Compiler::nvrtc_options(const CompileRequest& request) const {
-  std::vector<std::string> options = {"-std=" + state_->settings.language_standard, "-arch=" + request.arch,
-                                      "--ptxas-options=-v"};
+  std::vector<std::string> options = {"-std=" + state_->settings.language_standard, "-arch=" + request.arch};
+  if (!is_ptx_target(request.arch)) options.emplace_back("--ptxas-options=-v");  // a PTX target runs no ptxas
   // NVRTC 12.9+ keeps its own cache; a hit there skips ptxas and with it the resource report we parse (and makes
   // "cold" compiles warm). qtune has its own cache, so NVRTC's is turned off.
   const auto [major, minor] = nvrtc_version();
@@ -255,6 +262,22 @@ CompiledKernel Compiler::compile(const CompileRequest& request) const {
   const char* lowered = nullptr;
   check_nvrtc(nvrtcGetLoweredName(program.get(), request.kernel_name.c_str(), &lowered), "nvrtcGetLoweredName");
   kernel.lowered_name = lowered;
+  if (is_ptx_target(request.arch)) {
+    // PTX for the driver to compile on the GPU it is loaded on; no ptxas ran, so there is no resource report.
+    std::size_t ptx_size = 0;
+    check_nvrtc(nvrtcGetPTXSize(program.get(), &ptx_size), "nvrtcGetPTXSize");
+    kernel.cubin.resize(ptx_size);  // with its terminating NUL, as cuModuleLoadData wants PTX
+    check_nvrtc(nvrtcGetPTX(program.get(), kernel.cubin.data()), "nvrtcGetPTX");
+    kernel.compile_seconds = seconds_since(start);
+    kernel.original_compile_seconds = kernel.compile_seconds;
+    if (state.cache) {
+      try {
+        state.cache->store(kernel);
+      } catch (const LibraryError&) {
+      }
+    }
+    return kernel;
+  }
   std::size_t cubin_size = 0;
   check_nvrtc(nvrtcGetCUBINSize(program.get(), &cubin_size), "nvrtcGetCUBINSize");
   if (cubin_size == 0) {

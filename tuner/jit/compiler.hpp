@@ -33,7 +33,9 @@ struct HeaderSource {
 struct CompileRequest {
   std::string source;        // the instantiation translation unit
   std::string kernel_name;   // extern "C" name of the __global__ function to look up after loading
-  std::string arch;          // "sm_80", "sm_90a", "sm_120a", ...
+  // "sm_80", "sm_90a", "sm_120a", ... for a cubin; "compute_75" for PTX that the driver compiles when it loads it (how
+  // the sm_75 code path runs on a newer GPU)
+  std::string arch;
   std::vector<std::string> options;  // extra NVRTC options (-D..., -lineinfo); -arch and -std are added
   // Headers besides the embedded ones (tests, generated code); a name may not repeat an embedded header's.
   std::vector<HeaderSource> extra_headers;
@@ -43,8 +45,8 @@ struct CompiledKernel {
   std::string cache_key;     // hex hash of source, every embedded header, options, NVRTC version and arch
   std::string kernel_name;
   std::string arch;
-  std::vector<char> cubin;
-  ResourceUsage resources;
+  std::vector<char> cubin;   // for a PTX target (compute_NN): the NUL-terminated PTX text, which cuModuleLoadData takes too
+  ResourceUsage resources;   // ptxas's report; all zero for a PTX target (no ptxas ran)
   double compile_seconds = 0;  // 0 when loaded from the cache
   bool from_cache = false;
   std::string log;             // NVRTC/ptxas log
@@ -59,6 +61,9 @@ struct CompiledKernel {
 // Headers NVRTC reads: every embedded kernels/device/ header and the request's extra headers, all in memory, plus
 // the CUDA toolkit's include directory if one is found at run time (cuda_fp16.h, cuda_bf16.h and cuda_fp8.h are not
 // built into NVRTC 13.0): see find_toolkit_include_directory().
+// Whether `arch` is a PTX target ("compute_75") rather than a real architecture ("sm_75", "sm_90a").
+bool is_ptx_target(std::string_view arch);
+
 struct CompilerSettings {
   // Where cache entries live; nullopt: KernelCache::default_directory(). Ignored when use_cache is false.
   std::optional<std::filesystem::path> cache_directory;

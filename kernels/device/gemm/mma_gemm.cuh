@@ -1,5 +1,7 @@
 #pragma once
-// C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on mma.sync tensor cores, with a cp.async multi-stage pipeline,
+// C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on mma.sync tensor cores, with a cp.async multi-stage pipeline (on sm_75,
+// which has no cp.async and no m16n8k16/k32/k64 MMA, stages are copied through registers and each MMA is built from
+// Turing's m16n8k8 / m8n8k16 / m8n8k32: gemm/ptx.cuh),
 // ldmatrix for activations and register dequantization of prepacked weights (layout: gemm/format_traits.cuh).
 // One pipeline serves every format: f16/bf16 activations (m16n8k16, weights dequantized to f16/bf16) and quantized
 // activations (int8 and fp8: m16n8k32; int4: m16n8k64), whose weights become operands of the same width. The A tile
@@ -100,6 +102,9 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
   static_assert(!is_fp8(F::ACTIVATION) && !F::FP8_MMA, "fp8 tensor-core MMA needs sm_89 or later");
 #endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  static_assert(F::COMPUTE_TYPE != kElementBF16 && F::OUTPUT != kElementBF16, "bf16 MMA and conversions need sm_80 or later");
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(F::COMPUTE_TYPE != kElementS4, "int4 tensor-core MMA (W4A4) is unsupported on sm_90 and later");
 #endif
@@ -153,7 +158,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
   const char* w_global = reinterpret_cast<const char*>(p.weights);
   const char* sa_global = reinterpret_cast<const char*>(p.a_scales);
   const long long w_strip_stride = static_cast<long long>(p.k / F::ATOM_K) * F::ATOM_BYTES;
-  const u64 stream_policy = evict_first_policy();
+  const u64 stream_policy = copy_stream_policy();
   // Per-thread bases of the regular cp.async patterns (see W_REGULAR and A_REGULAR).
   const long long w_thread_offset =
       STRIP_CHUNKS >= THREADS ? tid * 16LL : (tid / STRIP_CHUNKS) * w_strip_stride + (tid % STRIP_CHUNKS) * 16LL;
@@ -186,10 +191,10 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         const int row = a_row0 + c * ROWS_PER_PASS;
         if (row < rows_valid) {
           if constexpr (IS_MOE) {
-            cp_async_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16),
+            copy_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16),
                         a_global + moe_source[row] * a_row_bytes + a_chunk * 16 + static_cast<long long>(k0) * F::ACT_BITS / 8);
           } else {
-            cp_async_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16), a_source + c * a_pass_stride);
+            copy_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16), a_source + c * a_pass_stride);
           }
         }
       }
@@ -199,7 +204,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         const int chunk = i % CPR;
         if (row < rows_valid) {
           const int a_row = IS_MOE ? moe_source[row] : m0 + row;
-          cp_async_16(base + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16),
+          copy_16(base + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16),
                       a_global + (static_cast<long long>(a_row) * p.k + k0) * F::ACT_BITS / 8 + chunk * 16);
         }
       }
@@ -217,12 +222,12 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         // No evict-first hint here: in this unrolled loop sm_90a ptxas left the hint's descriptor registers unset for
         // some tiles (bk=128 with wk=2 at 256 threads raised illegal instructions in the H200 main job, call Q), as it
         // did in the wgmma kernel (call N).
-        cp_async_16(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte);
+        copy_16(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte);
       }
     } else {
 #pragma unroll 4
       for (int i = tid; i < W_CHUNKS; i += THREADS) {
-        cp_async_16_stream(base + G::A_STAGE_BYTES + i * 16,
+        copy_16_stream(base + G::A_STAGE_BYTES + i * 16,
                            w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16, stream_policy);
       }
     }
@@ -242,7 +247,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
           source_row = min(m0 + row, p.m - 1);
           scale_rows = p.m;
         }
-        cp_async_4_zfill(s_base + G::S_STAGE_BYTES + G::Z_STAGE_BYTES + i * 4,
+        copy_4_zfill(s_base + G::S_STAGE_BYTES + G::Z_STAGE_BYTES + i * 4,
                          sa_global + (static_cast<long long>(first_group + i / BM) * scale_rows + source_row) * 4, row < rows_valid);
       }
     }
@@ -397,17 +402,17 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
 #pragma unroll
   for (int s = 0; s < T::STAGES - 1; ++s) {
     if (s < tile_count) load_stage(s, kt_begin + s);
-    cp_async_commit();
+    copy_commit();
   }
   for (int it = 0; it < tile_count; ++it) {
-    cp_async_wait<T::STAGES - 2>();
+    copy_wait<T::STAGES - 2>();
     __syncthreads();
     const int next = it + T::STAGES - 1;
     if (next < tile_count) load_stage(next % T::STAGES, kt_begin + next);
-    cp_async_commit();
+    copy_commit();
     compute_stage(it % T::STAGES, kt_begin + it, it == tile_count - 1);
   }
-  cp_async_wait<0>();
+  copy_wait<0>();
   if constexpr (SWAP) {
     // Back to the normal fragment layout: element e of n8 tile nsub is D[column nsub * 8 + 2 * quad + e][token group],
     // held by lane (2 * quad + e) * 4 + group / 2 as its element 2 * nsub + group % 2. Rows 8-15 are dead.

@@ -94,7 +94,7 @@ __device__ __forceinline__ void dequant_pair(u32& b0, u32& b1, const u32* words,
   }
 }
 
-// Stages one K tile's weight scale and zero-point rows ([group][n0, n0 + BN), GROUP_ROWS of them) with cp.async,
+// Stages one K tile's weight scale and zero-point rows ([group][n0, n0 + BN), GROUP_ROWS of them) with cp.async (through registers on sm_75),
 // THREADS threads from `tid`.
 template <class F, int BN, int GROUP_ROWS, int THREADS>
 __device__ __forceinline__ void stage_weight_vectors(u32 s_base, u32 z_base, const GemmParams& p, int first_group, int n0,
@@ -105,7 +105,7 @@ __device__ __forceinline__ void stage_weight_vectors(u32 s_base, u32 z_base, con
     constexpr int row_chunks = BN * F::SCALE_BYTES / 16;
     for (int i = tid; i < GROUP_ROWS * row_chunks; i += THREADS) {
       const int row = i / row_chunks;
-      cp_async_16(s_base + i * 16,
+      copy_16(s_base + i * 16,
                   s_global + (static_cast<long long>(first_group + row) * p.n + n0) * F::SCALE_BYTES + (i % row_chunks) * 16);
     }
   }
@@ -113,7 +113,7 @@ __device__ __forceinline__ void stage_weight_vectors(u32 s_base, u32 z_base, con
     constexpr int row_chunks = BN * 2 / 16;
     for (int i = tid; i < GROUP_ROWS * row_chunks; i += THREADS) {
       const int row = i / row_chunks;
-      cp_async_16(z_base + i * 16, z_global + (static_cast<long long>(first_group + row) * p.n + n0) * 2 + (i % row_chunks) * 16);
+      copy_16(z_base + i * 16, z_global + (static_cast<long long>(first_group + row) * p.n + n0) * 2 + (i % row_chunks) * 16);
     }
   }
 }

@@ -175,8 +175,13 @@ TEST(CliArchitectures, FormatsShowSaysWhichFamilyRunsTheFormat) {
   CliResult result = run_qtune({"formats", "show", "w4a16-int4-ch"});
   ASSERT_EQ(result.status, 0) << result.err;
   EXPECT_NE(result.out.find("yes (mma family)"), std::string::npos) << result.out;
-  EXPECT_NE(result.out.find("no: w4a16-int4-ch is unsupported on sm_75"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("sm_75              yes (mma family)"), std::string::npos) << result.out;
   EXPECT_EQ(result.out.find("yes\n"), std::string::npos) << "a bare yes names no family: " << result.out;
+  // Turing runs f16 activations but not bf16: the refusal is the family's, naming the architecture.
+  result = run_qtune({"formats", "show", "w4a16-int4-g128-bf16"});
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_NE(result.out.find("is unsupported on sm_75: bf16 activations need sm_80 or later"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("sm_80              yes (mma family)"), std::string::npos) << result.out;
 
   result = run_qtune({"formats", "show", "w4a4-nvfp4", "--output", "json"});
   ASSERT_EQ(result.status, 0) << result.err;
@@ -196,13 +201,15 @@ TEST(CliArchitectures, FormatsShowSaysWhichFamilyRunsTheFormat) {
 TEST(CliArchitectures, CompileOffersOnlyArchitecturesAFamilyCompilesFor) {
   const CliResult help = run_qtune({"compile", "--help"});
   EXPECT_EQ(help.status, 0);
-  EXPECT_EQ(help.out.find("sm_75"), std::string::npos) << help.out;
-  EXPECT_NE(help.out.find("sm_80"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("target: sm_75, sm_80"), std::string::npos) << help.out;  // the mma family runs Turing
   EXPECT_NE(help.out.find("sm_90a"), std::string::npos) << help.out;
-  expect_refused({"compile", "--arch", "sm_75", "--format", "w4a16-int4-ch", "--no-db"}, "--arch: 'sm_75' is not one of");
-  // The format runs on sm_80..sm_89 (int4 MMA): on sm_90 the architecture is the problem.
+  EXPECT_EQ(help.out.find("sm_70"), std::string::npos) << help.out;
+  expect_refused({"compile", "--arch", "sm_70", "--format", "w4a16-int4-ch", "--no-db"}, "--arch: 'sm_70' is not one of");
+  // bf16 runs from sm_80 on: on sm_75 the architecture is the problem.
+  expect_refused({"compile", "--arch", "sm_75", "--format", "w4a16-int4-g128-bf16", "--no-db"}, "--arch: ");
+  // The format runs on sm_75..sm_89 (int4 MMA): on sm_90 the architecture is the problem.
   expect_refused({"compile", "--arch", "sm_90a", "--format", "w4a4-int4-ch", "--no-db"}, "--arch: ");
-  expect_refused({"compile", "--arch", "sm_90a", "--format", "w4a4-int4-ch", "--no-db"}, "runs it on sm_80, sm_86, sm_89");
+  expect_refused({"compile", "--arch", "sm_90a", "--format", "w4a4-int4-ch", "--no-db"}, "runs it on sm_75, sm_80, sm_86, sm_89");
   // fp4 activations run on sm_120a only (the bsmma family): on sm_100a the architecture is the problem, and with
   // --family auto (the default) the family that runs it there compiles it.
   expect_refused({"compile", "--arch", "sm_100a", "--format", "w4a4-nvfp4", "--no-db"}, "--arch: ");

@@ -13,6 +13,8 @@
 
 #include "db/store.hpp"
 #include "kernels/family.hpp"
+#include "kernels/family_support.hpp"
+#include "kernels/format.hpp"
 #include "tests/common/temp_dir.hpp"
 #include "tests/tuner/cli/cli_test_support.hpp"
 #include "tuner/cli/cli.hpp"
@@ -24,6 +26,8 @@ using test_support::TempDir;
 
 using testing::CacheDirectory;
 using testing::CliResult;
+using testing::occurrences;
+using testing::run_qtune;
 
 CliResult run_compile(std::vector<std::string> arguments) {
   arguments.insert(arguments.begin(), "compile");
@@ -220,6 +224,36 @@ TEST(CompileCommand, BadInputExitsTwoNamingTheFlag) {
   EXPECT_EQ(run_compile({"--format", "w4a16-int4-g128"}).status, kExitBadInput);
   EXPECT_EQ(run_compile({"--arch", "sm_90a"}).status, kExitBadInput);
   EXPECT_FALSE(std::filesystem::exists(db)) << "bad input created the database";
+}
+
+// `compile --help` ends with, per architecture, the families that run preset formats there and why none runs the rest,
+// derived from the families' rules: the same answer `formats show` and the refusals give.
+TEST(CompileCommand, HelpSaysPerArchitectureWhoRunsTheFormats) {
+  const CliResult help = run_qtune({"compile", "--help"});
+  EXPECT_EQ(help.status, 0);
+  const std::string& text = help.out;
+  for (int sm : known_architectures()) EXPECT_NE(text.find("\n  sm_" + std::to_string(sm) + ": "), std::string::npos) << sm;
+  EXPECT_NE(text.find("  sm_90: mma "), std::string::npos);
+  EXPECT_NE(text.find(", wgmma "), std::string::npos);
+  // The reasons are the rules' own, once per reason.
+  const std::string fp8_reason = architecture_support(FormatSpec::parse("w8a8-fp8-ch"), 86).reason;
+  EXPECT_NE(text.find("w8a8-fp8-ch"), std::string::npos);
+  std::size_t without_fp8 = 0;  // sm_80 and sm_86 (and sm_75 where a family runs Turing)
+  for (int sm : known_architectures()) {
+    const std::string reason = family_support(FormatSpec::parse("w8a8-fp8-ch"), sm).reason;
+    without_fp8 += reason.find(fp8_reason) != std::string::npos;
+  }
+  EXPECT_GE(without_fp8, 2u);
+  EXPECT_EQ(occurrences(text, ": " + fp8_reason), without_fp8);
+  const std::string int4_reason = architecture_support(FormatSpec::parse("w4a4-int4-ch"), 90).reason;
+  EXPECT_EQ(occurrences(text, "none runs w4a4-int4-ch: " + int4_reason), 5u);  // sm_90, 100, 103, 120, 121
+  // Each family's reason is said without the format's name, so formats refused alike share a line.
+  EXPECT_EQ(text.find("w8a8-fp8-ch is unsupported"), std::string::npos);
+  // A refusal for an architecture names --arch and where the family does run the format.
+  const CliResult refused = run_qtune({"compile", "--arch", "sm_120a", "--format", "w4a4-int4-ch", "--no-db"});
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("--arch: "), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("runs it on sm_"), std::string::npos) << refused.err;
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-// NVRTC compiles (no GPU needed) a representative mma-family instantiation of every format preset for sm_80, sm_89,
-// sm_90a and sm_120a wherever the family supports it, and checks the refusal message wherever it does not.
+// NVRTC compiles (no GPU needed) a representative mma-family instantiation of every format preset for sm_75, sm_80,
+// sm_89, sm_90a and sm_120a wherever the family supports it, and checks the refusal message wherever it does not; the
+// Turing path also as compute_75 PTX, which is how the GPU tests run it on a newer GPU.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/error.hpp"
@@ -17,9 +19,9 @@
 namespace qtune {
 namespace {
 
-const char* kArchs[] = {"sm_80", "sm_89", "sm_90a", "sm_120a"};
+const char* kArchs[] = {"sm_75", "sm_80", "sm_89", "sm_90a", "sm_120a"};
 
-// Formats that must compile on every one of the four architectures (weight-only, f16/bf16 activations).
+// Formats that must compile on every one of these architectures (weight-only, f16 activations).
 const char* kWeightOnlyEverywhere[] = {"w4a16-int4-ch", "w4a16-int4-g128", "w4a16-int4-g128-zp", "w3a16-int3-g128-zp",
                                        "w8a16-int8-ch", "w8a16-fp8-ch",    "w4a16-fp4-g32",      "mxfp4",
                                        "nvfp4",         "mxint4"};
@@ -119,6 +121,65 @@ TEST(MmaCompile, QuantizedActivationsOnEveryArchitectureOrARefusal) {
   // fp8 runs from sm_89, int4 activations up to sm_89: each list has what it must.
   EXPECT_GE(supported.size(), 30u);
   compile_all_or_fail(supported);
+}
+
+// The formats the mma family runs on Turing: f16 activations (m16n8k8), int8 (m8n8k16) and int4 (m8n8k32) ones.
+const char* kTuringSpecs[] = {"w4a16-int4-ch",  "w4a16-int4-g128",        "w4a16-int4-g128-zp", "w3a16-int3-g128-zp",
+                              "w8a16-int8-ch",  "w8a16-fp8-ch",           "w4a16-fp4-g32",      "mxfp4",
+                              "nvfp4",          "mxint4",                 "w8a8-int8-ch",       "w8a8-int8-tensor",
+                              "w8a8-int8-block128x128", "w4a8-int4-int8", "w4a8-int4-g128-int8", "w4a4-int4-ch",
+                              "w4a4-int4-g64"};
+
+// sm_75 compiles each Turing format at small and large M (swap-AB, flushes, warp-K and split-K shares) without spilling,
+// with no cp.async (a stage is copied through registers), and as compute_75 PTX whose MMAs are Turing's shapes.
+TEST(MmaCompile, TuringFormatsForSm75AndAsComputePtx) {
+  const ArchLimits turing = ArchLimits::for_sm(75);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  for (const char* spec : kTuringSpecs) {
+    const FormatSpec format = FormatSpec::parse(spec);
+    ASSERT_TRUE(mma_family().supports(format, 75).supported) << spec << ": " << mma_family().supports(format, 75).reason;
+    for (int64_t m : {1, 16, 64, 256}) {
+      const Problem problem{format, m, 4096, 4096, false};
+      const KernelConfig config = mma_family().default_config(problem, turing);
+      ASSERT_TRUE(mma_family().check(config, problem, turing).valid) << spec << " " << config.to_string();
+      for (const char* arch : {"sm_75", "compute_75"}) {
+        requests.push_back(test_support::family_compile_request(mma_family(), config, format, arch));
+        labels.push_back(std::string(spec) + " m=" + std::to_string(m) + " " + arch + " " + config.to_string());
+      }
+    }
+  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    if (kernel.arch == "sm_75") {
+      EXPECT_GT(kernel.resources.registers, 0) << label;
+      EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+      return;
+    }
+    const std::string ptx(kernel.cubin.data());
+    EXPECT_NE(ptx.find(".target sm_75"), std::string::npos) << label;
+    EXPECT_EQ(ptx.find("cp.async"), std::string::npos) << label;
+    EXPECT_EQ(ptx.find("m16n8k16"), std::string::npos) << label;
+    const bool turing_mma = ptx.find("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32") != std::string::npos ||
+                            ptx.find("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32") != std::string::npos ||
+                            ptx.find("mma.sync.aligned.m8n8k32.row.col.s32.s4.s4.s32") != std::string::npos;
+    EXPECT_TRUE(turing_mma) << label;
+  });
+}
+
+// bf16 and fp8 are refused on sm_75 with one line that names the architecture and what they need.
+TEST(MmaCompile, Sm75RefusesBf16AndFp8InOneLine) {
+  for (const auto& [spec, needs] : std::vector<std::pair<std::string, std::string>>{
+           {"w4a16-int4-g128-bf16", "bf16 activations need sm_80 or later"},
+           {"nvfp4:out=bf16", "bf16 output needs sm_80 or later"},
+           {"w8a8-fp8-ch", "fp8 activations need sm_89 or later"},
+           {"w4a8-int4-fp8", "fp8 activations need sm_89 or later"},
+           {"w4a4-nvfp4", "fp4 activations need"}}) {
+    const ArchSupport support = mma_family().supports(FormatSpec::parse(spec), 75);
+    EXPECT_FALSE(support.supported) << spec;
+    EXPECT_NE(support.reason.find("unsupported on sm_75: " + needs), std::string::npos) << spec << ": " << support.reason;
+    EXPECT_EQ(support.reason.find('\n'), std::string::npos) << spec;
+  }
+  EXPECT_NE(mma_family().supports(FormatSpec::parse("w4a16-int4-ch"), 70).reason.find("sm_75 or later"), std::string::npos);
 }
 
 // Flush paths: K groups shorter and longer than the tile, warp-K and split-K shares, large M.
