@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <span>
@@ -148,6 +149,16 @@ struct KernelArguments {
   std::vector<size_t> offsets;
   std::vector<TensorMapRequest> tensor_maps;
   std::vector<void*> pointers();
+
+  // The arguments of a kernel whose one parameter is `block` (a plain struct the device code declares too).
+  template <typename Block>
+  static KernelArguments single(const Block& block) {
+    KernelArguments arguments;
+    arguments.storage.resize(sizeof(block));
+    std::memcpy(arguments.storage.data(), &block, sizeof(block));
+    arguments.offsets = {0};
+    return arguments;
+  }
 };
 
 class KernelFamily {

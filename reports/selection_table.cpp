@@ -241,6 +241,46 @@ class JsonReader {
   std::string source_;
 };
 
+// One entry of a "ranges" list: <x>_min and <x>_max (null: unbounded, only the last), following on from `previous` so
+// that the list covers every <X> from 1, the family and config, and the tuned buckets keyed by <x>; `x` is "m" for a
+// dense shape's M ranges and "t" for a MoE entry's token ranges.
+MRange read_range(const JsonReader& reader, const nlohmann::json& range_json, const std::string& range_path,
+                  const std::string& x, bool last, const MRange* previous) {
+  const std::string upper = x == "m" ? "M" : "T";
+  MRange range;
+  range.m_min = reader.positive_int(reader.member(range_json, range_path, x + "_min"), range_path + "." + x + "_min");
+  const nlohmann::json& max = reader.member(range_json, range_path, x + "_max");
+  if (!max.is_null()) range.m_max = reader.positive_int(max, range_path + "." + x + "_max");
+  if (last != !range.m_max) {
+    reader.fail(range_path + "." + x + "_max", last ? "the last range must be unbounded (null)" : "only the last range may be unbounded");
+  }
+  const std::int64_t expected_min = previous == nullptr ? 1 : *previous->m_max + 1;
+  if (range.m_min != expected_min || (range.m_max && *range.m_max < range.m_min)) {
+    reader.fail(range_path, "ranges must be ascending and cover every " + upper + " from 1 (expected " + x + "_min " +
+                                std::to_string(expected_min) + ")");
+  }
+  const nlohmann::json& family = reader.member(range_json, range_path, "family");
+  if (!family.is_string()) reader.fail(range_path + ".family", "expected a string");
+  const nlohmann::json& config = reader.member(range_json, range_path, "config");
+  if (!config.is_string()) reader.fail(range_path + ".config", "expected a string");
+  try {
+    range.config = KernelConfig::parse(config.get<std::string>(), family.get<std::string>());
+  } catch (const InputError& error) {
+    reader.fail(range_path + ".config", error.what());
+  }
+  if (const auto buckets = range_json.find("buckets"); buckets != range_json.end()) {
+    if (!buckets->is_array()) reader.fail(range_path + ".buckets", "expected an array");
+    for (std::size_t b = 0; b < buckets->size(); ++b) {
+      const std::string bucket_path = range_path + ".buckets[" + std::to_string(b) + "]";
+      const nlohmann::json& median = reader.member((*buckets)[b], bucket_path, "median_us");
+      if (!median.is_number() || !(median.get<double>() > 0)) reader.fail(bucket_path + ".median_us", "expected a positive number");
+      range.buckets.push_back({reader.positive_int(reader.member((*buckets)[b], bucket_path, x), bucket_path + "." + x), median.get<double>()});
+    }
+  }
+  return range;
+}
+
+
 }  // namespace
 
 SelectionTable SelectionTable::from_json(const nlohmann::json& json, std::string_view source) {
@@ -268,34 +308,8 @@ SelectionTable SelectionTable::from_json(const nlohmann::json& json, std::string
       for (std::size_t r = 0; r < ranges_json.size(); ++r) {
         const std::string range_path = shape_path + ".ranges[" + std::to_string(r) + "]";
         const nlohmann::json& range_json = ranges_json[r];
-        MRange range;
-        range.m_min = reader.positive_int(reader.member(range_json, range_path, "m_min"), range_path + ".m_min");
-        const nlohmann::json& m_max = reader.member(range_json, range_path, "m_max");
-        if (!m_max.is_null()) range.m_max = reader.positive_int(m_max, range_path + ".m_max");
-        const bool last = r + 1 == ranges_json.size();
-        if (last != !range.m_max) reader.fail(range_path + ".m_max", last ? "the last range must be unbounded (null)" : "only the last range may be unbounded");
-        const std::int64_t expected_min = shape.ranges.empty() ? 1 : *shape.ranges.back().m_max + 1;
-        if (range.m_min != expected_min || (range.m_max && *range.m_max < range.m_min)) {
-          reader.fail(range_path, "ranges must be ascending and cover every M from 1 (expected m_min " + std::to_string(expected_min) + ")");
-        }
-        const nlohmann::json& family = reader.member(range_json, range_path, "family");
-        if (!family.is_string()) reader.fail(range_path + ".family", "expected a string");
-        const nlohmann::json& config = reader.member(range_json, range_path, "config");
-        if (!config.is_string()) reader.fail(range_path + ".config", "expected a string");
-        try {
-          range.config = KernelConfig::parse(config.get<std::string>(), family.get<std::string>());
-        } catch (const InputError& error) {
-          reader.fail(range_path + ".config", error.what());
-        }
-        if (const auto buckets = range_json.find("buckets"); buckets != range_json.end()) {
-          if (!buckets->is_array()) reader.fail(range_path + ".buckets", "expected an array");
-          for (std::size_t b = 0; b < buckets->size(); ++b) {
-            const std::string bucket_path = range_path + ".buckets[" + std::to_string(b) + "]";
-            const nlohmann::json& median = reader.member((*buckets)[b], bucket_path, "median_us");
-            if (!median.is_number() || !(median.get<double>() > 0)) reader.fail(bucket_path + ".median_us", "expected a positive number");
-            range.buckets.push_back({reader.positive_int(reader.member((*buckets)[b], bucket_path, "m"), bucket_path + ".m"), median.get<double>()});
-          }
-        }
+        MRange range = read_range(reader, range_json, range_path, "m", r + 1 == ranges_json.size(),
+                                  shape.ranges.empty() ? nullptr : &shape.ranges.back());
         shape.ranges.push_back(std::move(range));
       }
       if (!shapes.empty() && std::tie(shapes.back().n, shapes.back().k) >= std::tie(shape.n, shape.k)) {
@@ -331,34 +345,8 @@ SelectionTable SelectionTable::from_json(const nlohmann::json& json, std::string
       for (std::size_t r = 0; r < ranges_json.size(); ++r) {
         const std::string range_path = path + ".ranges[" + std::to_string(r) + "]";
         const nlohmann::json& range_json = ranges_json[r];
-        MRange range;
-        range.m_min = reader.positive_int(reader.member(range_json, range_path, "t_min"), range_path + ".t_min");
-        const nlohmann::json& t_max = reader.member(range_json, range_path, "t_max");
-        if (!t_max.is_null()) range.m_max = reader.positive_int(t_max, range_path + ".t_max");
-        const bool last = r + 1 == ranges_json.size();
-        if (last != !range.m_max) reader.fail(range_path + ".t_max", last ? "the last range must be unbounded (null)" : "only the last range may be unbounded");
-        const std::int64_t expected_min = rules.ranges.empty() ? 1 : *rules.ranges.back().m_max + 1;
-        if (range.m_min != expected_min || (range.m_max && *range.m_max < range.m_min)) {
-          reader.fail(range_path, "ranges must be ascending and cover every T from 1 (expected t_min " + std::to_string(expected_min) + ")");
-        }
-        const nlohmann::json& family = reader.member(range_json, range_path, "family");
-        const nlohmann::json& config = reader.member(range_json, range_path, "config");
-        if (!family.is_string()) reader.fail(range_path + ".family", "expected a string");
-        if (!config.is_string()) reader.fail(range_path + ".config", "expected a string");
-        try {
-          range.config = KernelConfig::parse(config.get<std::string>(), family.get<std::string>());
-        } catch (const InputError& error) {
-          reader.fail(range_path + ".config", error.what());
-        }
-        if (const auto buckets = range_json.find("buckets"); buckets != range_json.end()) {
-          if (!buckets->is_array()) reader.fail(range_path + ".buckets", "expected an array");
-          for (std::size_t b = 0; b < buckets->size(); ++b) {
-            const std::string bucket_path = range_path + ".buckets[" + std::to_string(b) + "]";
-            const nlohmann::json& median = reader.member((*buckets)[b], bucket_path, "median_us");
-            if (!median.is_number() || !(median.get<double>() > 0)) reader.fail(bucket_path + ".median_us", "expected a positive number");
-            range.buckets.push_back({reader.positive_int(reader.member((*buckets)[b], bucket_path, "t"), bucket_path + ".t"), median.get<double>()});
-          }
-        }
+        MRange range = read_range(reader, range_json, range_path, "t", r + 1 == ranges_json.size(),
+                                  rules.ranges.empty() ? nullptr : &rules.ranges.back());
         rules.ranges.push_back(std::move(range));
       }
       if (!table.moe.empty() && table.moe.back().key() >= rules.key()) reader.fail(path, "MoE entries must be sorted by key without repeats");

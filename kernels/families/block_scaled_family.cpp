@@ -430,11 +430,7 @@ KernelArguments BlockScaledFamily::pack_arguments(const KernelConfig&, const Pro
   params.m = static_cast<int>(problem.m);
   params.n = static_cast<int>(problem.n);
   params.k = static_cast<int>(problem.k);
-  KernelArguments arguments;
-  arguments.storage.resize(sizeof(params));
-  std::memcpy(arguments.storage.data(), &params, sizeof(params));
-  arguments.offsets = {0};
-  return arguments;
+  return KernelArguments::single(params);
 }
 
 PackedBuffers BlockScaledFamily::prepack_weights(const QuantizedWeights& weights, const KernelConfig&) const {

@@ -310,11 +310,7 @@ KernelArguments MmaFamily::pack_arguments(const KernelConfig& config, const Prob
   params.m = static_cast<int>(problem.m);
   params.n = static_cast<int>(problem.n);
   params.k = static_cast<int>(problem.k);
-  KernelArguments arguments;
-  arguments.storage.resize(sizeof(params));
-  std::memcpy(arguments.storage.data(), &params, sizeof(params));
-  arguments.offsets = {0};
-  return arguments;
+  return KernelArguments::single(params);
 }
 
 PackedBuffers MmaFamily::prepack_weights(const QuantizedWeights& weights, const KernelConfig&) const {

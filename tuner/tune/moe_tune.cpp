@@ -10,6 +10,7 @@
 #include "kernels/families/mma_family.hpp"
 #include "tuner/providers/moe_provider.hpp"
 #include "tuner/tune/records.hpp"
+#include "tuner/tune/tuner.hpp"
 
 namespace qtune::tune {
 
@@ -215,17 +216,7 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
   if (services.compiler == nullptr) QTUNE_THROW(Error, "run_moe_tune: no compiler");
   if (!options.dry_run && !services.evaluate) QTUNE_THROW(Error, "run_moe_tune: no measuring backend");
   db::Store store = db::Store::open(database);
-  db::RunInfo info = run_info_of_this_build("tune-moe");
-  info.cuda_version = target.cuda_version;
-  info.driver_version = target.driver_version;
-  info.gpu_name = target.gpu_name;
-  info.gpu_uuid = target.gpu_uuid;
-  info.gpu_profile = target.gpu_profile;
-  info.sm = target.limits.sm;
-  info.sm_count = target.limits.sm_count;
-  info.sm_clock_mhz = target.sm_clock_mhz;
-  info.mem_clock_mhz = target.mem_clock_mhz;
-  info.command_line = options.command_line;
+  db::RunInfo info = tune_run_on(target, options.command_line, "", "tune-moe");
   if (info.gpu_key().empty()) QTUNE_INPUT_ERROR("gpu: neither a profile nor a device name");
   MoeTuneReport report;
   report.gpu = info.gpu_key();

@@ -852,8 +852,9 @@ TuneReport run_tune(const TuneOptions& options, const TuneTarget& target, const 
   return report;
 }
 
-db::RunInfo tune_run_on(const TuneTarget& target, const std::string& command_line, const std::string& shard) {
-  db::RunInfo info = run_info_of_this_build("tune");
+db::RunInfo tune_run_on(const TuneTarget& target, const std::string& command_line, const std::string& shard,
+                        const std::string& kind) {
+  db::RunInfo info = run_info_of_this_build(kind);
   info.cuda_version = target.cuda_version;
   info.driver_version = target.driver_version;
   info.gpu_name = target.gpu_name;

@@ -51,8 +51,10 @@ struct TuneTarget {
   std::string gpu_key() const { return gpu_profile.empty() ? gpu_name : gpu_profile; }
 };
 
-// A tune run on `target`: this build, the GPU's identity and clocks, the command line and shard; callers add notes.
-db::RunInfo tune_run_on(const TuneTarget& target, const std::string& command_line, const std::string& shard);
+// A run of `kind` ("tune", "tune-moe") on `target`: this build, the GPU's identity and clocks, the command line and
+// shard; callers add notes.
+db::RunInfo tune_run_on(const TuneTarget& target, const std::string& command_line, const std::string& shard,
+                        const std::string& kind = "tune");
 
 using search::limits_of_profile;  // the limits static rules check against, from a profile (search/gpu_profile.hpp)
 // A target from a profile alone (no device): what `--gpu NAME --dry-run` uses.
