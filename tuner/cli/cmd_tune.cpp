@@ -49,7 +49,7 @@ namespace {
 struct TuneCommandOptions {
   std::string gpu = "auto";
   std::string devices = "all";
-  std::string formats;
+  std::string formats = "w4a16-int4-ch";  // the main job's format (scripts/run.sh)
   std::string model;
   int tp = 1;
   std::string gemms = "all";
@@ -373,7 +373,7 @@ HummingPart plan_humming(const TuneCommandOptions& options, peers::HummingChoice
 int run(const TuneCommandOptions& options) {
   const reports::OutputStyle style = reports::parse_output_style(options.output);
   // The problem set: formats x shapes x M buckets, then this process's shard of it.
-  if (options.formats.empty()) QTUNE_INPUT_ERROR("--format: required (format specs or presets, e.g. w4a16-int4-ch)");
+  if (options.formats.empty()) QTUNE_INPUT_ERROR("--format: empty (format specs or presets, e.g. w4a16-int4-ch)");
   const std::vector<FormatSpec> formats = tune::parse_format_list(options.formats, "--format");
   std::vector<search::GemmShape> shapes;
   std::vector<MoeProblem> moe_problems;  // a model's moe_expert GEMMs, tuned as MoE problems over token buckets
@@ -535,7 +535,8 @@ void add_tune_command(CLI::App& app) {
                             ->capture_default_str();
   add_hidden_alias(*command, "--devices", options->devices, device);
   CLI::Option* format = command->add_option("--format", options->formats,
-                                            "format specs or presets, comma- or ';'-separated (required)");
+                                            "format specs or presets, comma- or ';'-separated")
+                            ->capture_default_str();
   add_hidden_alias(*command, "--formats", options->formats, format);
   command->add_option("--model", options->model, "model shape set: a configs/models name or a JSON file");
   command->add_option("--tp", options->tp, "tensor-parallel degree of the model's GEMMs")->check(integer_in(1, 1024))->capture_default_str();

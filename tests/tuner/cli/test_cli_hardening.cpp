@@ -243,7 +243,10 @@ TEST(CliFlags, RenamedFlagsShowTheNewNameAndAcceptTheOld) {
   expect_refused(with(tune, {"--formats", "w4a16-int4-ch", "--timeout-ms", "500"}), "--timeout: ");
   expect_refused(with(tune, {"--format", "w4a16-int9"}), "--format: ");
   expect_refused(with(tune, {"--formats", "w4a16-int9"}), "--format: ");
-  expect_refused(tune, "--format: required");
+  expect_refused(with(tune, {"--format", ""}), "--format: empty");
+  // Without --format, tune takes the main job's format (so `tune --dry-run --gpu rtx5090 --model llama-3-70b` plans).
+  const CliResult tune_help = run_qtune({"tune", "--help"});
+  EXPECT_NE(tune_help.out.find("w4a16-int4-ch"), std::string::npos) << tune_help.out;
   expect_refused({"kernel-sweep", "--format", "w4a16-int4-ch", "--shape", "4096,4096", "--top", "0"}, "--top");
 }
 
