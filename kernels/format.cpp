@@ -1009,7 +1009,7 @@ ArchSupport architecture_support(const FormatSpec& format, int sm) {
       if (sm >= 90) support.reason = "int4 tensor-core MMA was removed in sm_90 and later";
       break;
     case ActivationType::E2M1:
-      if (!blackwell) support.reason = "fp4 activations need sm_100 or sm_120";
+      if (!blackwell) support.reason = "fp4 activations need Blackwell (sm_100, sm_103, sm_120 or sm_121)";
       break;
   }
   if (!support.reason.empty()) return support;

@@ -233,7 +233,7 @@ std::optional<std::string> quantized_activation_reason(const FormatSpec& format)
   const ElementType operand = element_type_of(format.activation);
   const ElementType& weight = format.weight;
   if (format.activation == ActivationType::E2M1) {
-    return name + ": fp4 activations need the block-scaled MMA of sm_100/sm_120, which the mma family does not use";
+    return name + ": fp4 activations need the block-scaled MMA of Blackwell, which the mma family does not use (the bsmma family runs them on sm_120a/sm_121a)";
   }
   if (format.zero_point != ZeroPoint::None) {
     return name + ": zero points are not implemented with quantized activations (use signed weights)";

@@ -468,7 +468,7 @@ TEST(FormatSpec, ArchitectureSupport) {
   EXPECT_NE(reason("w4a4-int4-ch", 90).find("int4"), std::string::npos);
   EXPECT_EQ(supported_architectures("w4a4-nvfp4"), blackwell);
   EXPECT_EQ(supported_architectures("w4a4-mxfp4"), blackwell);
-  EXPECT_EQ(reason("w4a4-nvfp4", 90), "fp4 activations need sm_100 or sm_120");
+  EXPECT_EQ(reason("w4a4-nvfp4", 90), "fp4 activations need Blackwell (sm_100, sm_103, sm_120 or sm_121)");
   EXPECT_EQ(supported_architectures("w8a8-e5m2-ch"), fp8);        // e5m2 x e4m3 fp8 MMA
   EXPECT_EQ(supported_architectures("w6a8-e2m3-e5m2"), blackwell);  // only the f8f6f4 MMA mixes them
   EXPECT_NE(reason("w6a8-e2m3-e5m2", 89).find("sm_100"), std::string::npos);
