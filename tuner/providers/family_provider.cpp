@@ -10,6 +10,7 @@
 #include "search/space.hpp"
 #include "tuner/jit/compiler.hpp"
 #include "tuner/runtime/device.hpp"
+#include "tuner/providers/load_compiler.hpp"
 
 namespace qtune::providers {
 
@@ -121,8 +122,7 @@ struct FamilyProvider::Cache {
   std::mutex mutex;
   std::string weights_key;  // family|format|NxK|bias|seed
   gemm::GemmData weights_data;
-  std::string compiler_cache;
-  std::unique_ptr<jit::Compiler> compiler;
+  LoadCompiler compiler;
 };
 
 FamilyProvider::FamilyProvider(const KernelFamily& family) : family_(&family), cache_(std::make_unique<Cache>()) {}
@@ -188,20 +188,10 @@ std::unique_ptr<Runnable> FamilyProvider::load(Operands& operands, const std::st
   jit::CompiledKernel compiled;
   {
     std::lock_guard lock(cache_->mutex);
-    const std::string cache = options.cache_directory ? options.cache_directory->string() : std::string{};
-    if (!cache_->compiler || cache_->compiler_cache != cache) {
-      jit::CompilerSettings settings;
-      if (options.cache_directory) settings.cache_directory = *options.cache_directory;
-      settings.threads = 1;
-      cache_->compiler = std::make_unique<jit::Compiler>(settings);
-      cache_->compiler_cache = cache;
-    }
-    compiled = cache_->compiler->compile(compile_request(*family_, config, problem.format, options.arch));
+    jit::Compiler& compiler = cache_->compiler.compiler_for(options);
+    compiled = compiler.compile(compile_request(*family_, config, problem.format, options.arch));
   }
-  if (!options.expected_cache_key.empty() && compiled.cache_key != options.expected_cache_key) {
-    QTUNE_THROW(Error, "gemm-candidate: the worker built cache key " + compiled.cache_key + " but the tuner compiled " +
-                           options.expected_cache_key + " (different kernel sources or NVRTC?)");
-  }
+  check_expected_cache_key(compiled, options);
   return std::make_unique<FamilyRunnable>(*family_operands,
                                           gemm::LoadedKernel(*family_, config, problem.format, compiled));
 }

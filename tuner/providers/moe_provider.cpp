@@ -20,6 +20,7 @@
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/memory.hpp"
 #include "tuner/runtime/module.hpp"
+#include "tuner/providers/load_compiler.hpp"
 
 namespace qtune::providers {
 
@@ -264,8 +265,7 @@ struct MoeProvider::Cache {
   std::mutex mutex;
   std::string experts_key;  // format|NxK|seed: the experts do not depend on the token count or the routing
   std::vector<QuantizedWeights> experts;  // [E]; n = 0 until an expert is first routed to
-  std::string compiler_cache;
-  std::unique_ptr<jit::Compiler> compiler;
+  LoadCompiler compiler;
 };
 
 MoeProvider::MoeProvider() : cache_(std::make_unique<Cache>()) {}
@@ -365,21 +365,11 @@ std::unique_ptr<Runnable> MoeProvider::load(Operands& operands, const std::strin
   std::optional<jit::CompiledKernel> reduce;
   {
     std::lock_guard lock(cache_->mutex);
-    const std::string cache = options.cache_directory ? options.cache_directory->string() : std::string{};
-    if (!cache_->compiler || cache_->compiler_cache != cache) {
-      jit::CompilerSettings settings;
-      if (options.cache_directory) settings.cache_directory = *options.cache_directory;
-      settings.threads = 1;
-      cache_->compiler = std::make_unique<jit::Compiler>(settings);
-      cache_->compiler_cache = cache;
-    }
-    gemm = cache_->compiler->compile(moe_compile_request(config, problem, options.arch));
-    if (moe_reduces(problem)) reduce = cache_->compiler->compile(moe_reduce_compile_request(problem, options.arch));
+    jit::Compiler& compiler = cache_->compiler.compiler_for(options);
+    gemm = compiler.compile(moe_compile_request(config, problem, options.arch));
+    if (moe_reduces(problem)) reduce = compiler.compile(moe_reduce_compile_request(problem, options.arch));
   }
-  if (!options.expected_cache_key.empty() && gemm.cache_key != options.expected_cache_key) {
-    QTUNE_THROW(Error, "gemm-candidate: the worker built cache key " + gemm.cache_key + " but the tuner compiled " +
-                           options.expected_cache_key + " (different kernel sources or NVRTC?)");
-  }
+  check_expected_cache_key(gemm, options);
   return std::make_unique<MoeRunnable>(*moe_operands, config, gemm, reduce);
 }
 
