@@ -97,4 +97,27 @@ void Table::print_csv(std::ostream& out) const {
   for (const auto& row : rows_) print_line(row);
 }
 
+Table stack_tables(const std::string& label_column, const std::vector<std::pair<std::string, const Table*>>& parts) {
+  std::vector<std::string> columns{label_column};
+  for (const auto& part : parts) {
+    for (const std::string& column : part.second->columns()) {
+      if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
+    }
+  }
+  Table stacked(columns);
+  for (const auto& [label, table] : parts) {
+    std::vector<std::size_t> position;  // where each of the part's columns goes
+    for (const std::string& column : table->columns()) {
+      position.push_back(static_cast<std::size_t>(std::find(columns.begin(), columns.end(), column) - columns.begin()));
+    }
+    for (const std::vector<std::string>& row : table->rows()) {
+      std::vector<std::string> cells(columns.size());
+      cells[0] = label;
+      for (std::size_t c = 0; c < row.size(); ++c) cells[position[c]] = row[c];
+      stacked.add_row(std::move(cells));
+    }
+  }
+  return stacked;
+}
+
 }  // namespace qtune::reports

@@ -3,6 +3,7 @@
 #include <iosfwd>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace qtune::reports {
@@ -26,5 +27,10 @@ class Table {
   std::vector<std::string> columns_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// One table of several: a first column `label_column` holding each part's label, then every part's columns in the
+// order they first appear; a row leaves the columns of other parts empty. So tables of different rows (the dense and
+// the MoE problems of one tune) print as one JSON array or one CSV table.
+Table stack_tables(const std::string& label_column, const std::vector<std::pair<std::string, const Table*>>& parts);
 
 }  // namespace qtune::reports

@@ -20,6 +20,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/family.hpp"
+#include "kernels/family_support.hpp"
 #include "kernels/text_escape.hpp"
 #include "reports/table.hpp"
 #include "search/cost_model.hpp"
@@ -144,7 +145,8 @@ std::string rules_text(const std::map<std::string, std::size_t>& rules) {
   return text;
 }
 
-void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputStyle style) {
+// The summary's table: one row per problem.
+reports::Table report_table(const tune::TuneReport& report, bool dry_run) {
   if (dry_run) {
     reports::Table table({"format", "m", "n", "k", "space", "after_rules", "after_compile", "pruned_pre_compile",
                           "pruned_post_compile"});
@@ -154,35 +156,38 @@ void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputS
                      std::to_string(problem.after_static_rules), std::to_string(problem.after_compile),
                      rules_text(problem.pruned_pre_compile), rules_text(problem.pruned_post_compile)});
     }
-    table.print(std::cout, style);
-  } else {
-    // The table column appears with --compare-table only.
-    const bool with_table = std::any_of(report.reports.begin(), report.reports.end(),
-                                        [](const tune::ProblemReport& problem) { return problem.table.has_value(); });
-    std::vector<std::string> header{"format", "m", "n", "k", "candidates", "evaluated", "measured", "stored", "invalid",
-                                    "winner_us", "heuristic_us", "speedup"};
-    if (with_table) header.insert(header.end(), {"table_us", "table_vs_winner"});
-    header.insert(header.end(), {"seconds", "winner", "reason"});
-    reports::Table table(header);
-    for (const tune::ProblemReport& problem : report.reports) {
-      const bool has_winner = problem.winner.has_value();
-      std::vector<std::string> row{problem.problem.format.to_string(), std::to_string(problem.problem.m),
-                                   std::to_string(problem.problem.n), std::to_string(problem.problem.k),
-                                   std::to_string(problem.after_compile), std::to_string(problem.evaluations),
-                                   std::to_string(problem.measured), std::to_string(problem.reused),
-                                   std::to_string(problem.invalid), has_winner ? fixed(problem.winner_us, 3) : "",
-                                   problem.heuristic_us ? fixed(*problem.heuristic_us, 3) : "",
-                                   has_winner && problem.heuristic_us ? fixed(*problem.heuristic_us / problem.winner_us, 3) : ""};
-      if (with_table) {
-        row.push_back(problem.table_us ? fixed(*problem.table_us, 3) : "");
-        row.push_back(has_winner && problem.table_us ? fixed(*problem.table_us / problem.winner_us, 3) : "");
-      }
-      row.insert(row.end(), {fixed(problem.seconds, 1), has_winner ? problem.winner->to_string() : "",
-                             problem.skipped_final ? "final (skipped)" : problem.interrupted ? "interrupted" : problem.winner_reason});
-      table.add_row(row);
-    }
-    table.print(std::cout, style);
+    return table;
   }
+  // The table column appears with --compare-table only.
+  const bool with_table = std::any_of(report.reports.begin(), report.reports.end(),
+                                      [](const tune::ProblemReport& problem) { return problem.table.has_value(); });
+  std::vector<std::string> header{"format", "m", "n", "k", "candidates", "evaluated", "measured", "stored", "invalid",
+                                  "winner_us", "heuristic_us", "speedup"};
+  if (with_table) header.insert(header.end(), {"table_us", "table_vs_winner"});
+  header.insert(header.end(), {"seconds", "winner", "reason"});
+  reports::Table table(header);
+  for (const tune::ProblemReport& problem : report.reports) {
+    const bool has_winner = problem.winner.has_value();
+    std::vector<std::string> row{problem.problem.format.to_string(), std::to_string(problem.problem.m),
+                                 std::to_string(problem.problem.n), std::to_string(problem.problem.k),
+                                 std::to_string(problem.after_compile), std::to_string(problem.evaluations),
+                                 std::to_string(problem.measured), std::to_string(problem.reused),
+                                 std::to_string(problem.invalid), has_winner ? fixed(problem.winner_us, 3) : "",
+                                 problem.heuristic_us ? fixed(*problem.heuristic_us, 3) : "",
+                                 has_winner && problem.heuristic_us ? fixed(*problem.heuristic_us / problem.winner_us, 3) : ""};
+    if (with_table) {
+      row.push_back(problem.table_us ? fixed(*problem.table_us, 3) : "");
+      row.push_back(has_winner && problem.table_us ? fixed(*problem.table_us / problem.winner_us, 3) : "");
+    }
+    row.insert(row.end(), {fixed(problem.seconds, 1), has_winner ? problem.winner->to_string() : "",
+                           problem.skipped_final ? "final (skipped)" : problem.interrupted ? "interrupted" : problem.winner_reason});
+    table.add_row(row);
+  }
+  return table;
+}
+
+void print_report(const tune::TuneReport& report, bool dry_run, reports::OutputStyle style) {
+  report_table(report, dry_run).print(std::cout, style);
   if (style != reports::OutputStyle::Text) return;
   // What each pruning rule removed, summed over the problems worked on.
   std::map<std::pair<std::string, std::string>, std::size_t> totals;
@@ -232,12 +237,13 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_progress(tune::ConsoleProg
     stages.emplace_back(compile, measure);
   }
   if (humming_problems > 0) {
-    // Humming compiles each configuration with nvcc when it first runs it: its measuring stage carries the compiles.
-    const double evaluations = static_cast<double>(options.budget_evals.value_or(peers::kHummingDefaultEvaluations) + 1);
-    const double seconds = static_cast<double>(humming_problems) * evaluations *
-                           (peers::kHummingCompileSeconds + options.time_budget_s + tune::kEvaluationOverheadSeconds);
-    const std::size_t compile = plan.add_stage("compiling humming", 0, "compiling");
-    const std::size_t measure = plan.add_stage("measuring humming (nvcc compiles each config on its first run)", seconds, "measuring");
+    // Humming's kernels are built ahead by `threads` peer workers at once, then measured.
+    const double evaluations = static_cast<double>(humming_problems) *
+                               static_cast<double>(options.budget_evals.value_or(peers::kHummingDefaultEvaluations) + 1);
+    const std::size_t compile = plan.add_stage(
+        "compiling humming", evaluations * peers::kHummingCompileSeconds / static_cast<double>(threads), "compiling");
+    const std::size_t measure = plan.add_stage(
+        "measuring humming", evaluations * (options.time_budget_s + tune::kEvaluationOverheadSeconds), "measuring");
     stages.emplace_back(compile, measure);
   }
   progress.set_plan(std::move(plan), threads, options.time_budget_s);
@@ -270,7 +276,7 @@ class FamilyConsole final : public tune::FamilyRunObserver {
 // on the first GPU.
 int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& problems, const tune::TuneTarget& target,
             const tune::MeasureSettings& measure, const jit::CompilerSettings& settings, const std::filesystem::path& cache,
-            reports::OutputStyle style) {
+            reports::OutputStyle style, std::optional<reports::Table>& machine_table) {
   if (options.strategy != "exhaustive") {
     std::cerr << "qtune tune: MoE problems are searched exhaustively over the curated space (capped by --budget-evals); "
                  "--strategy "
@@ -316,7 +322,11 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
     StopSignals signals;
     report = tune::run_moe_tune(moe_options, target, options.db_path, services, &stop_requested);
   }
-  print_moe_report(report, options.dry_run, style);
+  if (style == reports::OutputStyle::Text) {
+    print_moe_report(report, options.dry_run, style);
+  } else {
+    machine_table = moe_report_table(report);  // printed with the dense rows, as one document
+  }
   return report.interrupted ? kExitInterrupted : 0;
 }
 
@@ -331,7 +341,7 @@ HummingPart plan_humming(const TuneCommandOptions& options, peers::HummingChoice
   HummingPart part;
   if (choice == peers::HummingChoice::No) return part;
   if (options.dry_run) {
-    std::cerr << "qtune tune: humming is not planned in a dry run (it compiles nothing ahead: its candidates are measured)\n";
+    std::cerr << "qtune tune: humming is not planned in a dry run (its peer builds and measures its kernels on the GPU)\n";
     return part;
   }
   const auto skip = [](const std::string& why) { std::cerr << "qtune tune: --family auto: humming skipped: " << why << "\n"; };
@@ -368,6 +378,28 @@ HummingPart plan_humming(const TuneCommandOptions& options, peers::HummingChoice
   }
   if (part.problems.empty()) part.host.reset();
   return part;
+}
+
+// A format that none of the families tuned here runs on the target (nor Humming, where it tunes it) would be tuned into
+// nothing and exit 0: refused before any work, naming --format and the families' reasons (or --family, when a family
+// not chosen runs it there).
+void refuse_formats_nothing_tunes(const std::vector<FormatSpec>& formats, const std::vector<const KernelFamily*>& families,
+                                  const std::vector<Problem>& humming_problems, int sm) {
+  for (const FormatSpec& format : formats) {
+    const bool tuned = std::any_of(families.begin(), families.end(),
+                                   [&](const KernelFamily* family) { return family->supports(format, sm).supported; }) ||
+                       std::any_of(humming_problems.begin(), humming_problems.end(),
+                                   [&](const Problem& problem) { return problem.format == format; });
+    if (tuned) continue;
+    const FamilySupport support = family_support(format, sm);
+    if (support.family != nullptr) {
+      std::string chosen;
+      for (const KernelFamily* family : families) chosen += (chosen.empty() ? "" : ", ") + family->name();
+      QTUNE_INPUT_ERROR("--family: " + format.to_string() + " runs on sm_" + std::to_string(sm) + " in the " +
+                        support.family->name() + " family, not in " + chosen);
+    }
+    QTUNE_INPUT_ERROR("--format: " + support.reason);
+  }
 }
 
 int run(const TuneCommandOptions& options) {
@@ -444,6 +476,7 @@ int run(const TuneCommandOptions& options) {
       family_choice.kernel_families.empty()
           ? std::vector<const KernelFamily*>{}
           : tune::families_to_tune(family_choice.kernel_families, formats, target.limits.sm);
+  if (!families.empty() && !shapes.empty()) refuse_formats_nothing_tunes(formats, families, humming.problems, target.limits.sm);
   std::cerr << "qtune tune: " << tune_options.problems.size() << " problems";
   if (shard.sharded()) std::cerr << " (shard " << shard.to_string() << " of " << all_problems.size() << ")";
   std::cerr << " on " << target.gpu_key() << " (" << target.arch << ")";
@@ -490,8 +523,9 @@ int run(const TuneCommandOptions& options) {
   if (!runs.interrupted && !humming.problems.empty()) {
     // Humming last: a problem's winner is the fastest of every provider (each run keeps another's faster winner).
     if (!families.empty()) std::cerr << "qtune tune: family humming, " << humming.problems.size() << " problems\n";
-    progress.start_stages(stages.back().first, stages.back().second);  // nothing compiles ahead: measuring carries it
+    progress.start_stages(stages.back().first, stages.back().second);
     peers::HummingTuneOptions humming_options;
+    humming_options.compile_workers = threads;  // --jobs: Humming's kernels are built ahead by this many workers
     humming_options.tune = tune_options;
     humming_options.tune.problems = humming.problems;
     humming_options.tune.family = search::kHummingFamily;
@@ -506,18 +540,27 @@ int run(const TuneCommandOptions& options) {
     if (style == reports::OutputStyle::Text) print_report(report, false, style);
     runs.reports.push_back(std::move(report));
   }
-  // With MoE problems only, the dense table is left out (the MoE table follows).
+  // --output json|csv: one table of every family's dense problems and of the MoE problems, as one document.
+  std::optional<reports::Table> dense_table;
+  std::optional<reports::Table> moe_table;
   if (style != reports::OutputStyle::Text && (!shard_problems.empty() || moe_problems.empty())) {
-    tune::TuneReport machine_report;  // --output json|csv: one table of every family's problems
+    tune::TuneReport machine_report;
     for (const tune::TuneReport& report : runs.reports) {
       machine_report.reports.insert(machine_report.reports.end(), report.reports.begin(), report.reports.end());
     }
-    print_report(machine_report, options.dry_run, style);
+    dense_table = report_table(machine_report, options.dry_run);
   }
+  int moe_status = 0;
   if (!moe_problems.empty() && !runs.interrupted) {
-    const int status = run_moe(options, moe_problems, target, measure, settings, cache, style);
-    if (status != 0) return status;
+    moe_status = run_moe(options, moe_problems, target, measure, settings, cache, style, moe_table);
   }
+  if (style != reports::OutputStyle::Text) {
+    std::vector<std::pair<std::string, const reports::Table*>> parts;
+    if (dense_table) parts.emplace_back("dense", &*dense_table);
+    if (moe_table) parts.emplace_back("moe", &*moe_table);
+    reports::stack_tables("gemm", parts).print(std::cout, style);
+  }
+  if (moe_status != 0) return moe_status;
   // 130: stopped by a signal, as shells report a Ctrl-C.
   return runs.interrupted ? kExitInterrupted : 0;
 }
@@ -598,7 +641,9 @@ void add_tune_command(CLI::App& app) {
   command->add_option("--seed", options->seed, "seed of the problem data and of randomised strategies")
       ->check(integer_in(0, kMaxSeed))
       ->capture_default_str();
-  command->add_option("--jobs", options->jobs, "compiler threads (0: every core; at most the cores)")
+  command->add_option("--jobs", options->jobs,
+                      "compiler threads, and Humming's peer workers building its kernels ahead (0: every core; at most "
+                      "the cores)")
       ->check(integer_in(0, kMaxJobs))
       ->capture_default_str();
   command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();

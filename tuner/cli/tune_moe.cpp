@@ -52,7 +52,7 @@ std::vector<MoeProblem> moe_tune_problems(const MoeTuneCommandOptions& options, 
   return problems;
 }
 
-void print_moe_report(const tune::MoeTuneReport& report, bool dry_run, reports::OutputStyle style) {
+reports::Table moe_report_table(const tune::MoeTuneReport& report) {
   reports::Table table({"format", "projection", "experts", "top_k", "tokens", "n", "k", "layout", "routing", "space",
                         "touched", "rows_per_expert", "candidates", "compile_failed", "measured", "invalid", "winner_us",
                         "winner_gbps", "baseline_us", "seconds", "winner"});
@@ -69,7 +69,11 @@ void print_moe_report(const tune::MoeTuneReport& report, bool dry_run, reports::
                    problem.baseline_us ? fixed(*problem.baseline_us, 3) : "", fixed(problem.seconds, 1),
                    problem.winner ? problem.winner->to_string() + (problem.skipped ? " (stored)" : "") : ""});
   }
-  table.print(std::cout, style);
+  return table;
+}
+
+void print_moe_report(const tune::MoeTuneReport& report, bool dry_run, reports::OutputStyle style) {
+  moe_report_table(report).print(std::cout, style);
   if (style != reports::OutputStyle::Text) return;
   std::cout << "\nMoE run #" << db::id_value(report.run) << " on " << report.gpu << ": " << report.reports.size()
             << " MoE problems" << (dry_run ? " (dry run: planned and compiled)" : ", " + std::to_string(report.winners) + " winners stored")

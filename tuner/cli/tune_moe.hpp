@@ -29,7 +29,9 @@ void add_moe_tune_options(CLI::App& command, MoeTuneCommandOptions& options);
 std::vector<MoeProblem> moe_tune_problems(const MoeTuneCommandOptions& options, const search::ModelShapes* model, int tp,
                                           const std::vector<FormatSpec>& formats, bool moe_wanted);
 
-// Prints the MoE tune's table: one row per problem.
+// The MoE tune's table: one row per problem.
+reports::Table moe_report_table(const tune::MoeTuneReport& report);
+// Prints it, and in text the run's line.
 void print_moe_report(const tune::MoeTuneReport& report, bool dry_run, reports::OutputStyle style);
 
 }  // namespace qtune::cli

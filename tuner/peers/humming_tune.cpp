@@ -181,6 +181,8 @@ struct ProblemContext {
   const std::atomic<bool>* stop;
   // Valid full-fidelity results: config id -> (config, median).
   std::map<std::int64_t, std::pair<KernelConfig, double>> valid;
+  // What was built ahead: build_key -> outcome (a refused build is the candidate's failure; it is not run).
+  const std::map<std::string, PeerCompileResult>* built = nullptr;
 
   bool stopping() const { return stop != nullptr && stop->load(); }
 };
@@ -235,9 +237,24 @@ search::Evaluation evaluate(ProblemContext& context, std::optional<KernelConfig>
   const Problem& problem = context.report.problem;
   const PeerProblem job{problem.m, problem.n, problem.k, options.measure.seed, 0};
   const nlohmann::json job_config = config ? humming_job_config(*config) : nlohmann::json::object();
-  const PeerResult result = context.host.run(context.provider, job, job_config, run_options(options, fidelity));
+  const PeerCompileResult* build = nullptr;
+  if (config && context.built != nullptr) {
+    const auto found = context.built->find(build_key(context.provider, problem, job_config));
+    if (found != context.built->end()) build = &found->second;
+  }
+  PeerResult result;
+  if (build != nullptr && build->refused) {
+    // Humming's compiler refused the kernel when it was built ahead: the candidate's failure, as a run would say it.
+    result.outcome = PeerOutcome::Error;
+    result.provider = context.provider.text();
+    result.config = job_config;
+    result.error = build->error;
+    result.error_type = build->error_type;
+  } else {
+    result = context.host.run(context.provider, job, job_config, run_options(options, fidelity));
+    ++context.report.measured;
+  }
   if (result.error_type == "NoGpuError") QTUNE_THROW(NoGpuError, context.provider.text() + ": " + result.error);
-  ++context.report.measured;
   if (!config) {
     std::string why;
     config = humming_heuristic(result.config, &why);
@@ -321,7 +338,109 @@ void decide_winner(ProblemContext& context, tune::TuneReport& totals) {
   ++totals.winners;
 }
 
+// Builds the plan's kernels with options.compile_workers peer workers at once, telling the observer.
+std::map<std::string, PeerCompileResult> build_ahead(const HummingTuneOptions& options, const tune::TuneTarget& target,
+                                                     PeerHost& host, db::Store& store, const std::string& source_hash,
+                                                     tune::TuneObserver* observer, const std::atomic<bool>* stop) {
+  const HummingBuildPlan plan = plan_humming_builds(options, target, host, store, source_hash);
+  if (observer != nullptr) {
+    for (const std::string& note : plan.notes) observer->note(note);
+  }
+  std::map<std::string, PeerCompileResult> built;
+  if (plan.jobs.empty()) return built;
+  if (observer != nullptr) {
+    observer->compile_seconds_each(kHummingCompileSeconds);
+    observer->compile_progress(0, plan.jobs.size());
+  }
+  PeerCompileOptions compile;
+  compile.workers = options.compile_workers;
+  compile.timeout_s = std::max(options.tune.timeout_s, kHummingMinTimeoutS);
+  std::size_t done = 0;
+  std::size_t failed = 0;
+  std::string first_failure;
+  const std::vector<PeerCompileResult> results = compile_in_parallel(
+      host.environment(), plan.jobs, compile,
+      [&](std::size_t /*index*/, const PeerCompileResult& result) {
+        if (!result.compiled && !result.refused && failed++ == 0) first_failure = result.error;
+        if (observer != nullptr) observer->compile_progress(++done, plan.jobs.size());
+      },
+      stop);
+  for (const auto& [key, index] : plan.index) built[key] = results[index];
+  if (failed > 0 && observer != nullptr && (stop == nullptr || !stop->load())) {
+    // Not the candidates' failures: their runs build them, as without building ahead.
+    observer->note("humming: " + std::to_string(failed) + " of " + std::to_string(plan.jobs.size()) +
+                   " kernels were not built ahead (first: " + first_failure + "); their runs build them");
+  }
+  return built;
+}
+
 }  // namespace
+
+std::string build_key(const ProviderId& provider, const Problem& problem, const nlohmann::json& job_config) {
+  return provider.text() + " " + std::to_string(problem.n) + "," + std::to_string(problem.k) + " " + job_config.dump();
+}
+
+search::Budget humming_budget(const HummingTuneOptions& options, std::size_t candidates) {
+  search::Budget budget = tune::problem_budget(options.tune, candidates);
+  const bool capped = budget.max_evaluations != search::Budget{}.max_evaluations || options.tune.budget_fraction;
+  if (!capped) budget.max_evaluations = options.default_evaluations;
+  return budget;
+}
+
+HummingBuildPlan plan_humming_builds(const HummingTuneOptions& options, const tune::TuneTarget& target, PeerHost& host,
+                                     db::Store& store, const std::string& source_hash) {
+  HummingBuildPlan plan;
+  const auto add = [&](const ProviderId& provider, const Problem& problem, const nlohmann::json& job_config) {
+    const std::string key = build_key(provider, problem, job_config);
+    if (plan.index.count(key) != 0) return;
+    plan.index[key] = plan.jobs.size();
+    plan.jobs.push_back({provider, PeerProblem{problem.m, problem.n, problem.k, options.measure.seed, 0}, job_config});
+  };
+  const auto entry_ok = [](const nlohmann::json& entry) {
+    return entry.is_array() && entry.size() == 3 && entry[0].is_number() && entry[1].is_number() && entry[2].is_object();
+  };
+  std::map<std::string, nlohmann::json> lists;  // "provider N,K" -> Humming's rules' list for the layer
+  for (const Problem& problem : options.tune.problems) {
+    const ProviderId provider = humming_provider(problem.format, options.peer);
+    const std::string layer = provider.text() + " N=" + std::to_string(problem.n) + " K=" + std::to_string(problem.k);
+    auto list = lists.find(layer);
+    if (list == lists.end()) {
+      nlohmann::json configs = nlohmann::json::array();
+      try {
+        configs = host.heuristic_configs(provider, {problem.m, problem.n, problem.k, options.measure.seed, 0});
+      } catch (const Error& error) {
+        plan.notes.push_back(layer + ": Humming's rules were not listed ahead (" + std::string(error.what()) +
+                             "); its pick is built when it first runs");
+      }
+      list = lists.emplace(layer, configs).first;
+      for (const nlohmann::json& entry : configs) {
+        if (entry_ok(entry)) add(provider, problem, {{"tuning_config", entry[2]}});
+      }
+    }
+    // Humming's pick for this M: the entry with m_lo < M <= m_hi.
+    std::optional<KernelConfig> pick;
+    for (const nlohmann::json& entry : list->second) {
+      if (entry_ok(entry) && entry[0].get<double>() < static_cast<double>(problem.m) &&
+          static_cast<double>(problem.m) <= entry[1].get<double>()) {
+        pick = humming_heuristic({{"heuristic", entry[2]}});
+        break;
+      }
+    }
+    const std::vector<KernelConfig> candidates =
+        humming_candidates(problem, target.limits, options.tune.space == "full", pick);
+    const std::size_t planned = std::min(candidates.size(), humming_budget(options, candidates.size()).max_evaluations);
+    const std::optional<db::ProblemId> problem_id =
+        store.find_problem({problem.format.to_string(), problem.m, problem.n, problem.k});
+    for (std::size_t i = 0; i < planned; ++i) {
+      if (problem_id && !options.tune.retune) {
+        const std::optional<db::ConfigId> config_id = store.find_config(tune::config_record(candidates[i], source_hash));
+        if (config_id && stored_result(store, *problem_id, *config_id, target.gpu_key(), l2_mode_of(options))) continue;
+      }
+      add(provider, problem, humming_job_config(candidates[i]));
+    }
+  }
+  return plan;
+}
 
 tune::TuneReport run_humming_tune(const HummingTuneOptions& options, const tune::TuneTarget& target,
                                   const std::filesystem::path& database, PeerHost& host, tune::TuneObserver* observer,
@@ -337,12 +456,9 @@ tune::TuneReport run_humming_tune(const HummingTuneOptions& options, const tune:
   totals.run = store.insert_run(humming_run_info(options, target, version));
   const Clock::time_point started = Clock::now();
 
-  auto budget_of = [&](std::size_t candidates) {
-    search::Budget budget = tune::problem_budget(options.tune, candidates);
-    const bool capped = budget.max_evaluations != search::Budget{}.max_evaluations || options.tune.budget_fraction;
-    if (!capped) budget.max_evaluations = options.default_evaluations;
-    return budget;
-  };
+  const auto budget_of = [&](std::size_t candidates) { return humming_budget(options, candidates); };
+  std::map<std::string, PeerCompileResult> built;
+  if (options.build_ahead) built = build_ahead(options, target, host, store, "humming " + version, observer, stop);
   if (observer != nullptr) {
     // The expected evaluations per problem: the cap, else the budget's share of a curated space's few hundred.
     constexpr std::size_t kCuratedSize = 300;
@@ -361,7 +477,8 @@ tune::TuneReport run_humming_tune(const HummingTuneOptions& options, const tune:
     report.problem_id = store.upsert_problem({problem.format.to_string(), problem.m, problem.n, problem.k});
     if (observer != nullptr) observer->problem_started(report);
     ProblemContext context{options, target, host, store, totals.run, target.gpu_key(), "humming " + version,
-                           humming_provider(problem.format, options.peer), report.problem_id, report, observer, stop, {}};
+                           humming_provider(problem.format, options.peer), report.problem_id, report, observer, stop, {},
+                           &built};
 
     std::optional<KernelConfig> heuristic;
     const search::Evaluation picked = evaluate(context, std::nullopt, "heuristic", search::Fidelity::Full, &heuristic);

@@ -7,17 +7,22 @@
 // verified kernel of any provider: an earlier faster winner of another family stays, and qtune's families keep a
 // faster Humming winner in turn (tuner.cpp).
 //
-// Humming compiles each configuration with nvcc the first time it runs (tens of seconds), so the default budget is a
-// handful of configurations per problem, nearest to Humming's own pick first, and the ETA counts the compiles.
+// Humming compiles each configuration the first time it runs (7-15 s with nvcc or NVRTC), which the one measuring
+// worker would do serially: before measuring, the kernels the search plans to run (Humming's own rules' kernels of
+// each layer and each problem's first candidates, nearest to Humming's pick first) are built by --jobs peer workers
+// at once into Humming's own cache (HUMMING_CACHE_DIR), where the measuring runs find them. A kernel Humming's
+// compiler refuses is that candidate's failure (UnsupportedError with the compiler's first error line), not run.
 #include <atomic>
 #include <cstddef>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "db/store.hpp"
 #include "kernels/family.hpp"
 #include "search/humming_space.hpp"
 #include "tuner/peers/peer_host.hpp"
@@ -29,8 +34,8 @@ namespace qtune::peers {
 inline constexpr const char* kHummingPeer = "humming";
 // Evaluations per problem when no budget is given (besides Humming's own pick).
 inline constexpr std::size_t kHummingDefaultEvaluations = 6;
-// Seconds Humming is expected to spend compiling one configuration (nvcc), for the progress plan's ETA.
-inline constexpr double kHummingCompileSeconds = 40;
+// Seconds Humming is expected to spend compiling one configuration on one core, for the progress plan's ETA.
+inline constexpr double kHummingCompileSeconds = 15;
 // A Humming candidate's timeout covers its compile: at least this many seconds.
 inline constexpr double kHummingMinTimeoutS = 600;
 
@@ -67,12 +72,33 @@ struct HummingTuneOptions {
   tune::MeasureSettings measure;     // full and short fidelity, seed
   std::size_t default_evaluations = kHummingDefaultEvaluations;  // when tune.budget sets no cap
   std::string peer = kHummingPeer;  // the peer that runs the TuningConfigs (tests: "fake", which runs any the same)
+  std::size_t compile_workers = 0;  // peer workers building kernels ahead at once (--jobs); 0: the CPU count
+  bool build_ahead = true;          // false: each kernel is built by the run that first needs it (as before)
 };
 
+// The kernels a Humming tune plans to run, to build ahead: per layer (format, N, K) every configuration Humming's own
+// rules list (its heuristic run builds them all), then per problem the first `budget` candidates in the search's
+// order (nearest to Humming's pick first: what the exhaustive strategy runs; other strategies' picks beyond them are
+// built by the run that needs them), less those the same Humming version already measured on this GPU.
+struct HummingBuildPlan {
+  std::vector<PeerCompileJob> jobs;
+  std::map<std::string, std::size_t> index;  // build_key -> job
+  std::vector<std::string> notes;            // layers whose heuristic list could not be had, and why
+};
+// What identifies a kernel to build: the provider, N, K and the job config (M changes no kernel).
+std::string build_key(const ProviderId& provider, const Problem& problem, const nlohmann::json& job_config);
+// The evaluations a problem of `candidates` gets: the budget's cap, else options.default_evaluations.
+search::Budget humming_budget(const HummingTuneOptions& options, std::size_t candidates);
+// The plan of what to build ahead for `options.tune.problems` (asks the peer for its rules' list per layer); results
+// the same Humming version (`source_hash`) stored for this GPU in `store` are left out, as the tune reuses them.
+HummingBuildPlan plan_humming_builds(const HummingTuneOptions& options, const tune::TuneTarget& target, PeerHost& host,
+                                     db::Store& store, const std::string& source_hash);
+
 // Tunes Humming on `options.tune.problems` (each must be one humming_problems keeps) into the store at `database`:
-// one run of kind "tune" (notes: family humming, the peer's version), per problem Humming's own pick (phase
-// "heuristic") and the strategy's candidates, each stored as it is measured; a rerun reuses what the same Humming
-// version measured on this GPU. Throws InputError when the Humming peer is unavailable.
+// one run of kind "tune" (notes: family humming, the peer's version); first the planned kernels built ahead
+// (HummingBuildPlan, options.compile_workers at once; the observer's compile_progress), then per problem Humming's own
+// pick (phase "heuristic") and the strategy's candidates, each stored as it is measured; a rerun reuses what the same
+// Humming version measured on this GPU. Throws InputError when the Humming peer is unavailable.
 tune::TuneReport run_humming_tune(const HummingTuneOptions& options, const tune::TuneTarget& target,
                                   const std::filesystem::path& database, PeerHost& host,
                                   tune::TuneObserver* observer = nullptr, const std::atomic<bool>* stop = nullptr);

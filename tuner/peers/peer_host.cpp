@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cstdlib>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <system_error>
+#include <thread>
 
 #include "kernels/error.hpp"
 #include "kernels/format.hpp"
@@ -236,6 +240,15 @@ std::vector<nlohmann::json> PeerHost::configurations(const ProviderId& provider,
   return measure::job_field<std::vector<nlohmann::json>>(outcome.result, "configurations", {});
 }
 
+nlohmann::json PeerHost::heuristic_configs(const ProviderId& provider, const PeerProblem& problem, double timeout_s) {
+  const nlohmann::json params{{"provider", provider.text()}, {"problem", problem_json(provider, problem)}};
+  const measure::JobOutcome outcome = worker_.run("heuristic", params, timeout_s);
+  measure::throw_if_failed(outcome, "heuristic");
+  const nlohmann::json configs = measure::job_field<nlohmann::json>(outcome.result, "configs", nlohmann::json::array());
+  if (!configs.is_array()) QTUNE_THROW(Error, "the peer worker's heuristic configs are no list");
+  return configs;
+}
+
 PeerResult PeerHost::run(const ProviderId& provider, const PeerProblem& problem, const nlohmann::json& config,
                          const PeerRunOptions& options) {
   const nlohmann::json params{{"provider", provider.text()},
@@ -279,6 +292,53 @@ PeerResult PeerHost::run(const ProviderId& provider, const PeerProblem& problem,
     result.outcome = result.measurement ? PeerOutcome::Measured : PeerOutcome::Verified;
   }
   return result;
+}
+
+std::vector<PeerCompileResult> compile_in_parallel(const PeerEnvironment& environment, const std::vector<PeerCompileJob>& jobs,
+                                                   const PeerCompileOptions& options,
+                                                   const std::function<void(std::size_t, const PeerCompileResult&)>& done,
+                                                   const std::atomic<bool>* stop) {
+  std::vector<PeerCompileResult> results(jobs.size());
+  const std::size_t cpus = std::max<std::size_t>(1, std::thread::hardware_concurrency());
+  const std::size_t workers = std::min(options.workers == 0 ? cpus : options.workers, jobs.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex reporting;
+  std::exception_ptr failure;  // a worker that cannot be started at all
+  const auto build = [&] {
+    measure::Worker worker(peer_worker_options(environment));
+    try {
+      for (std::size_t index = next++; index < jobs.size(); index = next++) {
+        if (stop != nullptr && stop->load()) break;
+        const PeerCompileJob& job = jobs[index];
+        const nlohmann::json params{{"provider", job.provider.text()},
+                                    {"problem", problem_json(job.provider, job.problem)},
+                                    {"config", job.config.is_null() ? nlohmann::json::object() : job.config}};
+        const measure::JobOutcome outcome = worker.run("compile", params, options.timeout_s);
+        PeerCompileResult& result = results[index];
+        result.seconds = outcome.seconds;
+        if (outcome.ok()) {
+          result.compiled = measure::job_field<bool>(outcome.result, "compiled", false);
+          if (!result.compiled) result.error = "the peer builds nothing ahead";
+        } else {
+          result.refused = outcome.status == measure::JobStatus::Error && outcome.error_type == "UnsupportedError";
+          result.error = outcome.status == measure::JobStatus::Error ? outcome.error
+                                                                     : measure::to_string(outcome.status) + ": " + outcome.error;
+          result.error_type = outcome.error_type;
+        }
+        const std::lock_guard<std::mutex> lock(reporting);
+        if (done) done(index, result);
+      }
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(reporting);
+      if (!failure) failure = std::current_exception();
+      next = jobs.size();  // the others stop too
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < workers; ++i) threads.emplace_back(build);
+  for (std::thread& thread : threads) thread.join();
+  if (failure) std::rethrow_exception(failure);
+  return results;
 }
 
 }  // namespace qtune::peers

@@ -11,8 +11,10 @@
 //
 // Providers are named "<peer>-<operands>": "humming-w4a16-int4-ch", "marlin-w4a16-int4-g128", "torch-f16",
 // "torch-w8a8-fp8-ch:out=bf16" (operands: a qtune format, or "f16"/"bf16" for dense GEMMs).
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -127,6 +129,10 @@ class PeerHost {
   // the peer does. Throws only when no worker can be started at all.
   PeerResult run(const ProviderId& provider, const PeerProblem& problem, const nlohmann::json& config,
                  const PeerRunOptions& options = {});
+  // The peer's own rules for the layer of `problem` over every M: [[m_lo, m_hi, config], ...] (a GEMM with
+  // m_lo < M <= m_hi runs config), for building their kernels ahead; empty for a peer without such rules. Throws the
+  // worker's error (InputError for a provider it cannot run).
+  nlohmann::json heuristic_configs(const ProviderId& provider, const PeerProblem& problem, double timeout_s = 600);
   int workers_started() const { return worker_.workers_started(); }
 
  private:
@@ -134,6 +140,31 @@ class PeerHost {
   measure::Worker worker_;
   std::optional<std::vector<PeerInfo>> peers_;
 };
+
+// A kernel to build ahead, into the peer's own cache, without launching it (the `compile` job).
+struct PeerCompileJob {
+  ProviderId provider;
+  PeerProblem problem;     // N and K (and the device); M does not change a kernel
+  nlohmann::json config;   // as `run` takes it
+};
+struct PeerCompileResult {
+  bool compiled = false;   // built (or found built): a run finds it in the peer's cache
+  bool refused = false;    // the peer's compiler refused it (UnsupportedError): the candidate's failure
+  std::string error;       // why it was not built, one line ("" when it was)
+  std::string error_type;  // the worker protocol's error_type; "" for crashes and timeouts
+  double seconds = 0;
+};
+struct PeerCompileOptions {
+  std::size_t workers = 0;  // Python workers building at once; 0: the CPU count
+  double timeout_s = 600;   // per kernel, the worker's start (imports) included
+};
+// Builds `jobs` with `options.workers` peer workers at once (each a process of its own, started on its first job and
+// ended when the jobs are done). `done(index, result)` is called once per job as it finishes, one call at a time;
+// `stop` (may be null) leaves the jobs not yet started unbuilt. Returns one result per job, in the jobs' order.
+std::vector<PeerCompileResult> compile_in_parallel(const PeerEnvironment& environment, const std::vector<PeerCompileJob>& jobs,
+                                                   const PeerCompileOptions& options,
+                                                   const std::function<void(std::size_t, const PeerCompileResult&)>& done = {},
+                                                   const std::atomic<bool>* stop = nullptr);
 
 // The worker's command line for an environment (the parent appends "--fd N"), for tests and for people.
 measure::WorkerOptions peer_worker_options(const PeerEnvironment& environment);

@@ -88,6 +88,7 @@ void ConsoleProgress::start_stages(std::size_t compile_stage, std::size_t measur
   measuring_ = false;
   compile_start_ = Clock::time_point{};
   last_compile_percent_ = 101;
+  compile_seconds_each_ = kCompileSecondsPerInstantiation;
   problems_ = problems_done_ = expected_ = done_ = 0;
 }
 
@@ -168,7 +169,7 @@ void ConsoleProgress::compile_progress(std::size_t done, std::size_t total) {
   if (done == 0 || compile_start_ == Clock::time_point{}) compile_start_ = Clock::now();
   const std::size_t stage = stage_for(compile_stage_, "compiling");
   // The real size replaces the plan's estimate, in the same unit (estimated seconds).
-  plan_.set_weight(stage, static_cast<double>(total) * kCompileSecondsPerInstantiation / static_cast<double>(threads_));
+  plan_.set_weight(stage, static_cast<double>(total) * compile_seconds_each_ / static_cast<double>(threads_));
   plan_.set_progress(stage, done, total);
   const std::string counts = plan_.name(stage) + " " + std::to_string(done) + "/" + std::to_string(total) + " instantiations";
   if (interactive_) {
@@ -184,6 +185,8 @@ void ConsoleProgress::compile_progress(std::size_t done, std::size_t total) {
     last_compile_percent_ = percent;
   }
 }
+
+void ConsoleProgress::compile_seconds_each(double seconds) { compile_seconds_each_ = seconds; }
 
 void ConsoleProgress::measuring_started(std::size_t problems, std::size_t expected_evaluations) {
   measuring_ = true;

@@ -75,6 +75,7 @@ class ConsoleProgress final : public TuneObserver {
   const WorkPlan& plan() const { return plan_; }
 
   void compile_progress(std::size_t done, std::size_t total) override;
+  void compile_seconds_each(double seconds) override;
   void measuring_started(std::size_t problems, std::size_t expected_evaluations) override;
   void problem_started(const ProblemReport& report) override;
   void evaluated(const EvaluationEvent& event) override;
@@ -109,6 +110,7 @@ class ConsoleProgress final : public TuneObserver {
   bool measuring_ = false;
   Clock::time_point compile_start_;
   std::size_t last_compile_percent_ = 101;
+  double compile_seconds_each_ = kCompileSecondsPerInstantiation;
   std::size_t problems_ = 0;
   std::size_t problems_done_ = 0;
   std::size_t expected_ = 0;

@@ -150,6 +150,9 @@ class TuneObserver {
  public:
   virtual ~TuneObserver() = default;
   virtual void compile_progress(std::size_t /*done*/, std::size_t /*total*/) {}
+  // The seconds one item of the compile phase is expected to take on one thread, when not qtune's NVRTC's (Humming's
+  // nvcc builds), for the ETA; said before the phase's first compile_progress.
+  virtual void compile_seconds_each(double /*seconds*/) {}
   // Evaluations the measuring phase expects in all (budget-capped candidates plus heuristics), once, before it starts.
   virtual void measuring_started(std::size_t /*problems*/, std::size_t /*expected_evaluations*/) {}
   virtual void problem_started(const ProblemReport& /*report*/) {}

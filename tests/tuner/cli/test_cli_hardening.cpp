@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/family_support.hpp"
+#include "kernels/format.hpp"
 #include "tests/common/qtune_executable.hpp"
 #include "tests/common/temp_dir.hpp"
 #include "tests/reports/report_test_support.hpp"
@@ -127,6 +129,33 @@ TEST(CliNothingToDo, TuneRefusesGemmsTheModelDoesNotHave) {
                   "moe", "--db", (dir / "q.db").string()},
                  "--gemms: model 'llama-3-70b' has no moe GEMMs (it has: dense)");
   EXPECT_FALSE(std::filesystem::exists(dir / "q.db"));
+}
+
+// A format the GPU's families cannot run was tuned into nothing with exit 0: it exits 2 before any work, naming
+// --format and the families' reasons (--family when a family not chosen runs it there).
+TEST(CliNothingToDo, TuneRefusesAFormatNoFamilyRunsOnTheGpu) {
+  TempDir dir;
+  const std::string db = (dir / "q.db").string();
+  const std::string reason = family_support(FormatSpec::parse("w4a4-nvfp4"), 90).reason;
+  ASSERT_FALSE(reason.empty());
+  const std::vector<std::string> tune = {"tune", "--gpu", "h200", "--dry-run", "--shape", "4096,4096", "--m", "16",
+                                         "--db", db};
+  expect_refused(with(tune, {"--format", "w4a4-nvfp4"}), "--format: " + reason);
+  expect_refused(with(tune, {"--format", "w4a4-nvfp4", "--family", "mma"}), "--format: " + reason);
+  expect_refused(with(tune, {"--format", "w4a16-int4-ch,w4a4-nvfp4"}), "--format: " + reason);
+  expect_refused(with(tune, {"--format", "w4a16-int4-ch", "--family", "bsmma"}),
+                 "--family: w4a16-int4-ch runs on sm_90 in the mma family, not in bsmma");
+  EXPECT_FALSE(std::filesystem::exists(db)) << "a refused tune created the database";
+}
+
+// `compile` and `kernel-sweep` take one shape (--shape N,K), never a model: no model's moe_expert GEMMs can reach them
+// as dense GEMMs. `--model` is refused there naming it (tune is the command that reads a model, dense and MoE apart).
+TEST(CliNothingToDo, CompileAndKernelSweepTakeNoModel) {
+  expect_refused({"compile", "--arch", "sm_90a", "--format", "w4a16-int4-ch", "--model", "mixtral-8x7b", "--no-db"},
+                 "--model");
+  expect_refused(
+      {"kernel-sweep", "--format", "w4a16-int4-ch", "--shape", "4096,4096", "--model", "mixtral-8x7b", "--m", "16"},
+      "--model");
 }
 
 TEST(CliNothingToDo, ReportAndExportRefuseAGpuOrFormatWithoutResults) {

@@ -122,6 +122,36 @@ TEST(CliMoe, DryRunPlansTheExpertGemmsAsMoeProblems) {
   EXPECT_TRUE(db::list_moe_winners(store).empty());
 }
 
+// A model with dense and MoE GEMMs, --output json: one JSON document (an array whose rows say their "gemm"), not the
+// dense array followed by the MoE array.
+TEST(CliMoe, OutputJsonOfDenseAndMoeGemmsIsOneDocument) {
+  TempDir dir;
+  const std::string db = (dir / "q.db").string();
+  const CliResult result = run_qtune(
+      {"tune", "--gpu", "h200", "--dry-run", "--format", "w4a16-int4-g128", "--model", "mixtral-8x7b", "--family", "mma",
+       "--m", "16", "--tokens", "16", "--db", db, "--jobs", "2", "--output", "json", "--param", "bm=16", "--param",
+       "bn=128", "--param", "bk=128", "--param", "wm=1", "--param", "wn=4", "--param", "wk=1", "--param", "stages=4",
+       "--param", "split=1", "--param", "raster=0"});
+  ASSERT_EQ(result.status, 0) << result.err << result.out;
+  ASSERT_TRUE(nlohmann::json::accept(result.out)) << "not one JSON document: " << result.out;
+  const nlohmann::json rows = nlohmann::json::parse(result.out);
+  ASSERT_TRUE(rows.is_array()) << result.out;
+  std::size_t dense = 0;
+  std::size_t moe = 0;
+  for (const nlohmann::json& row : rows) {
+    const std::string gemm = row.at("gemm");
+    (gemm == "dense" ? dense : moe) += 1;
+    EXPECT_TRUE(gemm == "dense" || gemm == "moe") << row;
+    if (gemm == "moe") {
+      EXPECT_EQ(row.at("experts"), 8) << row;
+    } else {
+      EXPECT_EQ(row.at("m"), 16) << row;
+    }
+  }
+  EXPECT_EQ(dense, 2u) << "qkv_proj and o_proj at M = 16: " << result.out;
+  EXPECT_EQ(moe, 2u) << "gate-up and down at T = 16: " << result.out;
+}
+
 // `qtune export` carries the GPU's MoE winners into the table's "moe" entries (token ranges per MoE key).
 TEST(CliMoe, ExportWritesMoeEntries) {
   TempDir dir;

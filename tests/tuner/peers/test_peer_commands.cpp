@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "search/gpu_profile.hpp"
 #include "search/humming_space.hpp"
 #include "tests/common/expect_error.hpp"
+#include "tests/common/scoped_environment.hpp"
 #include "tests/common/temp_dir.hpp"
 #include "tests/tuner/cli/cli_test_support.hpp"
 #include "tests/tuner/peers/peer_test_support.hpp"
@@ -341,6 +343,87 @@ TEST(HummingTune, StoresEachCandidateAndAWinnerAndARerunReusesThem) {
   const cli::testing::CliResult exported = run_qtune({"export", "--db", db.string(), "--humming", table.string()});
   EXPECT_EQ(exported.status, 0) << exported.err;
   EXPECT_TRUE(fs::exists(table));
+}
+
+// What the fake peer's log (QTUNE_FAKE_PEER_LOG) says: one JSON object per build or run.
+std::vector<nlohmann::json> fake_log(const fs::path& path) {
+  std::vector<nlohmann::json> events;
+  std::ifstream file(path);
+  for (std::string line; std::getline(file, line);) {
+    if (!line.empty()) events.push_back(nlohmann::json::parse(line));
+  }
+  return events;
+}
+
+// Humming's kernels are built ahead, by several peer workers at once, before anything is measured: the builds
+// overlap, each planned candidate is built once and every build ends before the first run; a kernel the (fake)
+// compiler refuses is that candidate's failure, stored with the compiler's line, and never run.
+TEST(HummingTune, BuildsThePlannedKernelsAheadInParallelAndRecordsARefusedBuild) {
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  test_support::TempDir dir;
+  const fs::path db = dir.path() / "qtune.db";
+  const fs::path log = dir.path() / "fake.log";
+  const tune::TuneTarget target = tune::target_from_profile(search::gpu_profile_by_name("h200"));
+  const Problem problem{FormatSpec::parse("w4a16-int4-ch"), 1, 256, 256};
+  const std::vector<KernelConfig> candidates = humming_candidates(problem, target.limits, false, std::nullopt);
+  ASSERT_GE(candidates.size(), 4u);
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < 4; ++i) texts.push_back(search::HummingSpace::tuning_config(candidates[i]).dump());
+  const test_support::ScopedEnvironment seconds("QTUNE_FAKE_COMPILE_SECONDS", "1");
+  const test_support::ScopedEnvironment refused("QTUNE_FAKE_COMPILE_FAIL", texts[1].c_str());
+  const test_support::ScopedEnvironment logged("QTUNE_FAKE_PEER_LOG", log.c_str());
+  PeerHost host(environment);
+  HummingTuneOptions options;
+  options.peer = "fake";
+  options.tune.problems = {problem};
+  options.measure = tune::default_measure_settings();
+  options.default_evaluations = 4;
+  options.compile_workers = 4;
+
+  const tune::TuneReport report = run_humming_tune(options, target, db, host);
+  ASSERT_EQ(report.reports.size(), 1u);
+  EXPECT_EQ(report.reports[0].evaluations, 4u);
+  EXPECT_EQ(report.reports[0].measured, 4u) << "the pick's run and three candidates; the refused one is not run";
+  EXPECT_EQ(report.reports[0].invalid, 1u);
+
+  std::vector<nlohmann::json> builds;
+  std::vector<nlohmann::json> runs;
+  for (const nlohmann::json& event : fake_log(log)) (event.at("event") == "compile" ? builds : runs).push_back(event);
+  ASSERT_EQ(builds.size(), 4u) << "each planned candidate built once (the fake lists no rules of its own)";
+  std::set<std::string> built;
+  std::set<int> pids;
+  double last_end = 0;
+  bool overlap = false;
+  for (const nlohmann::json& build : builds) {
+    built.insert(build.at("config").get<std::string>());
+    pids.insert(build.at("pid").get<int>());
+    last_end = std::max(last_end, build.at("end").get<double>());
+    for (const nlohmann::json& other : builds) {
+      overlap = overlap || (&other != &build && other.at("start").get<double>() < build.at("end").get<double>() &&
+                            build.at("start").get<double>() < other.at("end").get<double>());
+    }
+  }
+  EXPECT_EQ(built, std::set<std::string>(texts.begin(), texts.end()));
+  EXPECT_GE(pids.size(), 2u) << "built by several workers";
+  EXPECT_TRUE(overlap) << "no two of the 1 s builds of four workers ran at once";
+  ASSERT_EQ(runs.size(), 4u);
+  std::set<std::string> ran;
+  for (const nlohmann::json& run : runs) {
+    EXPECT_GE(run.at("start").get<double>(), last_end) << "a run before every build ended: " << run;
+    ran.insert(run.at("config").get<std::string>());
+  }
+  EXPECT_EQ(ran, (std::set<std::string>{"", texts[0], texts[2], texts[3]})) << "the pick ({}) and the built ones";
+
+  db::Store store = db::Store::open_read_only(db);
+  const std::optional<db::ConfigId> config = store.find_config(tune::config_record(candidates[1], "humming 1.0"));
+  ASSERT_TRUE(config.has_value());
+  db::RowFilter filter;
+  filter.config = *config;
+  const auto checks = store.list_verifications(filter);
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_EQ(checks[0].status, db::VerificationStatus::Invalid);
+  EXPECT_TRUE(contains(checks[0].message, "UnsupportedError")) << checks[0].message;
+  EXPECT_TRUE(contains(checks[0].message, "ptxas error")) << checks[0].message;
 }
 
 // A store holding what `qtune tune --family humming` writes: a run on the H200, a problem, Humming configs with

@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -12,12 +16,15 @@
 
 #include "db/store.hpp"
 #include "reports/humming_table.hpp"
+#include "search/gpu_profile.hpp"
 #include "search/humming_space.hpp"
+#include "tests/common/scoped_environment.hpp"
 #include "tests/common/temp_dir.hpp"
 #include "tests/tuner/cli/cli_test_support.hpp"
 #include "tests/tuner/peers/peer_test_support.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
+#include "tuner/peers/humming_tune.hpp"
 #include "tuner/peers/peer_host.hpp"
 
 namespace qtune::peers {
@@ -241,6 +248,88 @@ TEST(PeerCommandsOnGpu, TuneFamilyHummingStoresAWinnerAndExportsItsTable) {
   const auto exported = cli::testing::run_qtune({"export", "--db", db, "--humming", table});
   ASSERT_EQ(exported.status, 0) << exported.err;
   std::cout << exported.out;
+}
+
+
+// Building ahead on the GPU (what `tune --family humming` does before measuring): Humming's rules' list for a layer
+// and the first candidates are built by several peer workers at once into a fresh HUMMING_CACHE_DIR; then the
+// heuristic's run and the candidates' runs find every cubin there (no kernel directory is added by the runs), and
+// they verify. Building the int8-activation layer's list shows a kernel Humming's compiler refuses (its sm_90 rules
+// ask for an integer wgmma of N = 120 that ptxas rejects) as a refused build with the compiler's line.
+TEST(PeerCommandsOnGpu, HummingKernelsBuiltAheadAreFoundByTheRuns) {
+  QTUNE_REQUIRE_GPU();
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  test_support::TempDir dir;
+  const std::string cache = (dir.path() / "humming-cache").string();
+  const test_support::ScopedEnvironment humming_cache("HUMMING_CACHE_DIR", cache.c_str());
+  PeerHost host(environment);  // its own workers, which see this cache
+  if (const std::string why = skip_reason(host, parse_provider_id("humming-w4a16-int4-ch")); !why.empty()) GTEST_SKIP() << why;
+  // Humming's GEMM kernels in its cache (its weight packing kernels, which the runs build, are left out).
+  const auto kernels_in_cache = [&] {
+    std::size_t count = 0;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(cache, error)) {
+      if (entry.path().filename() != "kernel.cubin") continue;
+      std::ifstream source(entry.path().parent_path() / "kernel.cu");
+      const std::string code((std::istreambuf_iterator<char>(source)), std::istreambuf_iterator<char>());
+      count += code.find("#include <humming/kernel/humming") != std::string::npos ? 1 : 0;
+    }
+    return count;
+  };
+  const tune::TuneTarget target = tune::target_from_profile(search::gpu_profile_by_name("h200"));
+  HummingTuneOptions options;
+  options.tune.problems = {Problem{FormatSpec::parse("w4a16-int4-ch"), 16, 4096, 4096}};
+  options.measure = tune::default_measure_settings();
+  options.default_evaluations = 2;
+  db::Store store = db::Store::open((dir.path() / "plan.db").string());
+  const HummingBuildPlan plan = plan_humming_builds(options, target, host, store, "humming test");
+  for (const std::string& note : plan.notes) ADD_FAILURE() << note;
+  ASSERT_GE(plan.jobs.size(), 3u) << "Humming's list (at least one config) and two candidates";
+  PeerCompileOptions compile;
+  compile.workers = 8;
+  const auto started = std::chrono::steady_clock::now();
+  const std::vector<PeerCompileResult> built = compile_in_parallel(environment, plan.jobs, compile);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  double serial = 0;
+  for (std::size_t i = 0; i < built.size(); ++i) {
+    EXPECT_TRUE(built[i].compiled) << plan.jobs[i].config.dump() << ": " << built[i].error;
+    serial += built[i].seconds;
+  }
+  std::cout << plan.jobs.size() << " kernels built in " << seconds << " s by 8 workers (" << serial
+            << " s of jobs)\n";
+  const std::size_t cubins = kernels_in_cache();
+  EXPECT_GE(cubins, 1u) << "one cubin per distinct kernel (configurations differing in num_sms alone share one)";
+
+  PeerRunOptions run;
+  run.measure = brief_measurement();
+  const ProviderId provider = parse_provider_id("humming-w4a16-int4-ch");
+  const PeerProblem problem{16, 4096, 4096, 1, 0};
+  const PeerResult heuristic = host.run(provider, problem, nlohmann::json::object(), run);
+  EXPECT_EQ(heuristic.outcome, PeerOutcome::Measured) << heuristic.error;
+  for (const PeerCompileJob& job : plan.jobs) {
+    if (!job.config.contains("tuning_config")) continue;
+    const PeerResult result = host.run(provider, problem, job.config, run);
+    EXPECT_EQ(result.outcome, PeerOutcome::Measured) << job.config.dump() << ": " << result.error;
+  }
+  EXPECT_EQ(kernels_in_cache(), cubins) << "a run compiled a kernel that was built ahead";
+
+  // The int8-activation layer's list: a refused build is UnsupportedError with the compiler's line, not a crash.
+  const ProviderId int8 = parse_provider_id("humming-w4a8-int4-int8:scale=f16");
+  const nlohmann::json list = host.heuristic_configs(int8, {16, 4096, 4096, 1, 0});
+  std::vector<PeerCompileJob> int8_jobs;
+  for (const nlohmann::json& entry : list) int8_jobs.push_back({int8, {16, 4096, 4096, 1, 0}, {{"tuning_config", entry[2]}}});
+  std::size_t refused = 0;
+  for (const PeerCompileResult& result : compile_in_parallel(environment, int8_jobs, compile)) {
+    if (result.refused) {
+      ++refused;
+      EXPECT_EQ(result.error_type, "UnsupportedError");
+      EXPECT_NE(result.error.find("Humming"), std::string::npos) << result.error;
+      std::cout << "refused: " << result.error << "\n";
+    } else {
+      EXPECT_TRUE(result.compiled) << result.error;
+    }
+  }
+  std::cout << int8_jobs.size() << " int8-activation kernels of Humming's list, " << refused << " refused\n";
 }
 
 }  // namespace

@@ -4,6 +4,11 @@
     configurations  {"provider", "problem"} -> {"configurations": [config, ...]}   (the peer's defaults first)
     run             {"provider", "problem": {"operands", "m", "n", "k", "seed", "device"}, "config", "measure",
                      "measure_time"} -> {"provider", "peer_version", "config", "verification", "measurement"?}
+    heuristic       {"provider", "problem"} -> {"configs": [[m_lo, m_hi, config], ...]}   (the peer's own rules over
+                     every M of the problem's layer, as its heuristic builds them; [] for a peer without such rules)
+    compile         {"provider", "problem", "config"} -> {"compiled": bool, "seconds"}   (builds the kernel `config`
+                     runs into the peer's own cache without launching it; false: the peer builds nothing ahead; a
+                     kernel its compiler refuses is an UnsupportedError with the compiler's first error line)
 
 ``run`` is qtune's measuring sequence with the adapter's pack and launch in the middle: qtune's operands (cached per
 problem), the adapter's prepare (packed weights cached per weight matrix), poison, one launch, verification against
@@ -12,6 +17,7 @@ not an error, and is never measured.
 """
 import argparse
 import sys
+import time
 
 from qtune_peers import adapters as adapter_registry
 from qtune_peers.abi import Abi
@@ -77,6 +83,20 @@ class PeerWorker:
         return {"configurations": adapter.configurations(operands, problem.get("m", 1), problem.get("n", 0),
                                                          problem.get("k", 0))}
 
+    def heuristic(self, params):
+        adapter, operands = self._available_adapter(params["provider"])
+        problem = params.get("problem", {})
+        return {"configs": adapter.heuristic_configs(operands, problem.get("m", 1), problem.get("n", 0),
+                                                     problem.get("k", 0), problem.get("device", 0))}
+
+    def compile(self, params):
+        adapter, operands = self._available_adapter(params["provider"])
+        problem = params.get("problem", {})
+        started = time.monotonic()
+        compiled = adapter.compile(operands, problem.get("n", 0), problem.get("k", 0), params.get("config") or {},
+                                   problem.get("device", 0))
+        return {"compiled": bool(compiled), "seconds": time.monotonic() - started}
+
     def _problem_for(self, operands, spec):
         key = (operands, spec["m"], spec["n"], spec["k"], spec.get("seed", 1))
         if self._problem_key != key:
@@ -122,5 +142,6 @@ def main(argv):
     for path in reversed(options.peer_path):
         sys.path.insert(0, path)
     worker = PeerWorker(options.library, options.test_peers)
-    handlers = {"describe": worker.describe, "configurations": worker.configurations, "run": worker.run}
+    handlers = {"describe": worker.describe, "configurations": worker.configurations, "run": worker.run,
+                "heuristic": worker.heuristic, "compile": worker.compile}
     return serve(options.fd, handlers, worker.sticky_error)

@@ -62,6 +62,17 @@ class Adapter:
         """The peer's own choices for a problem, its default first."""
         return [{}]
 
+    def heuristic_configs(self, operands, m, n, k, device):
+        """The peer's own rules for the layer of (operands, N, K) over every M: [[m_lo, m_hi, config], ...] (a GEMM with
+        m_lo < M <= m_hi runs config), so that their kernels can be built ahead; [] for a peer without such rules."""
+        return []
+
+    def compile(self, operands, n, k, config, device):
+        """Builds the kernel `config` runs for the layer (operands, N, K) into the peer's own cache, without launching
+        it, so that a later run finds it built; raises UnsupportedError with the compiler's first error line when the
+        peer's compiler refuses it. Returns False for a peer that builds nothing ahead."""
+        return False
+
     def prepare(self, problem, operands, config, device):
         """Packs ``problem``'s operands for ``config`` and returns a Prepared."""
         raise NotImplementedError

@@ -1,7 +1,13 @@
 """The tests' peers, pure Python and host-side (no torch, no GPU): "fake" multiplies qtune's dequantized operands
 in Python and writes f16 patterns, or misbehaves as its config says, and times itself on the host (CUPTI has no GPU
 kernel of it to time), so that the commands can be tested end to end without a GPU; "absent" is a peer that is never
-installed. Offered only to a worker started with --test-peers."""
+installed. Offered only to a worker started with --test-peers.
+
+The fake's build ahead (the ``compile`` job), for the tests of the parallel precompile, is steered by the tests'
+environment: QTUNE_FAKE_COMPILE_SECONDS (how long a build takes, default 0), QTUNE_FAKE_COMPILE_FAIL (the compact
+sorted JSON of a TuningConfig whose build fails like a ptxas error) and QTUNE_FAKE_PEER_LOG (a file each build and each
+run appends a JSON line to: event, pid, start, end, config)."""
+import json
 import os
 import signal
 import statistics
@@ -9,6 +15,7 @@ import struct
 import time
 
 from qtune_peers.adapters.base import Adapter, Output, Prepared
+from qtune_peers.errors import UnsupportedError
 
 BEHAVIOURS = ("correct", "wrong", "raise", "crash", "hang", "exit")
 
@@ -28,9 +35,24 @@ class FakeAdapter(Adapter):
     def configurations(self, operands, m, n, k):
         return [{"behaviour": "correct"}, {"behaviour": "wrong"}]
 
+    def compile(self, operands, n, k, config, device):
+        """Sleeps QTUNE_FAKE_COMPILE_SECONDS as a build would, and fails the TuningConfig QTUNE_FAKE_COMPILE_FAIL
+        names (its compact sorted JSON) as a ptxas error would."""
+        self.refuse_config(config, ["behaviour", "seconds", "tuning_config"])
+        text = _config_text(config)
+        start = time.time()
+        time.sleep(float(os.environ.get("QTUNE_FAKE_COMPILE_SECONDS", "0")))
+        failed = text == os.environ.get("QTUNE_FAKE_COMPILE_FAIL")
+        _log({"event": "compile", "start": start, "end": time.time(), "config": text, "failed": failed})
+        if failed:
+            raise UnsupportedError(f"fake-{operands} N={n} K={k}: the fake compiler refuses this configuration: "
+                                   "ptxas error   : Entry function uses too much shared data")
+        return True
+
     def prepare(self, problem, operands, config, device):
         # A Humming TuningConfig is taken and ignored, so that `tune --family humming`'s loop runs on the CPU.
         self.refuse_config(config, ["behaviour", "seconds", "tuning_config"])
+        _log({"event": "run", "start": time.time(), "end": time.time(), "config": _config_text(config)})
         behaviour = config.get("behaviour", "correct")
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"behaviour must be one of {', '.join(BEHAVIOURS)}")
@@ -79,6 +101,25 @@ class FakeAdapter(Adapter):
                 "warm_l2": bool(options.get("warm_l2", False)), "l2_flush": "", "flush_bytes": 0,
                 "nvml_start": nvml, "nvml_end": nvml, "throttled": False, "kernels_per_repetition": 0,
                 "kernel_names": [], "unattributed_kernels": 0, "device_name": "host (fake peer)", "device_uuid": ""}
+
+
+def _config_text(config):
+    """A run's TuningConfig as the tests name it: compact sorted JSON ("" for none)."""
+    tuning = config.get("tuning_config")
+    return "" if tuning is None else json.dumps(tuning, sort_keys=True, separators=(",", ":"))
+
+
+def _log(entry):
+    path = os.environ.get("QTUNE_FAKE_PEER_LOG")
+    if not path:
+        return
+    entry["pid"] = os.getpid()
+    # One write of one line with O_APPEND: the workers building in parallel never interleave within a line.
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, (json.dumps(entry) + "\n").encode())
+    finally:
+        os.close(descriptor)
 
 
 class AbsentAdapter(Adapter):

@@ -4,22 +4,27 @@ stored with an offset of 2^(b-1)), transform() repacks them for the GPU, and for
 kernel on torch's current stream. A config is {"tuning_config": TuningConfig dict, or a [[m_lo, m_hi, dict], ...]
 list}; an empty config runs Humming's own heuristic. Quantized activations are passed with their scales, so Humming
 quantizes nothing inside a timed call."""
+import contextlib
 import importlib.util
 import inspect
+import io
+import json
 import os
 import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 from qtune_peers.adapters.base import Adapter, Prepared, distribution_version
 from qtune_peers.errors import InputError, UnsupportedError
 
-# operands -> (weight dtype, weight bits, activation dtype or None for f16)
+# operands -> (weight dtype, weight bits, activation dtype or None for f16, weight scale group size or 0 per channel)
 OPERANDS = {
-    "w4a16-int4-ch": ("int4", 4, None),
-    "w4a16-int4-g128": ("int4", 4, None),
-    "w4a8-int4-fp8:scale=f16": ("int4", 4, "float8e4m3"),
-    "w4a8-int4-int8:scale=f16": ("int4", 4, "int8"),
-    "w8a8-fp8-ch:scale=f16": ("float8e4m3", 8, "float8e4m3"),
-    "w8a8-int8-ch:scale=f16": ("int8", 8, "int8"),
+    "w4a16-int4-ch": ("int4", 4, None, 0),
+    "w4a16-int4-g128": ("int4", 4, None, 128),
+    "w4a8-int4-fp8:scale=f16": ("int4", 4, "float8e4m3", 0),
+    "w4a8-int4-int8:scale=f16": ("int4", 4, "int8", 0),
+    "w8a8-fp8-ch:scale=f16": ("float8e4m3", 8, "float8e4m3", 0),
+    "w8a8-int8-ch:scale=f16": ("int8", 8, "int8", 0),
 }
 
 COMPAT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compat")
@@ -36,6 +41,7 @@ class HummingAdapter(Adapter):
         self.notes = []
         self._cache_key = None
         self._cache_layer = None
+        self._metas = {}  # (operands, n, k, device) -> HummingLayerMeta
 
     def probe(self):
         if importlib.util.find_spec("humming") is None:
@@ -97,7 +103,7 @@ class HummingAdapter(Adapter):
         tuning = config.get("tuning_config")
         if tuning is not None and not isinstance(tuning, (dict, list)):
             raise InputError("config.tuning_config: a TuningConfig dict or a [[m_lo, m_hi, dict], ...] list")
-        _, _, a_dtype = OPERANDS[operands]
+        a_dtype = OPERANDS[operands][2]
         layer = self._layer(problem, operands, device)
         m, n, k = problem.m, problem.n, problem.k
         if a_dtype is None:
@@ -124,12 +130,83 @@ class HummingAdapter(Adapter):
 
         return Prepared(used, tensors.output_of(c), launch)
 
+    def heuristic_configs(self, operands, m, n, k, device):
+        """Humming's own rules for the layer over every M, as its heuristic builds them (all of them, whatever M)."""
+        from humming.tune import get_heuristics_config
+
+        chosen = get_heuristics_config(self._layer_meta(operands, n, k, device))
+        return [[low, high, _plain(config)] for low, high, config in chosen]
+
+    def compile(self, operands, n, k, config, device):
+        """Builds the kernel of (the layer's meta, TuningConfig) into Humming's cache (HUMMING_CACHE_DIR) the way its
+        forward_layer would (HummingKernel of the layer config merged with the TuningConfig, num_sms left out), in a
+        thread other than the main one, where Humming builds the cubin and does not load it (as its own parallel
+        build does). A later run of the same configuration finds the cubin by the hash of its code."""
+        from humming.kernel import HummingKernel
+
+        self.refuse_config(config, ["tuning_config"])
+        tuning = config.get("tuning_config")
+        if not isinstance(tuning, dict):
+            raise InputError("config.tuning_config: compile builds one kernel: a TuningConfig dict")
+        kernel_config = json.loads(self._layer_meta(operands, n, k, device).to_str())
+        kernel_config.pop("sublayer_name", None)
+        kernel_config.update(tuning)
+        kernel_config.pop("num_sms", None)
+        compiler_output = io.StringIO()  # Humming prints the compiler's log on a failure: qtune's stdout is not for it
+
+        def build():
+            with contextlib.redirect_stdout(compiler_output):
+                HummingKernel(**kernel_config)
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            try:
+                pool.submit(build).result()
+            except AssertionError as error:
+                frames = traceback.extract_tb(error.__traceback__)
+                where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
+                raise UnsupportedError(f"{self.peer}-{operands} N={n} K={k}: Humming refuses the configuration "
+                                       f"(its check at {where}: {frames[-1].line if frames else error})") from error
+            except RuntimeError as error:
+                if "run failed" not in str(error) and "Compiler" not in str(error):
+                    raise
+                raise UnsupportedError(f"{self.peer}-{operands} N={n} K={k}: Humming could not compile its kernel: "
+                                       f"{_first_error_line(compiler_output.getvalue())}") from error
+        return True
+
+    def _layer_meta(self, operands, n, k, device):
+        """The HummingLayerMeta a transformed layer of (operands, N, K) has, made without weights (the layer's own
+        schemas through HummingLayerMethod.prepare_layer_meta, as transform() makes it)."""
+        key = (operands, n, k, device)
+        cached = self._metas.get(key)
+        if cached is not None:
+            return cached
+        from humming.layer import HummingLayerMethod
+
+        layer = self._new_layer(operands, n, k, device)
+        meta = HummingLayerMethod.prepare_layer_meta(
+            layer=layer, shape_n=layer.shape_n, shape_k=layer.shape_k, weight_schema=layer.weight_schema,
+            input_schema=layer.input_schema, num_experts=layer.num_experts, pad_n_to_multiple=layer.pad_n_to_multiple,
+            pad_k_to_multiple=layer.pad_k_to_multiple, torch_dtype=layer.torch_dtype, has_bias=layer.has_bias)
+        self._metas[key] = meta
+        return meta
+
+    def _new_layer(self, operands, n, k, device):
+        """An untransformed HummingLayer of (operands, N, K) in Humming's own schema (f16 scales, f16 output)."""
+        import torch
+        from humming.layer import HummingLayer
+
+        b_dtype, _, a_dtype, group = OPERANDS[operands]
+        weight_config = {"dtype": b_dtype, "group_size": group, "scale_dtype": "float16"}
+        input_config = {"dtype": a_dtype} if a_dtype is not None else None
+        torch.cuda.set_device(device)
+        return HummingLayer(shape_n=n, shape_k=k, weight_config=weight_config, input_config=input_config,
+                            torch_dtype=torch.float16)
+
     def _heuristic(self, layer, m):
         """What Humming's own rules pick for this M (recorded with the result)."""
         try:
             from humming.tune import get_heuristics_config
-            chosen = get_heuristics_config(layer.humming_metas[""], shape_m=m)
-            return {key: list(value) if isinstance(value, tuple) else value for key, value in chosen.items()}
+            return _plain(get_heuristics_config(layer.humming_metas[""], shape_m=m))
         except Exception as error:  # noqa: BLE001  (the record is best effort; the launch decides)
             return {"unknown": f"{type(error).__name__}: {error}"}
 
@@ -137,32 +214,42 @@ class HummingAdapter(Adapter):
         """A transformed HummingLayer holding qtune's weights (cached per weight matrix: the same codes for every M)."""
         import torch
         from humming import ops
-        from humming.layer import HummingLayer
 
         from qtune_peers.adapters import tensors
 
         key = (operands, problem.n, problem.k, problem.description.get("seed"), device)
         if self._cache_key == key:
             return self._cache_layer
-        b_dtype, bits, a_dtype = OPERANDS[operands]
+        _, bits, _, group = OPERANDS[operands]
         n, k = problem.n, problem.k
         layout = problem.description["weight_scales"]
-        group = 0 if layout["cols"] == 1 else layout["cols_per_scale"]
+        if group != (0 if layout["cols"] == 1 else layout["cols_per_scale"]):
+            raise InputError(f"{self.peer}-{operands}: qtune's operands have another scale group than the provider's")
         codes = tensors.device_tensor(problem, "weight_codes", device).to(torch.int32)
-        if b_dtype.startswith("int"):
+        if OPERANDS[operands][0].startswith("int"):
             codes = codes ^ (1 << (bits - 1))  # two's complement q -> Humming's stored q + 2^(b-1)
         packed = ops.pack_weight(codes.contiguous(), bits)
         scales = tensors.device_tensor(problem, "weight_scale_bits", device).to(torch.int16).view(torch.float16)
         scales = scales.view(n, layout["cols"]).contiguous()
-        weight_config = {"dtype": b_dtype, "group_size": group, "scale_dtype": "float16"}
-        input_config = {"dtype": a_dtype} if a_dtype is not None else None
-        torch.cuda.set_device(device)
-        layer = HummingLayer(shape_n=n, shape_k=k, weight_config=weight_config, input_config=input_config,
-                             torch_dtype=torch.float16).cuda(device)
+        layer = self._new_layer(operands, n, k, device).cuda(device)
         layer.load_from_tensors({"weight": packed, "weight_scale": scales})
         layer.transform()
         self._cache_key, self._cache_layer = key, layer
         return layer
+
+
+def _plain(config):
+    """A TuningConfig dict with JSON's types (tuples as lists)."""
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in config.items()}
+
+
+def _first_error_line(log):
+    """The first line of a compiler log that says error (else its first line)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in lines:
+        if "error" in line:
+            return line[:300]
+    return lines[0][:300] if lines else "(the compiler said nothing)"
 
 
 def _last_compile_error():
