@@ -29,24 +29,6 @@
 namespace qtune {
 namespace device {
 
-// The rows of a dense GEMM: tile row r is row m0 + r of A and of C.
-struct DenseRows {
-  static constexpr int LAYOUT = 0;
-  static constexpr int PROJECTION = 0;
-  static __device__ __forceinline__ const GemmParams& params(const GemmParams& launch, const MoeParams*, int) { return launch; }
-};
-
-// The rows of a MoE GEMM: a block of a layout (MoeLayoutCode, MoeProjectionCode).
-template <int LAYOUT_CODE, int PROJECTION_CODE>
-struct MoeRows {
-  static constexpr int LAYOUT = LAYOUT_CODE;
-  static constexpr int PROJECTION = PROJECTION_CODE;
-  // The block's expert's weights, scales, zero points and global scale.
-  static __device__ __forceinline__ GemmParams params(const GemmParams& launch, const MoeParams* moe, int expert) {
-    return expert_params(launch, *moe, expert);
-  }
-};
-
 template <class F, class T>
 struct MmaGemm {
   static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
