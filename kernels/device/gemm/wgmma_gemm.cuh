@@ -94,17 +94,10 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
   // ---- which output tile and K range ----
   const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(launch);
   const TileWork work = schedule.work(launch, blockIdx.x);
-  // MoE: the block's expert and live rows, and its row tables after the (aligned) pipeline window; a block with no
-  // live rows computes nothing (all its K splits alike, so split-K counters stay untouched).
-  int* const moe_source = reinterpret_cast<int*>(shared + G::SHARED_BYTES);
-  int* const moe_target = moe_source + BM;
-  float* const moe_weight = reinterpret_cast<float*>(moe_target + BM);
-  MoeBlock block{0, work.rows_valid};
-  if constexpr (IS_MOE) {
-    block = moe_block_rows<ROWS::LAYOUT, ROWS::PROJECTION, BM, THREADS>(launch, *moe, work.tile_m, moe_source, moe_target,
-                                                                        moe_weight);
-    if (block.expert < 0) return;
-  }
+  // MoE: the block's expert and live rows, its row tables after the pipeline's shared memory (block_rows).
+  const MoeTables<BM> tables(shared + G::SHARED_BYTES);
+  const MoeBlock block = block_rows<ROWS, BM, THREADS>(launch, moe, work.tile_m, work.rows_valid, tables);
+  if (block.expert < 0) return;
   decltype(auto) p = ROWS::params(launch, moe, block.expert);
   const int m0 = work.m0, n0 = work.n0, rows_valid = block.live_rows, kt_begin = work.kt_begin;
   const int tile_count = work.kt_end - work.kt_begin;
@@ -142,7 +135,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
       const int chunk = i % CPR;
       if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && row < rows_valid) {
         // MoE: the block's row r is activation row source[r] (gathered), not m0 + r.
-        const char* a_row = IS_MOE ? a_global + moe_source[row] * a_row_bytes + k0 * 2 : a_tile + row * a_row_bytes;
+        const char* a_row = IS_MOE ? a_global + tables.source[row] * a_row_bytes + k0 * 2 : a_tile + row * a_row_bytes;
         cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), a_row + chunk * 16);
       }
     }
@@ -297,8 +290,8 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
           // Scattered output row, times the router weight (1 except token-indexed down); no bias.
           const int r = j * 8 + quad * 2 + e;
           if (r < rows_valid) {
-            const float value = acc[4 * j + half * 2 + e] * scale * moe_weight[r];
-            c_global[static_cast<long long>(moe_target[r]) * p.n + column] = static_cast<unsigned short>(pack_output<F>(value, 0.0f) & 0xFFFFu);
+            const float value = acc[4 * j + half * 2 + e] * scale * tables.weight[r];
+            c_global[static_cast<long long>(tables.target[r]) * p.n + column] = static_cast<unsigned short>(pack_output<F>(value, 0.0f) & 0xFFFFu);
           }
           continue;
         }

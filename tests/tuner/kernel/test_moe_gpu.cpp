@@ -92,71 +92,91 @@ void run_all(const std::vector<MoeCase>& cases) {
   EXPECT_GT(ran, 0);
 }
 
-const char* kSmallTile = "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0";
-const char* kSplitTile = "bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0";
-const char* kTallTile = "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0";
-const char* kFormats[] = {"w4a16-int4-g128", "w4a8-int4-fp8", "w8a8-fp8-ch"};
+// A family's MoE tiles for the GPU cases: decode (16 rows), split-K, and tall (64 rows, from 64 tokens on).
+struct FamilyTiles {
+  const char* family;
+  const char* small;
+  const char* split;
+  const char* tall;
+};
+const FamilyTiles kMmaTiles{"mma", "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0",
+                            "bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0",
+                            "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0"};
+const FamilyTiles kWgmmaTiles{"wgmma", "bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0",
+                              "bm=16,bn=64,bk=256,stages=3,split=2,raster=0,overlap=0",
+                              "bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1"};
+const std::vector<const char*> kFormats = {"w4a16-int4-g128", "w4a8-int4-fp8", "w8a8-fp8-ch"};
+// The W4A16 formats of the wgmma cases: groups, groups with zero points, per-channel scales.
+const std::vector<const char*> kWgmmaFormats = {"w4a16-int4-g128", "w4a16-int4-g128-zp", "w4a16-int4-ch"};
 
-// A case of the default shape on the small tile, or on the tall one from 64 tokens on.
-MoeCase routed_case(const char* spec, MoeLayout layout, MoeProjection projection, const char* routing, int64_t tokens) {
+// A case of the default shape on the family's small tile, or on its tall one from 64 tokens on.
+MoeCase routed_case(const FamilyTiles& tiles, const char* spec, MoeLayout layout, MoeProjection projection, const char* routing,
+                    int64_t tokens) {
   return MoeCase{.spec = spec, .layout = layout, .projection = projection, .routing = routing, .tokens = tokens,
-                 .config = tokens >= 64 ? kTallTile : kSmallTile};
+                 .config = tokens >= 64 ? tiles.tall : tiles.small, .family = tiles.family};
 }
 
-TEST(MoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
-  QTUNE_REQUIRE_GPU();
+// Token-indexed, both projections, T = 1, 16, 64, 300, each routing.
+std::vector<MoeCase> token_indexed_cases(const FamilyTiles& tiles, const std::vector<const char*>& formats,
+                                         const std::vector<const char*>& routings) {
   std::vector<MoeCase> cases;
-  for (const char* spec : kFormats) {
+  for (const char* spec : formats) {
     for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
       for (int64_t tokens : {1, 16, 64, 300}) {
-        for (const char* routing : {"uniform", "zipf:1.5"}) {
-          cases.push_back(routed_case(spec, MoeLayout::TokenIndexed, projection, routing, tokens));
-        }
+        for (const char* routing : routings) cases.push_back(routed_case(tiles, spec, MoeLayout::TokenIndexed, projection, routing, tokens));
       }
     }
   }
-  run_all(cases);
+  return cases;
 }
 
-TEST(MoeGpu, GroupedLayoutsEveryRouting) {
-  QTUNE_REQUIRE_GPU();
+// Both grouped layouts and projections, uniform, Zipf and balanced routing, T = 1, 64, 300.
+std::vector<MoeCase> grouped_cases(const FamilyTiles& tiles, const std::vector<const char*>& formats) {
   std::vector<MoeCase> cases;
-  for (const char* spec : kFormats) {
+  for (const char* spec : formats) {
     for (MoeLayout layout : {MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
         for (const char* routing : {"uniform", "zipf:1.5", "balanced"}) {
-          for (int64_t tokens : {1, 64, 300}) {
-            cases.push_back(routed_case(spec, layout, projection, routing, tokens));
-          }
+          for (int64_t tokens : {1, 64, 300}) cases.push_back(routed_case(tiles, spec, layout, projection, routing, tokens));
         }
       }
     }
   }
-  run_all(cases);
+  return cases;
 }
 
-// Zipf 3 over 64 experts with top-2 of 16 tokens leaves most experts empty; split-K and warp-K tiles on skewed blocks.
-TEST(MoeGpu, EmptyExpertsAndSplitK) {
-  QTUNE_REQUIRE_GPU();
+// Zipf 3 over 64 experts with top-2 of 16 tokens leaves most experts empty; the split-K tile on skewed blocks.
+std::vector<MoeCase> empty_expert_cases(const FamilyTiles& tiles, const std::vector<const char*>& formats) {
   std::vector<MoeCase> cases;
-  for (const char* spec : kFormats) {
+  for (const char* spec : formats) {
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-        MoeCase c;
-        c.spec = spec;
-        c.layout = layout;
-        c.projection = projection;
-        c.routing = "zipf:3";
-        c.tokens = 16;
+        MoeCase c = routed_case(tiles, spec, layout, projection, "zipf:3", 16);
         c.experts = 64;
         c.top_k = 2;
         c.k = 1024;
-        c.config = kSplitTile;
+        c.config = tiles.split;
         cases.push_back(c);
       }
     }
   }
-  run_all(cases);
+  return cases;
+}
+
+TEST(MoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
+  QTUNE_REQUIRE_GPU();
+  run_all(token_indexed_cases(kMmaTiles, kFormats, {"uniform", "zipf:1.5"}));
+}
+
+TEST(MoeGpu, GroupedLayoutsEveryRouting) {
+  QTUNE_REQUIRE_GPU();
+  run_all(grouped_cases(kMmaTiles, kFormats));
+}
+
+// Split-K with warp-K tiles on skewed blocks, most experts empty.
+TEST(MoeGpu, EmptyExpertsAndSplitK) {
+  QTUNE_REQUIRE_GPU();
+  run_all(empty_expert_cases(kMmaTiles, kFormats));
 }
 
 // Zero points, DeepSeek's 128x128 weight blocks with 1x128 activation groups (gathered group scales), int8, bf16 output.
@@ -167,7 +187,7 @@ TEST(MoeGpu, MoreFormats) {
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
         for (int64_t tokens : {16, 300}) {
-          cases.push_back(routed_case(spec, layout, projection, "zipf:1.5", tokens));
+          cases.push_back(routed_case(kMmaTiles, spec, layout, projection, "zipf:1.5", tokens));
         }
       }
     }
@@ -177,78 +197,28 @@ TEST(MoeGpu, MoreFormats) {
 
 // ---- the wgmma MoE kernel (sm_90a) ----
 
-#define QTUNE_REQUIRE_HOPPER()                                                                                  \
-  do {                                                                                                          \
-    QTUNE_REQUIRE_GPU();                                                                                        \
-    if (gemm::device_limits().sm != 90) GTEST_SKIP() << "the wgmma MoE kernel needs sm_90 (Hopper), this GPU is sm_" \
-                                                     << gemm::device_limits().sm;                               \
+#define QTUNE_REQUIRE_HOPPER()                                                                                           \
+  do {                                                                                                                   \
+    QTUNE_REQUIRE_GPU();                                                                                                 \
+    if (gemm::device_limits().sm != 90) {                                                                                \
+      GTEST_SKIP() << "the wgmma MoE kernel needs sm_90 (Hopper), this GPU is sm_" << gemm::device_limits().sm;          \
+    }                                                                                                                    \
   } while (false)
-
-const char* kWgmmaSmallTile = "bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0";
-const char* kWgmmaSplitTile = "bm=16,bn=64,bk=256,stages=3,split=2,raster=0,overlap=0";
-const char* kWgmmaTallTile = "bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1";
-const char* kWgmmaFormats[] = {"w4a16-int4-g128", "w4a16-int4-g128-zp", "w4a16-int4-ch"};
-
-MoeCase wgmma_case(const char* spec, MoeLayout layout, MoeProjection projection, const char* routing, int64_t tokens) {
-  MoeCase c = routed_case(spec, layout, projection, routing, tokens);
-  c.family = "wgmma";
-  c.config = tokens >= 64 ? kWgmmaTallTile : kWgmmaSmallTile;
-  return c;
-}
 
 TEST(WgmmaMoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
   QTUNE_REQUIRE_HOPPER();
-  std::vector<MoeCase> cases;
-  for (const char* spec : kWgmmaFormats) {
-    for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-      for (int64_t tokens : {1, 16, 64, 300}) {
-        for (const char* routing : {"uniform", "zipf:1.5", "balanced"}) {
-          cases.push_back(wgmma_case(spec, MoeLayout::TokenIndexed, projection, routing, tokens));
-        }
-      }
-    }
-  }
-  run_all(cases);
+  run_all(token_indexed_cases(kWgmmaTiles, kWgmmaFormats, {"uniform", "zipf:1.5", "balanced"}));
 }
 
 TEST(WgmmaMoeGpu, GroupedLayoutsEveryRouting) {
   QTUNE_REQUIRE_HOPPER();
-  std::vector<MoeCase> cases;
-  for (const char* spec : kWgmmaFormats) {
-    for (MoeLayout layout : {MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
-      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-        for (const char* routing : {"uniform", "zipf:1.5", "balanced"}) {
-          for (int64_t tokens : {1, 64, 300}) cases.push_back(wgmma_case(spec, layout, projection, routing, tokens));
-        }
-      }
-    }
-  }
-  run_all(cases);
+  run_all(grouped_cases(kWgmmaTiles, kWgmmaFormats));
 }
 
-// Zipf 3 over 64 experts with top-2 of 16 tokens leaves most experts empty; split-K on skewed blocks, every layout.
+// Split-K on skewed blocks, most experts empty, every layout.
 TEST(WgmmaMoeGpu, EmptyExpertsAndSplitK) {
   QTUNE_REQUIRE_HOPPER();
-  std::vector<MoeCase> cases;
-  for (const char* spec : kWgmmaFormats) {
-    for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
-      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-        MoeCase c;
-        c.family = "wgmma";
-        c.spec = spec;
-        c.layout = layout;
-        c.projection = projection;
-        c.routing = "zipf:3";
-        c.tokens = 16;
-        c.experts = 64;
-        c.top_k = 2;
-        c.k = 1024;
-        c.config = kWgmmaSplitTile;
-        cases.push_back(c);
-      }
-    }
-  }
-  run_all(cases);
+  run_all(empty_expert_cases(kWgmmaTiles, kWgmmaFormats));
 }
 
 // Every token tile of the curated space (16 to 128 rows) and bf16 output, at DeepSeek-V3's top-8 over 32 experts.
@@ -258,7 +228,7 @@ TEST(WgmmaMoeGpu, EveryTokenTile) {
   for (const char* spec : {"w4a16-int4-g128", "w4a16-int4-g128-bf16"}) {
     for (int bm : {16, 32, 64, 128}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-        MoeCase c = wgmma_case(spec, MoeLayout::TokenIndexed, projection, "zipf:1.2", 256);
+        MoeCase c = routed_case(kWgmmaTiles, spec, MoeLayout::TokenIndexed, projection, "zipf:1.2", 256);
         c.experts = 32;
         c.top_k = 8;
         c.config = "bm=" + std::to_string(bm) + ",bn=128,bk=128,stages=4,split=1,raster=0,overlap=" + (bm >= 64 ? "1" : "0");

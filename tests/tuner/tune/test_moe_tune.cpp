@@ -96,6 +96,14 @@ TEST(MoeTune, RoutingFilesAreCheckedAgainstEveryProblem) {
   expect_input_error([&] { problems_with(other_experts, {3}); }, {"experts"});
 }
 
+// The tune tests' compiler: the build's test kernel cache, two threads.
+jit::CompilerSettings test_compiler_settings() {
+  jit::CompilerSettings settings;
+  settings.cache_directory = std::filesystem::path(QTUNE_BINARY_DIR) / "test-cache";
+  settings.threads = 2;
+  return settings;
+}
+
 MoeProblem small_problem(std::int64_t tokens, MoeProjection projection = MoeProjection::GateUp) {
   return MoeProblem{.format = FormatSpec::parse("w4a16-int4-g128"), .experts = 8, .top_k = 2, .tokens = tokens, .n = 256,
                     .k = 512, .projection = projection, .layout = MoeLayout::TokenIndexed};
@@ -272,10 +280,7 @@ TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
   options.problems = {small_problem(16, MoeProjection::Down)};  // token-indexed down: the reduction compiles too
   options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}}, {"wm", {1}}, {"wn", {4}},
                                     {"wk", {1}},  {"stages", {4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
-  jit::CompilerSettings settings;
-  settings.cache_directory = std::filesystem::path(QTUNE_BINARY_DIR) / "test-cache";
-  settings.threads = 2;
-  const jit::Compiler compiler(settings);
+  const jit::Compiler compiler(test_compiler_settings());
   MoeTuneServices services;
   services.compiler = &compiler;
   options.baseline = "cublas-grouped-f16";
@@ -359,10 +364,7 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
   options.providers = {"mma-moe", "wgmma-moe"};
   options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}},  {"wm", {1}},     {"wn", {4}},
                                     {"wk", {1}},  {"stages", {4}}, {"split", {1, 2}}, {"raster", {0}}, {"overlap", {0}}};
-  jit::CompilerSettings settings;
-  settings.cache_directory = std::filesystem::path(QTUNE_BINARY_DIR) / "test-cache";
-  settings.threads = 2;
-  const jit::Compiler compiler(settings);
+  const jit::Compiler compiler(test_compiler_settings());
   MoeTuneServices services;
   services.compiler = &compiler;
   std::map<std::string, int> jobs_of_provider;
