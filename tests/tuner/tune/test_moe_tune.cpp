@@ -247,7 +247,9 @@ TEST(MoeProvider, WgmmaSpaceIsSmallTokenTilesOnHopperOnly) {
       EXPECT_TRUE(verdict.valid) << tokens << " " << text << ": " << verdict.rule;
     }
     EXPECT_EQ(seen_tiles, std::set<int>(tiles.begin(), tiles.end())) << "T = " << tokens;
-    if (tokens <= 256) EXPECT_EQ(seen_splits, (std::set<int>{1, 2, 4})) << "T = " << tokens << ": split-K for the small grid";
+    if (tokens <= 256) {
+      EXPECT_EQ(seen_splits, (std::set<int>{1, 2, 4})) << "T = " << tokens << ": split-K for the small grid";
+    }
   }
   // Off Hopper the family runs nothing: every configuration is refused, naming the architecture.
   const ArchLimits ampere = search::limits_of_profile(search::gpu_profile_by_name("a100"));
