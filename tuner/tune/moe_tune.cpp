@@ -228,8 +228,8 @@ std::vector<std::string> moe_providers_for_families(const std::string& family_te
     const providers::MoeProvider* provider = providers::find_moe_provider(name);
     if (provider == nullptr) continue;
     if (!runs_one(provider->family())) {
-      QTUNE_INPUT_ERROR("--family: " + name + " runs none of the formats on sm_" + std::to_string(sm) + " (" +
-                        provider->family().supports(formats.front(), sm).reason + ")");
+      QTUNE_INPUT_ERROR("--family: " + name + " runs none of the formats on sm_" + std::to_string(sm) +
+                        (formats.empty() ? std::string{} : " (" + provider->family().supports(formats.front(), sm).reason + ")"));
     }
     chosen.push_back(provider->name());
   }
