@@ -67,7 +67,7 @@ void print_moe_report(const tune::MoeTuneReport& report, bool dry_run, reports::
                    problem.winner ? fixed(problem.winner_us, 3) : "",
                    problem.winner_bytes > 0 ? fixed(static_cast<double>(problem.winner_bytes) / problem.winner_us / 1e3, 1) : "",
                    problem.baseline_us ? fixed(*problem.baseline_us, 3) : "", fixed(problem.seconds, 1),
-                   problem.winner ? problem.winner->to_string() + (problem.skipped ? " (stored)" : "") : ""});
+                   problem.winner ? problem.winner->family + ": " + problem.winner->to_string() + (problem.skipped ? " (stored)" : "") : ""});
   }
   table.print(std::cout, style);
   if (style != reports::OutputStyle::Text) return;
