@@ -21,9 +21,14 @@ void add_moe_rules(SelectionTable& table, db::Store& store, const std::string& g
     const auto config = store.get_config(winner.config);
     if (!problem || !config) QTUNE_THROW(Error, "add_moe_rules: MoE winner of a missing problem or config");
     if (!formats.empty() && std::find(formats.begin(), formats.end(), problem->format) == formats.end()) continue;
-    // Stored as the provider's ("mma-moe"); the kernel is the mma family's instantiation with these parameters.
+    // Stored as the provider's ("mma-moe", "wgmma-moe"); the kernel is that family's MoE instantiation with these
+    // parameters.
+    const std::string provider_suffix = "-moe";
+    const bool named = config->family.size() > provider_suffix.size() &&
+                       config->family.compare(config->family.size() - provider_suffix.size(), provider_suffix.size(), provider_suffix) == 0;
+    const std::string family = named ? config->family.substr(0, config->family.size() - provider_suffix.size()) : "mma";
     const KernelConfig kernel = KernelConfig::from_json(
-        nlohmann::json{{"family", "mma"}, {"params", nlohmann::json::parse(config->params_json)}});
+        nlohmann::json{{"family", family}, {"params", nlohmann::json::parse(config->params_json)}});
     const Key key{problem->format, problem->experts, problem->top_k, problem->n, problem->k, problem->projection,
                   problem->layout};
     const std::string routing = problem->routing + (problem->seed == 1 ? "" : " seed " + std::to_string(problem->seed));

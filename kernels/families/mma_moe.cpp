@@ -7,6 +7,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
+#include "kernels/families/wgmma_family.hpp"
 
 namespace qtune::mma_moe {
 
@@ -17,6 +18,7 @@ using mma::TileShape;
 namespace {
 
 constexpr const char* kKernelName = "qtune_mma_moe_gemm";
+constexpr const char* kWgmmaKernelName = "qtune_wgmma_moe_gemm";
 constexpr const char* kReduceKernelName = "qtune_moe_reduce_top_k";
 constexpr int kTableBytesPerRow = 12;  // MmaGemm::MOE_TABLE_BYTES / BLOCK_M
 constexpr int kReduceThreads = 256;
@@ -49,9 +51,53 @@ Problem dense_problem(const MoeProblem& problem, int64_t launch_rows) {
   return dense;
 }
 
+// What differs between the families' MoE kernels: tiles, threads, shared memory and the instantiated kernel. Layout
+// tables, buffers and arguments are the same (the wgmma family runs the mma family's prepacked layout).
+struct MoeTiles {
+  bool wgmma = false;
+  int bm = 0, bn = 0, split = 1, threads = 0;
+  int pipeline_bytes = 0;  // dynamic shared memory of the dense tiles, without the row tables
+  int static_bytes = 0;
+  int dynamic_bytes() const { return pipeline_bytes + kTableBytesPerRow * bm; }
+};
+
+bool is_wgmma(const KernelConfig& config) {
+  if (config.family.empty() || config.family == mma_family().name()) return false;
+  if (config.family == wgmma_family().name()) return true;
+  QTUNE_INPUT_ERROR("config: family '" + config.family + "' has no MoE kernel (the mma and wgmma families have)");
+}
+
+const MmaFamily& family_of(const KernelConfig& config) {
+  if (is_wgmma(config)) return wgmma_family();
+  return mma_family();
+}
+
+MoeTiles moe_tiles(const KernelConfig& config, const FormatSpec& format) {
+  MoeTiles tiles;
+  if (is_wgmma(config)) {
+    tiles.wgmma = true;
+    tiles.bm = config.get("bm");
+    tiles.bn = config.get("bn");
+    tiles.split = config.get("split");
+    tiles.threads = WgmmaFamily::threads(config);
+    tiles.pipeline_bytes = WgmmaFamily::shared_bytes(config, format);
+    tiles.static_bytes = WgmmaFamily::kStaticSharedBytes;
+    return tiles;
+  }
+  const TileShape t = TileShape::from(config);
+  const mma::SharedLayout shared = mma::shared_layout(mma::device_format(format), t);
+  tiles.bm = t.bm;
+  tiles.bn = t.bn;
+  tiles.split = t.split;
+  tiles.threads = t.threads();
+  tiles.pipeline_bytes = shared.dynamic_bytes;
+  tiles.static_bytes = shared.static_bytes;
+  return tiles;
+}
+
 }  // namespace
 
-std::string kernel_name() { return kKernelName; }
+std::string kernel_name(const KernelConfig& config) { return is_wgmma(config) ? kWgmmaKernelName : kKernelName; }
 std::string reduce_kernel_name() { return kReduceKernelName; }
 
 int64_t launch_rows(const MoeProblem& problem, int bm, const MoeRowMap& map) {
@@ -70,16 +116,15 @@ RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const A
   }
   const int bm = config.params.count("bm") ? config.params.at("bm") : 16;
   const int64_t pairs = problem.tokens * problem.top_k;
-  const RuleVerdict dense = mma_family().check(config, dense_problem(problem, pairs + problem.experts * int64_t{bm}), limits);
+  const RuleVerdict dense = family_of(config).check(config, dense_problem(problem, pairs + problem.experts * int64_t{bm}), limits);
   // A block's tile is as tall as bm whatever the rows per expert: bm-over-m does not apply to a MoE block.
   if (!dense.valid && dense.rule != "bm-over-m" && dense.rule != "raster-single-m-tile") return dense;
-  const TileShape tiles = TileShape::from(config);
-  if (tiles.threads() < tiles.bm) {
-    return RuleVerdict::fail("moe-threads-rows", std::to_string(tiles.threads()) + " threads cannot fill the row table of bm=" +
+  const MoeTiles tiles = moe_tiles(config, problem.format);
+  if (tiles.threads < tiles.bm) {
+    return RuleVerdict::fail("moe-threads-rows", std::to_string(tiles.threads) + " threads cannot fill the row table of bm=" +
                                                      std::to_string(tiles.bm) + " rows (one thread per row)");
   }
-  const mma::SharedLayout shared = mma::shared_layout(mma::device_format(problem.format), tiles);
-  const int bytes = shared.dynamic_bytes + kTableBytesPerRow * tiles.bm + shared.static_bytes;
+  const int bytes = tiles.dynamic_bytes() + tiles.static_bytes;
   if (bytes > limits.max_shared_per_block) {
     return RuleVerdict::fail("smem-per-block", std::to_string(bytes) + " bytes of shared memory (row tables included) exceed the " +
                                                    std::to_string(limits.max_shared_per_block) + " a block may use");
@@ -89,23 +134,34 @@ RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const A
 
 std::string instantiation_source(const KernelConfig& config, const MoeProblem& problem, const std::string& arch) {
   const int sm = sm_of_arch(arch);
-  const ArchSupport support = mma_family().supports(problem.format, sm);
+  const MmaFamily& family = family_of(config);
+  const ArchSupport support = family.supports(problem.format, sm);
   if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  const bool wgmma = is_wgmma(config);
+  if (wgmma && arch != "sm_90a") {
+    QTUNE_THROW(UnsupportedError, "the wgmma MoE GEMM compiles for sm_90a only (wgmma is architecture-specific), not " + arch);
+  }
   const DeviceFormat device = mma::device_format(problem.format);
-  const TileShape tiles = TileShape::from(config);
-  const mma::SharedLayout shared = mma::shared_layout(device, tiles);
+  const MoeTiles tiles = moe_tiles(config, problem.format);
   const char* projection = problem.projection == MoeProjection::GateUp ? "qd::kMoeGateUp" : "qd::kMoeDown";
+  const std::string layout = layout_code(problem.layout);
   std::string source = mma::instantiation_preamble(
-      "mma MoE GEMM: " + problem.format.to_string() + " " + std::string(moe_layout_name(problem.layout)) + " " +
+      family.name() + " MoE GEMM: " + problem.format.to_string() + " " + std::string(moe_layout_name(problem.layout)) + " " +
           std::string(moe_projection_name(problem.projection)) + " " + config.to_string() + " for " + arch,
-      "mma_moe.cuh", device, "Tiles", tiles.template_arguments());
-  source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES + qd::MmaGemm<QtuneFormat, QtuneTiles>::MOE_TABLE_BYTES == " +
-            std::to_string(shared.dynamic_bytes + kTableBytesPerRow * tiles.bm) +
+      wgmma ? "wgmma_moe.cuh" : "mma_moe.cuh", device, "Tiles",
+      wgmma ? WgmmaFamily::tiles_template_arguments(config) : TileShape::from(config).template_arguments());
+  const std::string gemm = wgmma ? "qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + std::to_string(WgmmaFamily::in_flight(config)) + ">"
+                                 : "qd::MmaGemm<QtuneFormat, QtuneTiles>";
+  source += "static_assert(" + gemm + "::SHARED_BYTES + " + gemm + "::MOE_TABLE_BYTES == " + std::to_string(tiles.dynamic_bytes()) +
             ", \"host and device disagree on the shared memory size\");\n";
-  source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +
+  source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + kernel_name(config) +
             "(const qd::GemmParams params, const qd::MoeParams moe) {\n";
-  source += "  qd::mma_moe_gemm<QtuneFormat, QtuneTiles, " + std::string(layout_code(problem.layout)) + ", " + projection +
-            ">(params, moe);\n";
+  if (wgmma) {
+    source += "  qd::wgmma_moe_gemm<QtuneFormat, QtuneTiles, " + std::to_string(WgmmaFamily::in_flight(config)) + ", " + layout +
+              ", " + projection + ">(params, moe);\n";
+  } else {
+    source += "  qd::mma_moe_gemm<QtuneFormat, QtuneTiles, " + layout + ", " + projection + ">(params, moe);\n";
+  }
   source += "}\n";
   return source;
 }
@@ -125,7 +181,7 @@ std::string reduce_instantiation_source(const FormatSpec& format, const std::str
 }
 
 LaunchGeometry launch_geometry(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows) {
-  const TileShape t = TileShape::from(config);
+  const MoeTiles t = moe_tiles(config, problem.format);
   if (launch_rows % t.bm != 0) {
     QTUNE_INPUT_ERROR("launch rows: " + std::to_string(launch_rows) + " is not a multiple of bm=" + std::to_string(t.bm) +
                       " (build the layout with blocks of bm rows, or a multiple of it)");
@@ -133,9 +189,8 @@ LaunchGeometry launch_geometry(const KernelConfig& config, const MoeProblem& pro
   const int64_t tiles = (problem.n / t.bn) * (launch_rows / t.bm);
   LaunchGeometry geometry;
   geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
-  geometry.block = {static_cast<uint32_t>(t.threads()), 1, 1};
-  geometry.dynamic_shared_bytes =
-      static_cast<uint32_t>(mma::shared_layout(mma::device_format(problem.format), t).dynamic_bytes + kTableBytesPerRow * t.bm);
+  geometry.block = {static_cast<uint32_t>(t.threads), 1, 1};
+  geometry.dynamic_shared_bytes = static_cast<uint32_t>(t.dynamic_bytes());
   if (t.split > 1) {
     geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
     geometry.workspace_starts_zeroed = true;
@@ -171,7 +226,7 @@ std::vector<BufferSpec> buffers(const KernelConfig& config, const MoeProblem& pr
   list.push_back({"rows", static_cast<uint64_t>(launch_rows) * 4, BufferRole::Activations,
                   token_indexed ? "int32 sorted pair ids, padding = pairs" : "int32 expert of each row, -1 on padding"});
   if (token_indexed) {
-    const TileShape t = TileShape::from(config);
+    const MoeTiles t = moe_tiles(config, problem.format);
     list.push_back({"block_experts", static_cast<uint64_t>(launch_rows / t.bm) * 4, BufferRole::Activations, "int32 expert per block"});
     list.push_back({"padded_rows", 4, BufferRole::Activations, "int32 num_tokens_post_padded"});
     if (problem.projection == MoeProjection::Down) {

@@ -1,9 +1,12 @@
 #pragma once
-// The mma family's MoE GEMM (kernels/device/gemm/mma_moe.cuh, docs/moe.md): the dense family's tiles and parameters
-// (a KernelConfig of family "mma") run over the blocks of a MoE layout (kernels/moe_layout.hpp). This is the host side
-// a MoE provider needs: rules, instantiation source, launch geometry, argument packing and the experts' prepacked
-// weights. Layout blocks: a token-indexed layout is built with block_m = bm; a grouped-contiguous layout's block is a
-// multiple of bm; a grouped-masked layout's max_rows is a multiple of bm.
+// The MoE GEMMs of the mma family (kernels/device/gemm/mma_moe.cuh, sm_75+) and of the wgmma family
+// (kernels/device/gemm/wgmma_moe.cuh, sm_90a), docs/moe.md: a dense family's tiles and parameters (a KernelConfig of
+// family "mma", or "wgmma"; an empty family is mma) run over the blocks of a MoE layout (kernels/moe_layout.hpp). Both
+// families use the mma family's prepacked layout, so everything but the rules, the instantiation and the launch
+// geometry is shared. This is the host side a MoE provider needs: rules, instantiation source, launch geometry,
+// argument packing and the experts' prepacked weights. Layout blocks: a token-indexed layout is built with
+// block_m = bm; a grouped-contiguous layout's block is a multiple of bm; a grouped-masked layout's max_rows is a
+// multiple of bm. A config of another family is an InputError naming it.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -16,7 +19,7 @@
 
 namespace qtune::mma_moe {
 
-std::string kernel_name();         // "qtune_mma_moe_gemm"
+std::string kernel_name(const KernelConfig& config);  // "qtune_mma_moe_gemm" or "qtune_wgmma_moe_gemm"
 std::string reduce_kernel_name();  // "qtune_moe_reduce_top_k"
 
 // Rows the GEMM is launched over, known without the routing for token-indexed (so no host synchronisation: every
@@ -24,7 +27,7 @@ std::string reduce_kernel_name();  // "qtune_moe_reduce_top_k"
 // the layout's rows (contiguous: its rows; masked: E · max_rows).
 int64_t launch_rows(const MoeProblem& problem, int bm, const MoeRowMap& map);
 
-// The dense family's rules for the config on an N x K expert (with M = the launch rows), plus the MoE kernel's own:
+// The config's dense family's rules on an N x K expert (with M = the launch rows), plus the MoE kernel's own:
 // one thread per row of a block (threads >= bm) and the row tables' shared memory. RuleVerdict names the rule.
 RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const ArchLimits& limits);
 

@@ -17,8 +17,7 @@ constexpr const char* kKernelName = "qtune_wgmma_gemm";
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Static shared memory of the kernel: the split-K flag.
-constexpr int kSplitFlagBytes = 16;
+constexpr int kSplitFlagBytes = WgmmaFamily::kStaticSharedBytes;
 
 // Configs recorded before "overlap" existed ran without a stage in flight.
 constexpr int kOverlapWhenAbsent = 0;
@@ -105,6 +104,10 @@ int WgmmaFamily::estimated_registers(const KernelConfig& config) {
   const int bk_index = t.bk <= 64 ? 0 : t.bk <= 128 ? 1 : 2;
   return kMeasured[t.overlap ? 1 : 0][bm_index][bk_index];
 }
+
+int WgmmaFamily::threads(const KernelConfig& config) { return WgmmaTiles::from(config).threads(); }
+std::string WgmmaFamily::tiles_template_arguments(const KernelConfig& config) { return WgmmaTiles::from(config).template_arguments(); }
+int WgmmaFamily::in_flight(const KernelConfig& config) { return WgmmaTiles::from(config).overlap; }
 
 RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
   if (const RuleVerdict shared = check_config_and_shape(config, problem, limits); !shared.valid) return shared;

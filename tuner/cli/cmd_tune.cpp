@@ -272,10 +272,10 @@ class FamilyConsole final : public tune::FamilyRunObserver {
   reports::OutputStyle style_;
 };
 
-// The MoE problems' run: exhaustive over the MoE provider's space (capped by --budget-evals), measured in one worker
-// on the first GPU.
-int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& problems, const tune::TuneTarget& target,
-            const tune::MeasureSettings& measure, const jit::CompilerSettings& settings, const std::filesystem::path& cache,
+// The MoE problems' run: exhaustive over the MoE providers' spaces (each capped by --budget-evals), measured in one
+// worker on the first GPU.
+int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& problems,
+            const std::vector<std::string>& moe_providers, const tune::TuneTarget& target, const tune::MeasureSettings& measure, const jit::CompilerSettings& settings, const std::filesystem::path& cache,
             reports::OutputStyle style, std::optional<reports::Table>& machine_table) {
   if (options.strategy != "exhaustive") {
     std::cerr << "qtune tune: MoE problems are searched exhaustively over the curated space (capped by --budget-evals); "
@@ -284,6 +284,7 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
   }
   tune::MoeTuneOptions moe_options;
   moe_options.problems = problems;
+  moe_options.providers = moe_providers;
   moe_options.space.curated = options.space != "full";
   for (const std::string& text : options.params) {
     auto [name, values] = tune::parse_parameter_values(text);
@@ -316,7 +317,9 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
                                        " measured" + (report.winner ? ", winner " + fixed(report.winner_us, 3) + " us" : ""))
               << "\n";
   };
-  std::cerr << "qtune tune: " << problems.size() << " MoE problems (mma-moe)\n";
+  std::string provider_names;
+  for (const std::string& name : moe_providers) provider_names += (provider_names.empty() ? "" : ", ") + name;
+  std::cerr << "qtune tune: " << problems.size() << " MoE problems (" << provider_names << ")\n";
   tune::MoeTuneReport report;
   {
     StopSignals signals;
@@ -477,6 +480,12 @@ int run(const TuneCommandOptions& options) {
           ? std::vector<const KernelFamily*>{}
           : tune::families_to_tune(family_choice.kernel_families, formats, target.limits.sm);
   if (!families.empty() && !shapes.empty()) refuse_formats_nothing_tunes(formats, families, humming.problems, target.limits.sm);
+  // The MoE expert GEMMs run in the MoE kernels of the families --family names (auto: mma, and wgmma on sm_90).
+  const std::vector<std::string> moe_providers =
+      moe_problems.empty() ? std::vector<std::string>{}
+                           : tune::moe_providers_for_families(
+                                 family_choice.kernel_families.empty() ? options.family : family_choice.kernel_families, formats,
+                                 target.limits.sm);
   std::cerr << "qtune tune: " << tune_options.problems.size() << " problems";
   if (shard.sharded()) std::cerr << " (shard " << shard.to_string() << " of " << all_problems.size() << ")";
   std::cerr << " on " << target.gpu_key() << " (" << target.arch << ")";
@@ -552,7 +561,7 @@ int run(const TuneCommandOptions& options) {
   }
   int moe_status = 0;
   if (!moe_problems.empty() && !runs.interrupted) {
-    moe_status = run_moe(options, moe_problems, target, measure, settings, cache, style, moe_table);
+    moe_status = run_moe(options, moe_problems, moe_providers, target, measure, settings, cache, style, moe_table);
   }
   if (style != reports::OutputStyle::Text) {
     std::vector<std::pair<std::string, const reports::Table*>> parts;
@@ -607,7 +616,8 @@ void add_tune_command(CLI::App& app) {
                       "quantized activations and from M = 256 for weight-only formats) or a "
                       "list such as mma,wgmma (every problem for each); humming (Humming's TuningConfig, run by its "
                       "peer: docs/peers.md; auto includes it where its peer is installed); a problem's winner is the "
-                      "fastest of all")
+                      "fastest of all. MoE expert GEMMs run in the MoE kernels of the mma and wgmma families named "
+                      "(auto: mma, and wgmma on sm_90)")
       ->capture_default_str();
   command->add_option("--space", options->space,
                       "curated: per-M parameter ranges (a few hundred candidates per problem); full: the family's whole "

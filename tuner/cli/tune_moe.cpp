@@ -67,7 +67,7 @@ reports::Table moe_report_table(const tune::MoeTuneReport& report) {
                    problem.winner ? fixed(problem.winner_us, 3) : "",
                    problem.winner_bytes > 0 ? fixed(static_cast<double>(problem.winner_bytes) / problem.winner_us / 1e3, 1) : "",
                    problem.baseline_us ? fixed(*problem.baseline_us, 3) : "", fixed(problem.seconds, 1),
-                   problem.winner ? problem.winner->to_string() + (problem.skipped ? " (stored)" : "") : ""});
+                   problem.winner ? problem.winner->family + ": " + problem.winner->to_string() + (problem.skipped ? " (stored)" : "") : ""});
   }
   return table;
 }

@@ -12,6 +12,7 @@
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe_reference.hpp"
 #include "kernels/reference.hpp"
 #include "search/space.hpp"
@@ -27,7 +28,7 @@ namespace qtune::providers {
 namespace {
 
 const MoeProblem& moe_of(const ProviderProblem& problem) {
-  if (problem.kind != ProblemKind::Moe) QTUNE_THROW(UnsupportedError, std::string(kMoeProviderName) + " runs MoE GEMMs only");
+  if (problem.kind != ProblemKind::Moe) QTUNE_THROW(UnsupportedError, "the MoE providers run MoE GEMMs only");
   return problem.moe;
 }
 
@@ -58,7 +59,7 @@ class MoeRunnable final : public Runnable {
       : operands_(operands),
         config_(config),
         gemm_module_(gemm.cubin),
-        gemm_(gemm_module_.kernel(mma_moe::kernel_name())),
+        gemm_(gemm_module_.kernel(mma_moe::kernel_name(config))),
         bm_(config.get("bm")) {
     const MoeProblem& problem = operands_.problem().moe;
     if (reduce) {
@@ -92,7 +93,7 @@ class MoeRunnable final : public Runnable {
       if (is_expert_buffer(spec.name)) {
         const auto shared = operands_.experts.find(spec.name);
         if (shared == operands_.experts.end() || shared->second.bytes() < spec.bytes) {
-          QTUNE_THROW(Error, std::string(kMoeProviderName) + ": the prepared experts' '" + spec.name + "' buffer does not hold the " +
+          QTUNE_THROW(Error, "MoE provider: the prepared experts' '" + spec.name + "' buffer does not hold the " +
                                  std::to_string(spec.bytes) + " bytes " + config_.to_string() + " reads");
         }
         addresses_[spec.name] = shared->second.get();
@@ -103,7 +104,7 @@ class MoeRunnable final : public Runnable {
       const auto found = host.find(spec.name);
       if (spec.role != BufferRole::Output && found != host.end()) {
         if (found->second.size() > spec.bytes) {
-          QTUNE_THROW(Error, std::string(kMoeProviderName) + ": buffer '" + spec.name + "' holds " + std::to_string(found->second.size()) +
+          QTUNE_THROW(Error, "MoE provider: buffer '" + spec.name + "' holds " + std::to_string(found->second.size()) +
                                  " bytes, the kernel declares " + std::to_string(spec.bytes));
         }
         buffer.upload(found->second.data(), found->second.size());
@@ -241,7 +242,7 @@ bool moe_reduces(const MoeProblem& problem) {
 jit::CompileRequest moe_compile_request(const KernelConfig& config, const MoeProblem& problem, const std::string& arch) {
   jit::CompileRequest request;
   request.source = mma_moe::instantiation_source(config, problem, arch);
-  request.kernel_name = mma_moe::kernel_name();
+  request.kernel_name = mma_moe::kernel_name(config);
   request.arch = arch;
   return request;
 }
@@ -268,16 +269,38 @@ struct MoeProvider::Cache {
   LoadCompiler compiler;
 };
 
-MoeProvider::MoeProvider() : cache_(std::make_unique<Cache>()) {}
+std::shared_ptr<MoeProvider::Cache> MoeProvider::shared_cache() {
+  static const auto cache = std::make_shared<Cache>();
+  return cache;
+}
+
+MoeProvider::MoeProvider(const MmaFamily& family) : family_(family), cache_(shared_cache()) {}
 MoeProvider::~MoeProvider() = default;
+
+std::string MoeProvider::name() const { return family_.name() + "-moe"; }
+
+ParameterRanges MoeProvider::curated_ranges(std::int64_t rows_per_expert) const {
+  ParameterRanges ranges = family_.curated_ranges(rows_per_expert);
+  if (&family_ == &wgmma_family()) {
+    // Experts get fewer rows than the mean under skewed routing: the token tile at the mean and the one below it.
+    // The grid is touched experts x N tiles: split-K while blocks are small and few.
+    ranges["bm"] = rows_per_expert <= 16   ? std::vector<int>{16}
+                   : rows_per_expert <= 32 ? std::vector<int>{16, 32}
+                   : rows_per_expert <= 64 ? std::vector<int>{32, 64}
+                                           : std::vector<int>{64, 128};
+    ranges["split"] = rows_per_expert <= 64 ? std::vector<int>{1, 2, 4} : std::vector<int>{1, 2};
+    ranges["raster"] = {0};
+  }
+  return ranges;
+}
 
 ProviderSpace MoeProvider::enumerate(const ProviderProblem& provider_problem, const ArchLimits& limits,
                                      const SpaceRequest& request, Operands* /*prepared*/) const {
   const MoeProblem& problem = moe_of(provider_problem);
   problem.validate();
-  const MmaFamily& family = mma_family();
+  const MmaFamily& family = family_;
   ParameterRanges ranges;
-  if (request.curated) ranges = family.curated_ranges(rows_per_expert(problem.make_routing()));
+  if (request.curated) ranges = curated_ranges(rows_per_expert(problem.make_routing()));
   for (const auto& [name, values] : request.parameter_values) ranges[name] = values;
   const std::vector<ParameterDomain> domains = family.parameter_space();
   std::vector<std::vector<int>> values;
@@ -358,9 +381,9 @@ std::unique_ptr<Operands> MoeProvider::prepare(const ProviderProblem& provider_p
 
 std::unique_ptr<Runnable> MoeProvider::load(Operands& operands, const std::string& configuration, const LoadOptions& options) {
   auto* moe_operands = dynamic_cast<MoeProviderOperands*>(&operands);
-  if (moe_operands == nullptr) QTUNE_THROW(Error, std::string(kMoeProviderName) + ": operands of another provider");
+  if (moe_operands == nullptr) QTUNE_THROW(Error, name() + ": operands of another provider");
   const MoeProblem& problem = moe_operands->problem().moe;
-  const KernelConfig config = KernelConfig::parse(configuration, mma_family().name());
+  const KernelConfig config = KernelConfig::parse(configuration, family_.name());
   jit::CompiledKernel gemm;
   std::optional<jit::CompiledKernel> reduce;
   {
@@ -374,8 +397,20 @@ std::unique_ptr<Runnable> MoeProvider::load(Operands& operands, const std::strin
 }
 
 MoeProvider& moe_provider() {
-  static auto* provider = new MoeProvider;  // never destroyed: the compiler and cached experts may be used until exit
+  static auto* provider = new MoeProvider(mma_family());  // never destroyed: the compiler and experts may be used until exit
   return *provider;
+}
+
+MoeProvider& wgmma_moe_provider() {
+  static auto* provider = new MoeProvider(wgmma_family());
+  return *provider;
+}
+
+MoeProvider* find_moe_provider(const std::string& family_or_provider) {
+  for (MoeProvider* provider : {&moe_provider(), &wgmma_moe_provider()}) {
+    if (family_or_provider == provider->family().name() || family_or_provider == provider->name()) return provider;
+  }
+  return nullptr;
 }
 
 }  // namespace qtune::providers

@@ -1,7 +1,7 @@
 #pragma once
-// The mma family's MoE GEMM (kernels/families/mma_moe.hpp, docs/moe.md) as a provider, "mma-moe": problems of kind
-// Moe. Its space is the mma family's parameter space (curated at the rows per expert the routing gives) kept by
-// mma_moe::check; its operands are the routing, seeded quantized activations and experts, every expert's prepacked
+// The MoE GEMMs of the mma and wgmma families (kernels/families/mma_moe.hpp, docs/moe.md) as providers, "mma-moe" and
+// "wgmma-moe" (sm_90a): problems of kind Moe. A provider's space is its family's parameter space (curated at the rows
+// per expert the routing gives) kept by mma_moe::check; its operands are the routing, seeded quantized activations and experts, every expert's prepacked
 // weights on the device (experts nobody routes to are 0xFF: NaN scales) and the CPU reference of every output row; a
 // configuration is the GEMM (and, for the token-indexed down projection, the top-k reduction) loaded from the kernel
 // cache. Each configuration gets its own layout tables (they depend on bm) and output buffers, poisoned with NaN;
@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/families/mma_family.hpp"
 #include "kernels/moe.hpp"
 #include "kernels/moe_layout.hpp"
 #include "tuner/jit/compiler.hpp"
@@ -18,12 +19,14 @@
 namespace qtune::providers {
 
 inline constexpr const char* kMoeProviderName = "mma-moe";
+inline constexpr const char* kWgmmaMoeProviderName = "wgmma-moe";
 
 class MoeProvider final : public Provider {
  public:
-  MoeProvider();
+  explicit MoeProvider(const MmaFamily& family);  // the mma or the wgmma family
   ~MoeProvider() override;
-  std::string name() const override { return kMoeProviderName; }
+  std::string name() const override;  // "<family>-moe"
+  const MmaFamily& family() const { return family_; }
 
   ProviderSpace enumerate(const ProviderProblem& problem, const ArchLimits& limits, const SpaceRequest& request,
                           Operands* prepared) const override;
@@ -31,12 +34,24 @@ class MoeProvider final : public Provider {
   std::unique_ptr<Runnable> load(Operands& operands, const std::string& configuration, const LoadOptions& options) override;
 
  private:
+  // The curated ranges of the space at a routing's rows per expert.
+  ParameterRanges curated_ranges(std::int64_t rows_per_expert) const;
+
+  const MmaFamily& family_;
   struct Cache;
-  std::unique_ptr<Cache> cache_;  // quantized experts (reused across token counts) and the JIT of the last cache directory
+  // Shared by both providers: quantized experts (reused across token counts and families) and the JIT of the last
+  // cache directory.
+  std::shared_ptr<Cache> cache_;
+  static std::shared_ptr<Cache> shared_cache();
 };
 
-// The one MoE provider (never destroyed: its compiler and experts may be used until exit).
+// The mma family's MoE provider, "mma-moe", and the wgmma family's, "wgmma-moe" (never destroyed: their compiler and
+// experts may be used until exit).
 MoeProvider& moe_provider();
+MoeProvider& wgmma_moe_provider();
+// The MoE provider of a kernel family ("mma", "wgmma") or of a provider name ("mma-moe", "wgmma-moe"); nullptr when
+// there is none.
+MoeProvider* find_moe_provider(const std::string& family_or_provider);
 
 // A ProviderProblem of kind Moe.
 ProviderProblem moe_provider_problem(const MoeProblem& problem);

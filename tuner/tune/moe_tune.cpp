@@ -8,6 +8,7 @@
 
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "tuner/providers/moe_provider.hpp"
 #include "tuner/tune/records.hpp"
 #include "tuner/tune/tuner.hpp"
@@ -126,13 +127,13 @@ struct CompiledCandidate {
 
 // Compiles every configuration (and the reduction, when the problem launches one) into the kernel cache; keeps those
 // that compiled without spilling.
-std::vector<CompiledCandidate> compile_candidates(const std::vector<std::string>& configurations, const MoeProblem& problem,
-                                                  const std::string& arch, const jit::Compiler& compiler,
-                                                  MoeProblemReport& report) {
+std::vector<CompiledCandidate> compile_candidates(const std::vector<std::string>& configurations, const std::string& family,
+                                                  const MoeProblem& problem, const std::string& arch,
+                                                  const jit::Compiler& compiler, MoeProblemReport& report) {
   std::vector<jit::CompileRequest> requests;
   std::vector<KernelConfig> configs;
   for (const std::string& text : configurations) {
-    configs.push_back(KernelConfig::parse(text, mma_family().name()));
+    configs.push_back(KernelConfig::parse(text, family));
     requests.push_back(providers::moe_compile_request(configs.back(), problem, arch));
   }
   if (providers::moe_reduces(problem)) requests.push_back(providers::moe_reduce_compile_request(problem, arch));
@@ -211,6 +212,33 @@ std::optional<double> measure_baseline(const std::string& baseline, const provid
 
 }  // namespace
 
+std::vector<std::string> moe_providers_for_families(const std::string& family_text, const std::vector<FormatSpec>& formats, int sm) {
+  const auto runs_one = [&](const KernelFamily& family) {
+    return std::any_of(formats.begin(), formats.end(), [&](const FormatSpec& format) { return family.supports(format, sm).supported; });
+  };
+  if (family_text == "auto") {
+    std::vector<std::string> chosen{providers::kMoeProviderName};
+    if (runs_one(wgmma_family())) chosen.push_back(providers::kWgmmaMoeProviderName);
+    return chosen;
+  }
+  std::vector<std::string> chosen;
+  std::stringstream stream(family_text);
+  std::string name;
+  while (std::getline(stream, name, ',')) {
+    const providers::MoeProvider* provider = providers::find_moe_provider(name);
+    if (provider == nullptr) continue;
+    if (!runs_one(provider->family())) {
+      QTUNE_INPUT_ERROR("--family: " + name + " runs none of the formats on sm_" + std::to_string(sm) +
+                        (formats.empty() ? std::string{} : " (" + provider->family().supports(formats.front(), sm).reason + ")"));
+    }
+    chosen.push_back(provider->name());
+  }
+  if (chosen.empty()) {
+    QTUNE_INPUT_ERROR("--family: '" + family_text + "' names no family with a MoE kernel (mma, wgmma) for the MoE expert GEMMs");
+  }
+  return chosen;
+}
+
 MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& target, const std::filesystem::path& database,
                            MoeTuneServices& services, const std::atomic<bool>* stop) {
   if (services.compiler == nullptr) QTUNE_THROW(Error, "run_moe_tune: no compiler");
@@ -221,8 +249,13 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
   MoeTuneReport report;
   report.gpu = info.gpu_key();
   report.run = store.insert_run(info);
-  const std::string source_hash = kernel_source_hash(mma_family());
-  const providers::MoeProvider& provider = providers::moe_provider();
+  std::vector<const providers::MoeProvider*> moe_providers;
+  for (const std::string& name : options.providers) {
+    const providers::MoeProvider* provider = providers::find_moe_provider(name);
+    if (provider == nullptr) QTUNE_INPUT_ERROR("providers: '" + name + "' is not a MoE provider (mma-moe, wgmma-moe)");
+    moe_providers.push_back(provider);
+  }
+  if (moe_providers.empty()) QTUNE_INPUT_ERROR("providers: no MoE provider to tune with");
 
   for (const MoeProblem& problem : options.problems) {
     if (stop != nullptr && stop->load()) {
@@ -238,8 +271,10 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
         problem_report.skipped = true;
         problem_report.winner_us = winner->median_us;
         if (const auto config = store.get_config(winner->config)) {
+          const providers::MoeProvider* stored = providers::find_moe_provider(config->family);
           problem_report.winner = KernelConfig::from_json(
-              nlohmann::json{{"family", mma_family().name()}, {"params", nlohmann::json::parse(config->params_json)}});
+              nlohmann::json{{"family", stored != nullptr ? stored->family().name() : mma_family().name()},
+                             {"params", nlohmann::json::parse(config->params_json)}});
         }
         report.reports.push_back(problem_report);
         if (services.problem_finished) services.problem_finished(problem_report);
@@ -250,27 +285,30 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
     const Routing routing = problem.make_routing();
     problem_report.experts_touched = routing.experts_touched();
     problem_report.rows_per_expert = providers::rows_per_expert(routing);
-    const providers::ProviderSpace space = provider.enumerate(provider_problem, target.limits, options.space, nullptr);
-    problem_report.space_total = space.total;
-    problem_report.removed_by_rule = space.removed_by_rule;
-    const std::vector<CompiledCandidate> candidates =
-        compile_candidates(space.configurations, problem, target.arch, *services.compiler, problem_report);
-    problem_report.candidates = candidates.size();
-
+    // Every provider's space is compiled and measured; the fastest verified configuration of any of them wins.
     std::optional<std::pair<KernelConfig, double>> best;
     db::ConfigId best_config{};
-    if (!options.dry_run) {
+    for (const providers::MoeProvider* provider : moe_providers) {
+      if (report.interrupted) break;
+      const providers::ProviderSpace space = provider->enumerate(provider_problem, target.limits, options.space, nullptr);
+      problem_report.space_total += space.total;
+      for (const auto& [rule, count] : space.removed_by_rule) problem_report.removed_by_rule[rule] += count;
+      const std::vector<CompiledCandidate> candidates = compile_candidates(
+          space.configurations, provider->family().name(), problem, target.arch, *services.compiler, problem_report);
+      problem_report.candidates += candidates.size();
+      if (options.dry_run) continue;
+      const std::string source_hash = kernel_source_hash(provider->family());
       for (const CompiledCandidate& candidate : candidates) {
         if (stop != nullptr && stop->load()) {
           report.interrupted = true;
           break;
         }
-        CandidateJob job = moe_job(providers::kMoeProviderName, provider_problem, candidate.config.to_string(), services);
+        CandidateJob job = moe_job(provider->name(), provider_problem, candidate.config.to_string(), services);
         job.load.arch = target.arch;
         job.load.expected_cache_key = candidate.cache_key;
         const providers::CandidateResult result = services.evaluate(job, options.timeout_s);
         db::KernelConfig record = config_record(candidate.config, source_hash);
-        record.family = providers::kMoeProviderName;  // MoE configs never mix with the dense family's priors
+        record.family = provider->name();  // MoE configs never mix with the dense family's priors
         db::ConfigId config{};
         const bool measured = store_result(store, record, result, report.run, problem_id, "exhaustive", config);
         if (measured) {
@@ -283,6 +321,8 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
           ++problem_report.invalid;
         }
       }
+    }
+    if (!options.dry_run) {
       if (!options.baseline.empty() && !report.interrupted) {
         problem_report.baseline_us = measure_baseline(options.baseline, provider_problem, options.timeout_s, services,
                                                       store, report.run, problem_id);

@@ -1,14 +1,15 @@
 #pragma once
 // `qtune tune` of mixture-of-experts GEMMs (docs/moe.md): a model's moe_expert GEMMs become MoE problems over token
 // buckets (T = 1, 16, 64, 256, 1024, 4096 by default), each with its routing (uniform, seed 1, unless --routing) and
-// layout, tuned through the MoE provider ("mma-moe", tuner/providers/moe_provider.hpp). Per problem:
-//   plan     the provider's space (the mma family's curated ranges at the rows per expert the routing gives, kept by
+// layout, tuned through the MoE providers ("mma-moe", and "wgmma-moe" on sm_90a: tuner/providers/moe_provider.hpp).
+// Per problem and provider:
+//   plan     the provider's space (its family's curated ranges at the rows per expert the routing gives, kept by
 //            mma_moe::check), spread evenly to the evaluation budget;
 //   compile  every configuration's GEMM (and the token-indexed down projection's reduction) into the kernel cache the
 //            worker loads from; configurations that fail to compile or spill are dropped;
 //   measure  each one in the measuring worker (prepare once, then poison, launch, verify every output row, measure),
 //            one result row per candidate (db/moe_store.hpp) in its own transaction;
-//   finish   the fastest verified configuration is the winner of (format, E, top-k, N, K, T, layout, projection,
+//   finish   the fastest verified configuration of every provider is the winner of (format, E, top-k, N, K, T, layout, projection,
 //            routing) on this GPU.
 // The search is exhaustive over that space: the model strategy's cost model has no MoE features yet, so
 // `--strategy model` (or random, halving) is refused for MoE problems. A problem with a stored winner is skipped
@@ -27,6 +28,7 @@
 #include "kernels/moe.hpp"
 #include "search/model_shapes.hpp"
 #include "tuner/jit/compiler.hpp"
+#include "tuner/providers/moe_provider.hpp"
 #include "tuner/providers/provider.hpp"
 #include "tuner/tune/backend.hpp"
 #include "tuner/tune/tuner.hpp"
@@ -55,11 +57,18 @@ std::vector<MoeProblem> moe_problems_of_model(const search::ModelShapes& model, 
                                               const std::vector<std::int64_t>& tokens, const std::vector<MoeLayout>& layouts,
                                               const RoutingSpec& routing, const std::string& tp_field = "--tp");
 
+// The MoE providers `--family` selects on `sm`: auto = mma-moe, and wgmma-moe where the wgmma family runs one of the
+// formats (sm_90); a list keeps the families with a MoE kernel (mma, wgmma). InputError naming --family when a list
+// names none, or names wgmma where it runs none of the formats.
+std::vector<std::string> moe_providers_for_families(const std::string& family_text, const std::vector<FormatSpec>& formats, int sm);
+
 // The store's key of a MoE problem.
 db::MoeProblemKey moe_problem_key(const MoeProblem& problem);
 
 struct MoeTuneOptions {
   std::vector<MoeProblem> problems;
+  // The MoE providers searched, in order ("mma-moe", "wgmma-moe"; moe_providers_for_families picks them from --family).
+  std::vector<std::string> providers{providers::kMoeProviderName};
   providers::SpaceRequest space;  // curated or whole, narrowed parameters, max_configs = the evaluation budget
   double timeout_s = 30;          // per candidate (load, verify, measure)
   bool dry_run = false;           // plan and compile only; nothing is stored but the run

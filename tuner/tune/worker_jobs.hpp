@@ -29,7 +29,7 @@ void register_worker_jobs();
 // The names register_worker_jobs registers, sorted.
 std::vector<std::string> worker_job_names();
 
-// The provider of that name: a kernel family ("mma", "wgmma", "tma"), the MoE provider ("mma-moe") or a cuBLASLt
+// The provider of that name: a kernel family ("mma", "wgmma", "tma"), a MoE provider ("mma-moe", "wgmma-moe") or a cuBLASLt
 // baseline ("cublaslt-f16", ...).
 // InputError naming "provider" otherwise.
 providers::Provider& find_provider(const std::string& name);

@@ -29,24 +29,6 @@
 namespace qtune {
 namespace device {
 
-// The rows of a dense GEMM: tile row r is row m0 + r of A and of C.
-struct DenseRows {
-  static constexpr int LAYOUT = 0;
-  static constexpr int PROJECTION = 0;
-  static __device__ __forceinline__ const GemmParams& params(const GemmParams& launch, const MoeParams*, int) { return launch; }
-};
-
-// The rows of a MoE GEMM: a block of a layout (MoeLayoutCode, MoeProjectionCode).
-template <int LAYOUT_CODE, int PROJECTION_CODE>
-struct MoeRows {
-  static constexpr int LAYOUT = LAYOUT_CODE;
-  static constexpr int PROJECTION = PROJECTION_CODE;
-  // The block's expert's weights, scales, zero points and global scale.
-  static __device__ __forceinline__ GemmParams params(const GemmParams& launch, const MoeParams* moe, int expert) {
-    return expert_params(launch, *moe, expert);
-  }
-};
-
 template <class F, class T>
 struct MmaGemm {
   static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
@@ -138,17 +120,10 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
   // ---- which output tile and K range ----
   const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(launch);
   const TileWork work = schedule.work(launch, blockIdx.x);
-  // MoE: the block's expert and live rows, and its row tables after the pipeline's shared memory; a block with no live
-  // rows computes nothing (all its K splits alike, so split-K counters stay untouched).
-  int* const moe_source = reinterpret_cast<int*>(shared + G::SHARED_BYTES);
-  int* const moe_target = moe_source + BM;
-  float* const moe_weight = reinterpret_cast<float*>(moe_target + BM);
-  MoeBlock block{0, work.rows_valid};
-  if constexpr (IS_MOE) {
-    block = moe_block_rows<ROWS::LAYOUT, ROWS::PROJECTION, BM, THREADS>(launch, *moe, work.tile_m, moe_source, moe_target,
-                                                                        moe_weight);
-    if (block.expert < 0) return;
-  }
+  // MoE: the block's expert and live rows, its row tables after the pipeline's shared memory (block_rows).
+  const MoeTables<BM> tables(shared + G::SHARED_BYTES);
+  const MoeBlock block = block_rows<ROWS, BM, THREADS>(launch, moe, work.tile_m, work.rows_valid, tables);
+  if (block.expert < 0) return;
   decltype(auto) p = ROWS::params(launch, moe, block.expert);
   const int m0 = work.m0, n0 = work.n0, rows_valid = block.live_rows, kt_begin = work.kt_begin;
   const int tile_count = work.kt_end - work.kt_begin;
@@ -192,7 +167,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         if (row < rows_valid) {
           if constexpr (IS_MOE) {
             copy_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16),
-                        a_global + moe_source[row] * a_row_bytes + a_chunk * 16 + static_cast<long long>(k0) * F::ACT_BITS / 8);
+                        a_global + tables.source[row] * a_row_bytes + a_chunk * 16 + static_cast<long long>(k0) * F::ACT_BITS / 8);
           } else {
             copy_16(base + row * G::A_ROW_BYTES + ((a_chunk ^ (row & 7)) * 16), a_source + c * a_pass_stride);
           }
@@ -203,7 +178,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         const int row = i / CPR;
         const int chunk = i % CPR;
         if (row < rows_valid) {
-          const int a_row = IS_MOE ? moe_source[row] : m0 + row;
+          const int a_row = IS_MOE ? tables.source[row] : m0 + row;
           copy_16(base + row * G::A_ROW_BYTES + ((chunk ^ (row & 7)) * 16),
                       a_global + (static_cast<long long>(a_row) * p.k + k0) * F::ACT_BITS / 8 + chunk * 16);
         }
@@ -241,7 +216,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         const int row = i % BM;
         int source_row, scale_rows;  // MoE: the gathered row of the activations' [k/G][input rows] grid
         if constexpr (IS_MOE) {
-          source_row = row < rows_valid ? moe_source[row] : 0;
+          source_row = row < rows_valid ? tables.source[row] : 0;
           scale_rows = moe->input_rows;
         } else {
           source_row = min(m0 + row, p.m - 1);
@@ -507,11 +482,11 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
           // Gathered activation scale, scattered output row, router weight (1 except token-indexed down).
           const int r = warp_m * G::WTM + mt * 16 + group + half * 8;
           if (r < rows_valid) {
-            float row_scale = moe_weight[r];
-            if constexpr (F::ACTIVATION_SCALES == kActivationScaleToken) row_scale *= ld_global_f32(sa_global + moe_source[r] * 4LL);
+            float row_scale = tables.weight[r];
+            if constexpr (F::ACTIVATION_SCALES == kActivationScaleToken) row_scale *= ld_global_f32(sa_global + tables.source[r] * 4LL);
             const float v0 = acc[mt][nt][half * 2] * scale0 * row_scale;
             const float v1 = acc[mt][nt][half * 2 + 1] * scale1 * row_scale;
-            st_global_32(c_global + (static_cast<long long>(moe_target[r]) * p.n + column) * 2, pack_output<F>(v0, v1));
+            st_global_32(c_global + (static_cast<long long>(tables.target[r]) * p.n + column) * 2, pack_output<F>(v0, v1));
           }
           continue;
         }

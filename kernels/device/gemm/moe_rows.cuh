@@ -73,5 +73,47 @@ __device__ __forceinline__ GemmParams expert_params(const GemmParams& p, const M
   return q;
 }
 
+// The rows of a dense GEMM: tile row r is row m0 + r of A and of C.
+struct DenseRows {
+  static constexpr int LAYOUT = 0;
+  static constexpr int PROJECTION = 0;
+  static __device__ __forceinline__ const GemmParams& params(const GemmParams& launch, const MoeParams*, int) { return launch; }
+};
+
+// The rows of a MoE GEMM: a block of a layout (MoeLayoutCode, MoeProjectionCode).
+template <int LAYOUT_CODE, int PROJECTION_CODE>
+struct MoeRows {
+  static constexpr int LAYOUT = LAYOUT_CODE;
+  static constexpr int PROJECTION = PROJECTION_CODE;
+  // The block's expert's weights, scales, zero points and global scale.
+  static __device__ __forceinline__ GemmParams params(const GemmParams& launch, const MoeParams* moe, int expert) {
+    return expert_params(launch, *moe, expert);
+  }
+};
+
+// A CTA's MoE row tables in shared memory (after its pipeline's): source row, target row and router weight per row.
+template <int BM>
+struct MoeTables {
+  int* source;
+  int* target;
+  float* weight;
+  __device__ __forceinline__ explicit MoeTables(unsigned char* base)
+      : source(reinterpret_cast<int*>(base)), target(source + BM), weight(reinterpret_cast<float*>(target + BM)) {}
+};
+
+// The block a CTA computes: with DenseRows its tile's rows_valid rows; with MoeRows its layout block, tables filled,
+// whose expert is -1 when it has no live rows: the CTA then computes nothing (all its K splits alike, so split-K
+// counters stay untouched). Every thread of the CTA calls it (MoeRows synchronise).
+template <class ROWS, int BM, int THREADS>
+__device__ __forceinline__ MoeBlock block_rows(const GemmParams& launch, const MoeParams* moe, int tile_m, int rows_valid,
+                                               const MoeTables<BM>& tables) {
+  if constexpr (ROWS::LAYOUT != 0) {
+    return moe_block_rows<ROWS::LAYOUT, ROWS::PROJECTION, BM, THREADS>(launch, *moe, tile_m, tables.source, tables.target,
+                                                                       tables.weight);
+  } else {
+    return {0, rows_valid};
+  }
+}
+
 }  // namespace device
 }  // namespace qtune

@@ -8,7 +8,12 @@
 // descriptor: activation tiles are stored as 64-deep K slabs of 128-byte rows with the 128-byte swizzle (16-byte chunk c
 // of row r at c ^ (r % 8)). Weights use the mma family's prepacked layout and dequantization; the cp.async pipeline,
 // split-K reduction and epilogue follow mma_gemm.cuh.
+//
+// The same kernel serves the MoE GEMM (gemm/wgmma_moe.cuh): with ROWS = MoeRows<...> a CTA's BLOCK_M token rows are one
+// block of a MoE layout (gemm/moe_rows.cuh): activation rows gathered through a row table by the same cp.async loads,
+// the block's expert's weights, and output rows scattered. With DenseRows every MoE branch is compiled out.
 #include "gemm/epilogue.cuh"
+#include "gemm/moe_rows.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_schedule.cuh"
 #include "gemm/weight_vectors.cuh"
@@ -43,6 +48,8 @@ struct WgmmaGemm {
   static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
   static constexpr int ACCUMULATORS = BM / 2;   // m64nBM f32 accumulators per thread
   static constexpr int IN_FLIGHT = IN_FLIGHT_;
+  // A MoE GEMM keeps its row tables after the window: source row, target row (int) and router weight (f32) per row.
+  static constexpr int MOE_TABLE_BYTES = BM * 12;
 
   static_assert(!F::QUANTIZED_ACT, "the wgmma family takes f16/bf16 activations (weights are dequantized to them)");
   static_assert(F::FLUSH_K == 0, "the wgmma family has no partial-sum flushes");
@@ -60,9 +67,11 @@ __device__ __forceinline__ u64 swizzled_tile_descriptor(u32 shared) {
   return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
 }
 
-template <class F, class T, int IN_FLIGHT = 0>
-__device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
+// ROWS: DenseRows, or MoeRows with `moe` its layout's tables.
+template <class F, class T, int IN_FLIGHT = 0, class ROWS = DenseRows>
+__device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoeParams* moe = nullptr) {
   using G = WgmmaGemm<F, T, IN_FLIGHT>;
+  constexpr bool IS_MOE = ROWS::LAYOUT != 0;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(sizeof(F) == 0, "wgmma needs sm_90a (compile for the architecture-specific target)");
 #endif
@@ -83,9 +92,14 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
   const int quad = lane & 3;
 
   // ---- which output tile and K range ----
-  const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(p);
-  const TileWork work = schedule.work(p, blockIdx.x);
-  const int m0 = work.m0, n0 = work.n0, rows_valid = work.rows_valid, kt_begin = work.kt_begin;
+  const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(launch);
+  const TileWork work = schedule.work(launch, blockIdx.x);
+  // MoE: the block's expert and live rows, its row tables after the pipeline's shared memory (block_rows).
+  const MoeTables<BM> tables(shared + G::SHARED_BYTES);
+  const MoeBlock block = block_rows<ROWS, BM, THREADS>(launch, moe, work.tile_m, work.rows_valid, tables);
+  if (block.expert < 0) return;
+  decltype(auto) p = ROWS::params(launch, moe, block.expert);
+  const int m0 = work.m0, n0 = work.n0, rows_valid = block.live_rows, kt_begin = work.kt_begin;
   const int tile_count = work.kt_end - work.kt_begin;
 
   const u32 smem = (shared_address(shared) + 1023u) & ~1023u;
@@ -120,8 +134,9 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
       const int row = i / CPR;
       const int chunk = i % CPR;
       if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && row < rows_valid) {
-        cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16),
-                    a_tile + row * a_row_bytes + chunk * 16);
+        // MoE: the block's row r is activation row source[r] (gathered), not m0 + r.
+        const char* a_row = IS_MOE ? a_global + tables.source[row] * a_row_bytes + k0 * 2 : a_tile + row * a_row_bytes;
+        cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), a_row + chunk * 16);
       }
     }
     // Weights: BLOCK_N / 16 contiguous strip runs (see mma_gemm.cuh for the per-thread base). No evict-first hint:
@@ -271,6 +286,15 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p) {
     for (int j = 0; j < OCTETS; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
+        if constexpr (IS_MOE) {
+          // Scattered output row, times the router weight (1 except token-indexed down); no bias.
+          const int r = j * 8 + quad * 2 + e;
+          if (r < rows_valid) {
+            const float value = acc[4 * j + half * 2 + e] * scale * tables.weight[r];
+            c_global[static_cast<long long>(tables.target[r]) * p.n + column] = static_cast<unsigned short>(pack_output<F>(value, 0.0f) & 0xFFFFu);
+          }
+          continue;
+        }
         const int row = m0 + j * 8 + quad * 2 + e;
         if (row < p.m) {
           const float value = acc[4 * j + half * 2 + e] * scale + bias_value;

@@ -1,6 +1,7 @@
 // NVRTC compiles (no GPU needed) the mma family's MoE GEMM for sm_80 and sm_90a: every layout and projection, the
 // formats of the GPU tests (W4A16 int4 g128, W4A8 int4 x fp8, W8A8 fp8 and int8), two tile shapes, with no spills;
-// and the top-k reduction for both output types.
+// the top-k reduction for both output types; and the wgmma family's MoE GEMM for sm_90a over every W4A16 format it
+// runs x every layout x both projections, with no spills.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,6 +10,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe.hpp"
 #include "tests/tuner/kernel/kernel_test_support.hpp"
 #include "tuner/jit/compiler.hpp"
@@ -48,7 +50,7 @@ TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
             ASSERT_TRUE(verdict.valid) << spec << " " << arch << " " << text << ": " << verdict.rule << " " << verdict.detail;
             jit::CompileRequest request;
             request.source = mma_moe::instantiation_source(config, problem, arch);
-            request.kernel_name = mma_moe::kernel_name();
+            request.kernel_name = mma_moe::kernel_name(config);
             request.arch = arch;
             requests.push_back(request);
             labels.push_back(std::string(spec) + " " + arch + " " + std::string(moe_layout_name(layout)) + " " +
@@ -71,6 +73,57 @@ TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
     EXPECT_FALSE(kernel.cubin.empty()) << label;
     EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
   });
+}
+
+// Every 4-bit-weight, f16/bf16-activation format of the presets and the compile tests (the wgmma family runs them all).
+const char* kW4A16Formats[] = {"w4a16-int4-ch",      "w4a16-int4-g128",        "w4a16-int4-g128-zp",     "w4a16-int4-g128-bf16",
+                               "w4a16-uint4-ch-fzp", "w4a16-fp4-g32",          "w4a16-e2m1-g32-bf16",    "w4a16-int4-block64x128",
+                               "mxint4"};
+// The small decode tile with split-K, and the tall tile with a stage of wgmmas in flight.
+const char* kWgmmaConfigs[] = {"bm=16,bn=128,bk=128,stages=4,split=2,raster=0,overlap=0",
+                               "bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1"};
+
+TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  for (const char* spec : kW4A16Formats) {
+    ASSERT_TRUE(wgmma_family().supports(FormatSpec::parse(spec), 90).supported) << spec;
+    for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
+      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+        // Every format, layout and projection on the decode tile; the tall tile on the token-indexed layout.
+        for (const char* text : kWgmmaConfigs) {
+          if (text != kWgmmaConfigs[0] && layout != MoeLayout::TokenIndexed) continue;
+          const KernelConfig config = KernelConfig::parse(text, "wgmma");
+          const MoeProblem problem = problem_of(spec, layout, projection);
+          const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
+          ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
+          jit::CompileRequest request;
+          request.source = mma_moe::instantiation_source(config, problem, "sm_90a");
+          request.kernel_name = mma_moe::kernel_name(config);
+          request.arch = "sm_90a";
+          EXPECT_EQ(request.kernel_name, "qtune_wgmma_moe_gemm");
+          requests.push_back(request);
+          labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +
+                           std::string(moe_projection_name(projection)) + " " + text);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(requests.size(), std::size(kW4A16Formats) * 8);  // 3 layouts x 2 projections + the tall tile x 2 projections
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+    EXPECT_EQ(kernel.resources.spill_load_bytes, 0) << label << " spills";
+  });
+  // wgmma is architecture-specific: another target, or a format with quantized activations, is refused by name.
+  const KernelConfig config = KernelConfig::parse(kWgmmaConfigs[0], "wgmma");
+  EXPECT_THROW(mma_moe::instantiation_source(config, problem_of("w4a16-int4-g128", MoeLayout::TokenIndexed, MoeProjection::GateUp), "sm_90"),
+               UnsupportedError);
+  EXPECT_THROW(mma_moe::instantiation_source(config, problem_of("w4a8-int4-fp8", MoeLayout::TokenIndexed, MoeProjection::GateUp), "sm_90a"),
+               UnsupportedError);
+  // A family without a MoE kernel is refused naming the config's family.
+  EXPECT_THROW(mma_moe::kernel_name(KernelConfig::parse(kWgmmaConfigs[0], "tma")), InputError);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// GPU correctness of the mma family's MoE GEMM against the CPU reference, through the MoE provider (skipped with a reason
-// when there is no GPU):
+// GPU correctness of the mma and wgmma families' MoE GEMMs against the CPU reference, through the MoE providers (skipped
+// with a reason when there is no GPU; the WgmmaMoeGpu cases also when it is not sm_90):
 // token-indexed and both grouped layouts, gate-up and down (token-indexed down: router-weighted rows, then the top-k
 // reduction), uniform, Zipf-skewed and balanced routing, empty experts, T = 1, 16, 64, 300; W4A16 int4 g128, W4A8
 // int4 x fp8 and W8A8 fp8 (fp8 from sm_89), and more formats (zero points, 128x128 blocks, int8, bf16 output).
@@ -15,6 +15,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/baselines/moe_grouped_baseline.hpp"
@@ -37,10 +38,11 @@ struct MoeCase {
   int64_t n = 256;
   int64_t k = 512;
   std::string config;
+  std::string family = "mma";  // the kernel family whose MoE provider runs the case: mma or wgmma
 };
 
 std::string label(const MoeCase& c) {
-  return c.spec + " " + std::string(moe_layout_name(c.layout)) + " " + std::string(moe_projection_name(c.projection)) + " " +
+  return c.family + " " + c.spec + " " + std::string(moe_layout_name(c.layout)) + " " + std::string(moe_projection_name(c.projection)) + " " +
          c.routing + " T=" + std::to_string(c.tokens) + " E=" + std::to_string(c.experts) + " k=" + std::to_string(c.top_k) +
          " " + c.config;
 }
@@ -51,11 +53,11 @@ std::string run_case(const MoeCase& c, const runtime::Stream& stream) {
   MoeProblem problem{.format = FormatSpec::parse(c.spec), .experts = c.experts, .top_k = c.top_k, .tokens = c.tokens,
                      .n = c.n, .k = c.k, .projection = c.projection, .layout = c.layout};
   problem.routing = RoutingSpec::parse(c.routing, 17);
-  const KernelConfig config = KernelConfig::parse(c.config);
+  const KernelConfig config = KernelConfig::parse(c.config, c.family);
   const RuleVerdict verdict = mma_moe::check(config, problem, gemm::device_limits());
   if (!verdict.valid) return "config refused: " + verdict.rule + " " + verdict.detail;
 
-  providers::MoeProvider& provider = providers::moe_provider();
+  providers::MoeProvider& provider = *providers::find_moe_provider(c.family);
   providers::PrepareOptions prepare;
   prepare.seed = 23;
   const std::unique_ptr<providers::Operands> operands = provider.prepare(providers::moe_provider_problem(problem), prepare);
@@ -71,7 +73,7 @@ void run_all(const std::vector<MoeCase>& cases) {
   const int sm = gemm::device_limits().sm;
   int failed = 0, ran = 0;
   for (const MoeCase& c : cases) {
-    if (!mma_family().supports(FormatSpec::parse(c.spec), sm).supported) continue;
+    if (!providers::find_moe_provider(c.family)->family().supports(FormatSpec::parse(c.spec), sm).supported) continue;
     ++ran;
     std::string outcome;
     try {
@@ -90,71 +92,91 @@ void run_all(const std::vector<MoeCase>& cases) {
   EXPECT_GT(ran, 0);
 }
 
-const char* kSmallTile = "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0";
-const char* kSplitTile = "bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0";
-const char* kTallTile = "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0";
-const char* kFormats[] = {"w4a16-int4-g128", "w4a8-int4-fp8", "w8a8-fp8-ch"};
+// A family's MoE tiles for the GPU cases: decode (16 rows), split-K, and tall (64 rows, from 64 tokens on).
+struct FamilyTiles {
+  const char* family;
+  const char* small;
+  const char* split;
+  const char* tall;
+};
+const FamilyTiles kMmaTiles{"mma", "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0",
+                            "bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0",
+                            "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0"};
+const FamilyTiles kWgmmaTiles{"wgmma", "bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0",
+                              "bm=16,bn=64,bk=256,stages=3,split=2,raster=0,overlap=0",
+                              "bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1"};
+const std::vector<const char*> kFormats = {"w4a16-int4-g128", "w4a8-int4-fp8", "w8a8-fp8-ch"};
+// The W4A16 formats of the wgmma cases: groups, groups with zero points, per-channel scales.
+const std::vector<const char*> kWgmmaFormats = {"w4a16-int4-g128", "w4a16-int4-g128-zp", "w4a16-int4-ch"};
 
-// A case of the default shape on the small tile, or on the tall one from 64 tokens on.
-MoeCase routed_case(const char* spec, MoeLayout layout, MoeProjection projection, const char* routing, int64_t tokens) {
+// A case of the default shape on the family's small tile, or on its tall one from 64 tokens on.
+MoeCase routed_case(const FamilyTiles& tiles, const char* spec, MoeLayout layout, MoeProjection projection, const char* routing,
+                    int64_t tokens) {
   return MoeCase{.spec = spec, .layout = layout, .projection = projection, .routing = routing, .tokens = tokens,
-                 .config = tokens >= 64 ? kTallTile : kSmallTile};
+                 .config = tokens >= 64 ? tiles.tall : tiles.small, .family = tiles.family};
 }
 
-TEST(MoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
-  QTUNE_REQUIRE_GPU();
+// Token-indexed, both projections, T = 1, 16, 64, 300, each routing.
+std::vector<MoeCase> token_indexed_cases(const FamilyTiles& tiles, const std::vector<const char*>& formats,
+                                         const std::vector<const char*>& routings) {
   std::vector<MoeCase> cases;
-  for (const char* spec : kFormats) {
+  for (const char* spec : formats) {
     for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
       for (int64_t tokens : {1, 16, 64, 300}) {
-        for (const char* routing : {"uniform", "zipf:1.5"}) {
-          cases.push_back(routed_case(spec, MoeLayout::TokenIndexed, projection, routing, tokens));
-        }
+        for (const char* routing : routings) cases.push_back(routed_case(tiles, spec, MoeLayout::TokenIndexed, projection, routing, tokens));
       }
     }
   }
-  run_all(cases);
+  return cases;
 }
 
-TEST(MoeGpu, GroupedLayoutsEveryRouting) {
-  QTUNE_REQUIRE_GPU();
+// Both grouped layouts and projections, uniform, Zipf and balanced routing, T = 1, 64, 300.
+std::vector<MoeCase> grouped_cases(const FamilyTiles& tiles, const std::vector<const char*>& formats) {
   std::vector<MoeCase> cases;
-  for (const char* spec : kFormats) {
+  for (const char* spec : formats) {
     for (MoeLayout layout : {MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
         for (const char* routing : {"uniform", "zipf:1.5", "balanced"}) {
-          for (int64_t tokens : {1, 64, 300}) {
-            cases.push_back(routed_case(spec, layout, projection, routing, tokens));
-          }
+          for (int64_t tokens : {1, 64, 300}) cases.push_back(routed_case(tiles, spec, layout, projection, routing, tokens));
         }
       }
     }
   }
-  run_all(cases);
+  return cases;
 }
 
-// Zipf 3 over 64 experts with top-2 of 16 tokens leaves most experts empty; split-K and warp-K tiles on skewed blocks.
-TEST(MoeGpu, EmptyExpertsAndSplitK) {
-  QTUNE_REQUIRE_GPU();
+// Zipf 3 over 64 experts with top-2 of 16 tokens leaves most experts empty; the split-K tile on skewed blocks.
+std::vector<MoeCase> empty_expert_cases(const FamilyTiles& tiles, const std::vector<const char*>& formats) {
   std::vector<MoeCase> cases;
-  for (const char* spec : kFormats) {
+  for (const char* spec : formats) {
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-        MoeCase c;
-        c.spec = spec;
-        c.layout = layout;
-        c.projection = projection;
-        c.routing = "zipf:3";
-        c.tokens = 16;
+        MoeCase c = routed_case(tiles, spec, layout, projection, "zipf:3", 16);
         c.experts = 64;
         c.top_k = 2;
         c.k = 1024;
-        c.config = kSplitTile;
+        c.config = tiles.split;
         cases.push_back(c);
       }
     }
   }
-  run_all(cases);
+  return cases;
+}
+
+TEST(MoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
+  QTUNE_REQUIRE_GPU();
+  run_all(token_indexed_cases(kMmaTiles, kFormats, {"uniform", "zipf:1.5"}));
+}
+
+TEST(MoeGpu, GroupedLayoutsEveryRouting) {
+  QTUNE_REQUIRE_GPU();
+  run_all(grouped_cases(kMmaTiles, kFormats));
+}
+
+// Split-K with warp-K tiles on skewed blocks, most experts empty.
+TEST(MoeGpu, EmptyExpertsAndSplitK) {
+  QTUNE_REQUIRE_GPU();
+  run_all(empty_expert_cases(kMmaTiles, kFormats));
 }
 
 // Zero points, DeepSeek's 128x128 weight blocks with 1x128 activation groups (gathered group scales), int8, bf16 output.
@@ -165,8 +187,52 @@ TEST(MoeGpu, MoreFormats) {
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
         for (int64_t tokens : {16, 300}) {
-          cases.push_back(routed_case(spec, layout, projection, "zipf:1.5", tokens));
+          cases.push_back(routed_case(kMmaTiles, spec, layout, projection, "zipf:1.5", tokens));
         }
+      }
+    }
+  }
+  run_all(cases);
+}
+
+// ---- the wgmma MoE kernel (sm_90a) ----
+
+#define QTUNE_REQUIRE_HOPPER()                                                                                           \
+  do {                                                                                                                   \
+    QTUNE_REQUIRE_GPU();                                                                                                 \
+    if (gemm::device_limits().sm != 90) {                                                                                \
+      GTEST_SKIP() << "the wgmma MoE kernel needs sm_90 (Hopper), this GPU is sm_" << gemm::device_limits().sm;          \
+    }                                                                                                                    \
+  } while (false)
+
+TEST(WgmmaMoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
+  QTUNE_REQUIRE_HOPPER();
+  run_all(token_indexed_cases(kWgmmaTiles, kWgmmaFormats, {"uniform", "zipf:1.5", "balanced"}));
+}
+
+TEST(WgmmaMoeGpu, GroupedLayoutsEveryRouting) {
+  QTUNE_REQUIRE_HOPPER();
+  run_all(grouped_cases(kWgmmaTiles, kWgmmaFormats));
+}
+
+// Split-K on skewed blocks, most experts empty, every layout.
+TEST(WgmmaMoeGpu, EmptyExpertsAndSplitK) {
+  QTUNE_REQUIRE_HOPPER();
+  run_all(empty_expert_cases(kWgmmaTiles, kWgmmaFormats));
+}
+
+// Every token tile of the curated space (16 to 128 rows) and bf16 output, at DeepSeek-V3's top-8 over 32 experts.
+TEST(WgmmaMoeGpu, EveryTokenTile) {
+  QTUNE_REQUIRE_HOPPER();
+  std::vector<MoeCase> cases;
+  for (const char* spec : {"w4a16-int4-g128", "w4a16-int4-g128-bf16"}) {
+    for (int bm : {16, 32, 64, 128}) {
+      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+        MoeCase c = routed_case(kWgmmaTiles, spec, MoeLayout::TokenIndexed, projection, "zipf:1.2", 256);
+        c.experts = 32;
+        c.top_k = 8;
+        c.config = "bm=" + std::to_string(bm) + ",bn=128,bk=128,stages=4,split=1,raster=0,overlap=" + (bm >= 64 ? "1" : "0");
+        cases.push_back(c);
       }
     }
   }

@@ -3,11 +3,13 @@
 // space is the mma family's curated ranges at the rows per expert the routing gives (every configuration passing
 // mma_moe::check), the store keeps MoE problems, results and winners apart from dense ones (schema version 4), and
 // run_moe_tune compiles, measures through its evaluator (a double here), stores every result and the fastest verified
-// winner, and skips a problem with a winner on a rerun.
+// winner, and skips a problem with a winner on a rerun. The wgmma MoE provider ("wgmma-moe") enumerates the wgmma
+// family's small token tiles on sm_90 only; --family picks the providers, and a tune over both stores the faster.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "db/moe_store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "search/gpu_profile.hpp"
 #include "tests/common/expect_error.hpp"
 #include "tests/common/temp_dir.hpp"
@@ -91,6 +94,14 @@ TEST(MoeTune, RoutingFilesAreCheckedAgainstEveryProblem) {
   nlohmann::json other_experts = good;
   other_experts["experts"] = 16;
   expect_input_error([&] { problems_with(other_experts, {3}); }, {"experts"});
+}
+
+// The tune tests' compiler: the build's test kernel cache, two threads.
+jit::CompilerSettings test_compiler_settings() {
+  jit::CompilerSettings settings;
+  settings.cache_directory = std::filesystem::path(QTUNE_BINARY_DIR) / "test-cache";
+  settings.threads = 2;
+  return settings;
 }
 
 MoeProblem small_problem(std::int64_t tokens, MoeProjection projection = MoeProjection::GateUp) {
@@ -205,6 +216,62 @@ TEST(MoeStore, MergeCopiesMoeRowsOnce) {
   EXPECT_TRUE(target.check().empty());
 }
 
+// The wgmma MoE provider: the wgmma family's parameters, a token tile at and below the rows per expert (16 to 64 for
+// T <= 256 on DeepSeek-V3), split-K while blocks are small, every configuration passing mma_moe::check; nothing off sm_90.
+TEST(MoeProvider, WgmmaSpaceIsSmallTokenTilesOnHopperOnly) {
+  const ArchLimits hopper = search::limits_of_profile(search::gpu_profile_by_name("h200"));
+  providers::MoeProvider& provider = providers::wgmma_moe_provider();
+  EXPECT_EQ(provider.name(), "wgmma-moe");
+  EXPECT_EQ(providers::find_moe_provider("wgmma"), &provider);
+  EXPECT_EQ(providers::find_moe_provider("wgmma-moe"), &provider);
+  EXPECT_EQ(providers::find_moe_provider("mma"), &providers::moe_provider());
+  EXPECT_EQ(providers::find_moe_provider("tma"), nullptr);
+  MoeProblem deepseek = small_problem(1);
+  deepseek.experts = 256;
+  deepseek.top_k = 8;
+  deepseek.n = 4096;
+  deepseek.k = 7168;
+  const std::map<std::int64_t, std::vector<int>> token_tiles = {{1, {16}}, {64, {16}}, {256, {16}}, {1024, {16, 32}}, {4096, {64, 128}}};
+  for (const auto& [tokens, tiles] : token_tiles) {
+    MoeProblem problem = deepseek;
+    problem.tokens = tokens;
+    const providers::ProviderSpace space = provider.enumerate(providers::moe_provider_problem(problem), hopper, {}, nullptr);
+    ASSERT_FALSE(space.configurations.empty()) << tokens;
+    std::set<int> seen_tiles, seen_splits;
+    for (const std::string& text : space.configurations) {
+      const KernelConfig config = KernelConfig::parse(text, "wgmma");
+      EXPECT_TRUE(config.params.count("overlap")) << text << ": a wgmma configuration";
+      seen_tiles.insert(config.get("bm"));
+      seen_splits.insert(config.get("split"));
+      const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
+      EXPECT_TRUE(verdict.valid) << tokens << " " << text << ": " << verdict.rule;
+    }
+    EXPECT_EQ(seen_tiles, std::set<int>(tiles.begin(), tiles.end())) << "T = " << tokens;
+    if (tokens <= 256) {
+      EXPECT_EQ(seen_splits, (std::set<int>{1, 2, 4})) << "T = " << tokens << ": split-K for the small grid";
+    }
+  }
+  // Off Hopper the family runs nothing: every configuration is refused, naming the architecture.
+  const ArchLimits ampere = search::limits_of_profile(search::gpu_profile_by_name("a100"));
+  const providers::ProviderSpace none = provider.enumerate(providers::moe_provider_problem(deepseek), ampere, {}, nullptr);
+  EXPECT_TRUE(none.configurations.empty());
+  EXPECT_EQ(none.removed_by_rule.count("format-unsupported-on-arch"), 1u);
+}
+
+// --family picks the MoE providers: auto adds wgmma-moe where the wgmma family runs a format (sm_90, weight-only).
+TEST(MoeTune, FamilyPicksTheMoeProviders) {
+  const std::vector<FormatSpec> w4a16 = {FormatSpec::parse("w4a16-int4-g128")};
+  const std::vector<FormatSpec> w4a8 = {FormatSpec::parse("w4a8-int4-fp8")};
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(moe_providers_for_families("auto", w4a16, 90), (Names{"mma-moe", "wgmma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("auto", w4a16, 80), (Names{"mma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("auto", w4a8, 90), (Names{"mma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("wgmma", w4a16, 90), (Names{"wgmma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("mma,tma,wgmma", w4a16, 90), (Names{"mma-moe", "wgmma-moe"}));
+  expect_input_error([&] { moe_providers_for_families("tma", w4a16, 90); }, {"--family", "MoE kernel"});
+  expect_input_error([&] { moe_providers_for_families("wgmma", w4a16, 80); }, {"--family", "wgmma", "sm_80"});
+}
+
 // The whole MoE tune with a double for the worker: every candidate's result is stored, the fastest verified one wins,
 // a failed verification never does, and a rerun skips the problem.
 TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
@@ -215,10 +282,7 @@ TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
   options.problems = {small_problem(16, MoeProjection::Down)};  // token-indexed down: the reduction compiles too
   options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}}, {"wm", {1}}, {"wn", {4}},
                                     {"wk", {1}},  {"stages", {4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
-  jit::CompilerSettings settings;
-  settings.cache_directory = std::filesystem::path(QTUNE_BINARY_DIR) / "test-cache";
-  settings.threads = 2;
-  const jit::Compiler compiler(settings);
+  const jit::Compiler compiler(test_compiler_settings());
   MoeTuneServices services;
   services.compiler = &compiler;
   options.baseline = "cublas-grouped-f16";
@@ -290,6 +354,54 @@ TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
   ASSERT_EQ(again.reports.size(), 1u);
   EXPECT_TRUE(again.reports.front().skipped);
   EXPECT_TRUE(jobs.empty());
+}
+
+// A tune over both MoE providers measures each one's candidates under its own name; the faster (wgmma here) is the
+// winner, stored as "wgmma-moe", and read back as a wgmma configuration when a rerun skips the problem.
+TEST(MoeTune, BothProvidersTheFasterWins) {
+  TempDir dir;
+  const TuneTarget target = target_from_profile(search::gpu_profile_by_name("h200"));
+  MoeTuneOptions options;
+  options.problems = {small_problem(16)};
+  options.providers = {"mma-moe", "wgmma-moe"};
+  options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}},  {"wm", {1}},     {"wn", {4}},
+                                    {"wk", {1}},  {"stages", {4}}, {"split", {1, 2}}, {"raster", {0}}, {"overlap", {0}}};
+  const jit::Compiler compiler(test_compiler_settings());
+  MoeTuneServices services;
+  services.compiler = &compiler;
+  std::map<std::string, int> jobs_of_provider;
+  services.evaluate = [&jobs_of_provider](const CandidateJob& job, double) {
+    ++jobs_of_provider[job.provider];
+    providers::CandidateResult result;
+    result.outcome = providers::CandidateOutcome::Measured;
+    result.verified = true;
+    const KernelConfig config = KernelConfig::parse(job.configuration, job.provider == "wgmma-moe" ? "wgmma" : "mma");
+    result.measurement.median_us = (job.provider == "wgmma-moe" ? 2.0 : 3.0) + config.get("split");
+    result.measurement.samples_us = {result.measurement.median_us};
+    return result;
+  };
+  const MoeTuneReport report = run_moe_tune(options, target, dir / "q.db", services);
+  ASSERT_EQ(report.reports.size(), 1u);
+  EXPECT_EQ(jobs_of_provider, (std::map<std::string, int>{{"mma-moe", 2}, {"wgmma-moe", 2}}));
+  const MoeProblemReport& problem = report.reports.front();
+  EXPECT_EQ(problem.candidates, 4u);
+  ASSERT_TRUE(problem.winner.has_value());
+  EXPECT_EQ(problem.winner->family, "wgmma");
+  EXPECT_EQ(problem.winner->get("split"), 1);
+  EXPECT_DOUBLE_EQ(problem.winner_us, 3.0);
+  {
+    db::Store store = db::Store::open(dir / "q.db");
+    const auto winner = db::get_moe_winner(store, db::list_moe_problems(store).front().id, "h200");
+    ASSERT_TRUE(winner.has_value());
+    EXPECT_EQ(store.get_config(winner->config)->family, "wgmma-moe");
+  }
+  const MoeTuneReport again = run_moe_tune(options, target, dir / "q.db", services);
+  ASSERT_TRUE(again.reports.front().skipped);
+  ASSERT_TRUE(again.reports.front().winner.has_value());
+  EXPECT_EQ(again.reports.front().winner->family, "wgmma");
+  // Only the MoE providers are known.
+  options.providers = {"tma-moe"};
+  expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "tma-moe"});
 }
 
 }  // namespace
