@@ -103,7 +103,7 @@ TEST(CliMoe, DryRunPlansTheExpertGemmsAsMoeProblems) {
   const std::string db = (dir / "q.db").string();
   const CliResult result = run_qtune(
       {"tune", "--gpu", "h200", "--dry-run", "--format", "w4a16-int4-g128", "--model", "mixtral-8x7b", "--gemms", "moe",
-       "--tokens", "16", "--db", db, "--jobs", "2", "--output", "json", "--param", "bm=16", "--param", "bn=128",
+       "--family", "mma", "--tokens", "16", "--db", db, "--jobs", "2", "--output", "json", "--param", "bm=16", "--param", "bn=128",
        "--param", "bk=128", "--param", "wm=1", "--param", "wn=4", "--param", "wk=1", "--param", "stages=4",
        "--param", "split=1", "--param", "raster=0"});
   ASSERT_EQ(result.status, 0) << result.err << result.out;
