@@ -162,8 +162,9 @@ struct MoeGemmArguments {
   const void* a = nullptr;             // activations, row-major, [T][K] for gate-up, [T · top_k][K] (pair order) for
                                        // down: f16/bf16, or for quantized activations their codes (one byte each for
                                        // 8-bit, two per byte, low nibble first, for 4-bit)
-  const void* a_scales = nullptr;      // quantized activations only: f32 per row ([rows]) for per-token scales, or
-                                       // [K / group][rows] for per-group ones, the global scale folded in
+  const void* a_scales = nullptr;      // quantized activations only: f32 per row ([rows]) for per-token scales (a
+                                       // per-tensor scale repeated on every row), or [K / group][rows] for per-group
+                                       // ones, the activations' global scale folded in
   const void* topk_ids = nullptr;      // int32 [T][top_k]: each in [0, E), distinct within a token (an id outside
                                        // [0, E) is skipped: no expert is read for it and its output is not defined)
   const void* topk_weights = nullptr;  // f32 [T][top_k] router weights; "down" only (gate-up ignores it)
