@@ -246,7 +246,7 @@ TEST(RuntimeMoeGpu, CallCapturesIntoACudaGraph) {
     ASSERT_EQ(failure, "") << projection << ": moe_gemm is not capturable";
     ASSERT_NE(graph, nullptr);
     CUgraphExec executable = nullptr;
-    QTUNE_CU(cuGraphInstantiate, &executable, graph, 0);
+    QTUNE_CU(cuGraphInstantiateWithFlags, &executable, graph, 0);
     QTUNE_CU(cuGraphLaunch, executable, stream.get());
     stream.synchronize();
     EXPECT_EQ(check_output(device, device.output()), "") << projection << " replayed from a graph";
