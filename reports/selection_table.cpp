@@ -474,6 +474,8 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
   for (const auto& [format, shapes] : formats)
     for (const ShapeRules& shape : shapes)
       for (const MRange& range : shape.ranges) config_set.insert(range.config);
+  for (const MoeRules& rules : moe)
+    for (const MRange& range : rules.ranges) config_set.insert(range.config);
   const std::vector<KernelConfig> configs(config_set.begin(), config_set.end());
   const std::vector<std::string> columns = parameter_columns(config_set);
   auto config_index = [&](const KernelConfig& config) {
@@ -553,6 +555,33 @@ std::string SelectionTable::to_cpp_header(std::string_view namespace_name) const
   out << "inline constexpr std::array<Range, " << range_index << "> kRanges{{\n" << ranges_out.str() << "}};\n\n";
   out << "inline constexpr std::array<Shape, " << shape_count() << "> kShapes{{\n" << shapes_out.str() << "}};\n\n";
 
+  // MoE entries only when the table has some, so a table without them writes exactly what it wrote before.
+  if (!moe.empty()) {
+    out << "// MoE GEMMs (docs/moe.md): per (format, experts, top_k, n, k, projection, layout) the token ranges of its tuned\n"
+        << "// T buckets (Range's m_min and m_max are token counts), and the routing the winners were tuned with.\n"
+        << "struct MoeEntry {\n  std::string_view format;\n  int experts;\n  int top_k;\n  std::int64_t n;\n  std::int64_t k;\n"
+        << "  std::string_view projection;  // \"gate-up\" or \"down\"\n"
+        << "  std::string_view layout;      // \"token-indexed\", \"grouped-contiguous\" or \"grouped-masked\"\n"
+        << "  std::string_view routing;\n  int first_range;  // index into kMoeRanges\n  int range_count;\n};\n\n";
+    std::ostringstream moe_ranges_out;
+    std::ostringstream entries_out;
+    int moe_range_index = 0;
+    for (const MoeRules& rules : moe) {
+      entries_out << "    {" << cpp_string_literal(rules.format) << ", " << rules.experts << ", " << rules.top_k << ", " << rules.n << ", "
+                  << rules.k << ", " << cpp_string_literal(rules.projection) << ", " << cpp_string_literal(rules.layout) << ", "
+                  << cpp_string_literal(rules.routing) << ", " << moe_range_index << ", " << rules.ranges.size() << "},\n";
+      for (const MRange& range : rules.ranges) {
+        moe_ranges_out << "    {" << range.m_min << ", " << (range.m_max ? std::to_string(*range.m_max) : "kNoUpperEnd") << ", "
+                       << config_index(range.config) << "},  // " << cpp_comment_text(rules.format) << " E=" << rules.experts
+                       << " top_k=" << rules.top_k << " n=" << rules.n << " k=" << rules.k << " " << cpp_comment_text(rules.projection)
+                       << "\n";
+        ++moe_range_index;
+      }
+    }
+    out << "inline constexpr std::array<Range, " << moe_range_index << "> kMoeRanges{{\n" << moe_ranges_out.str() << "}};\n\n";
+    out << "inline constexpr std::array<MoeEntry, " << moe.size() << "> kMoeEntries{{\n" << entries_out.str() << "}};\n\n";
+  }
+
   out << "namespace detail {\n\n" << shared_header_math() << "\n";
   out << R"(constexpr int format_index(std::string_view format) {
   for (std::size_t i = 0; i < kFormats.size(); ++i) {
@@ -603,8 +632,30 @@ constexpr const Config* select(std::string_view format, std::int64_t m, std::int
   return &kConfigs[static_cast<std::size_t>(kRanges[static_cast<std::size_t>(last)].config)];
 }
 
-}  // namespace )"
-      << namespace_name << "\n";
+)";
+  if (!moe.empty()) {
+    out << R"(// The configuration of a MoE GEMM with `tokens` tokens: the token range holding it (the smallest tuned T bucket >= T,
+// the largest beyond) of the entry with exactly this key; nullptr when the table has none (no fallback: run the
+// kernel family's heuristic). Like SelectionTable::select_moe and libqtune_runtime's tuned choice.
+constexpr const Config* select_moe(std::string_view format, int experts, int top_k, std::int64_t n, std::int64_t k,
+                                   std::string_view projection, std::string_view layout, std::int64_t tokens) {
+  for (const MoeEntry& entry : kMoeEntries) {
+    if (entry.format != format || entry.experts != experts || entry.top_k != top_k || entry.n != n || entry.k != k ||
+        entry.projection != projection || entry.layout != layout) {
+      continue;
+    }
+    const int last = entry.first_range + entry.range_count - 1;
+    for (int i = entry.first_range; i < last; ++i) {
+      if (tokens <= kMoeRanges[static_cast<std::size_t>(i)].m_max) return &kConfigs[static_cast<std::size_t>(kMoeRanges[static_cast<std::size_t>(i)].config)];
+    }
+    return &kConfigs[static_cast<std::size_t>(kMoeRanges[static_cast<std::size_t>(last)].config)];
+  }
+  return nullptr;
+}
+
+)";
+  }
+  out << "}  // namespace " << namespace_name << "\n";
   return out.str();
 }
 

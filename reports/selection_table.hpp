@@ -147,13 +147,15 @@ struct SelectionTable {
   // "median_us" of a range is that of its first tuned bucket. Keys are sorted, so equal tables give equal bytes.
   // MoE rules, when there are any: "moe": [{"format", "experts", "top_k", "n", "k", "projection", "layout", "routing",
   // "ranges": [{"t_min", "t_max" (null: no end), "config", "family", "params", "median_us", "buckets": [{"t",
-  // "median_us"}]}]}] (the C++ header does not carry them yet).
+  // "median_us"}]}]}].
   nlohmann::json to_json() const;
   // Reads to_json()'s output. Throws InputError "<source>: field '<path>': ..." for a malformed table.
   static SelectionTable from_json(const nlohmann::json& json, std::string_view source = "table");
 
   // A C++ header that needs only <array>, <cstdint> and <string_view> (C++17), with constexpr tables and
-  // `select(format, m, n, k)` returning a `const Config*` (nullptr for a format not in the table).
+  // `select(format, m, n, k)` returning a `const Config*` (nullptr for a format not in the table); with MoE rules also
+  // kMoeRanges, kMoeEntries and `select_moe(format, experts, top_k, n, k, projection, layout, tokens)`, answering as
+  // select_moe() above (nothing MoE is written for a table without them, so such a header is unchanged).
   // Throws InputError("--namespace: ...") for a name check_cpp_namespace refuses.
   std::string to_cpp_header(std::string_view namespace_name = "qtune_table") const;
 };

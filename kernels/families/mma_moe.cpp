@@ -22,6 +22,15 @@ constexpr const char* kWgmmaKernelName = "qtune_wgmma_moe_gemm";
 constexpr const char* kReduceKernelName = "qtune_moe_reduce_top_k";
 constexpr int kTableBytesPerRow = 12;  // MmaGemm::MOE_TABLE_BYTES / BLOCK_M
 constexpr int kReduceThreads = 256;
+constexpr const char* kAlignKernelName = "qtune_moe_align";
+constexpr int kAlignDefaultSharedBytes = 48 * 1024;  // more needs an opt-in per kernel
+
+// gemm/moe_align.cuh's moe_align_shared_ints: a count per warp and expert, per expert its pairs and first row, the
+// padded end, and one scan total per warp.
+int64_t align_shared_bytes(int experts, int threads) {
+  const int64_t warps = threads / 32;
+  return (warps * experts + 2 * int64_t{experts} + 1 + warps) * 4;
+}
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
@@ -361,6 +370,77 @@ PackedBuffers pack_layout(MoeLayout layout, const Routing& routing, int bm) {
       break;
   }
   return packed;
+}
+
+std::string align_kernel_name() { return kAlignKernelName; }
+
+int align_threads(int experts, const ArchLimits& limits) {
+  if (experts < 1) QTUNE_INPUT_ERROR("experts: expected at least 1, got " + std::to_string(experts));
+  for (int threads = 1024; threads > 32; threads /= 2) {
+    if (align_shared_bytes(experts, threads) <= kAlignDefaultSharedBytes) return threads;
+  }
+  if (align_shared_bytes(experts, 32) > limits.max_shared_per_block) {
+    QTUNE_INPUT_ERROR("experts: " + std::to_string(experts) + " experts need " + std::to_string(align_shared_bytes(experts, 32)) +
+                      " bytes of shared memory to align the routing on the device, more than the " +
+                      std::to_string(limits.max_shared_per_block) + " a block may use");
+  }
+  return 32;
+}
+
+std::string align_instantiation_source(int bm, int threads, const std::string& arch) {
+  sm_of_arch(arch);  // a bad target is an InputError here, as for the GEMM
+  if (bm < 1 || bm > 4096) QTUNE_INPUT_ERROR("bm: expected 1 to 4096 rows per block, got " + std::to_string(bm));
+  if (threads < 32 || threads > 1024 || threads % 32 != 0) {
+    QTUNE_INPUT_ERROR("threads: expected a multiple of 32 from 32 to 1024, got " + std::to_string(threads));
+  }
+  const std::string warps = std::to_string(threads / 32);
+  std::string source;
+  source += "// qtune MoE routing alignment (token-indexed tables): bm=" + std::to_string(bm) + " threads=" + std::to_string(threads) +
+            " for " + arch + "\n";
+  source += "#include \"gemm/moe_align.cuh\"\n";
+  source += "namespace qd = qtune::device;\n";
+  // The host sizes the shared memory with align_shared_bytes: the same linear function of the experts.
+  for (int experts : {1, 256}) {
+    source += "static_assert(qd::moe_align_shared_ints(" + std::to_string(experts) + ", " + warps + ") * 4 == " +
+              std::to_string(align_shared_bytes(experts, threads)) + ", \"host and device disagree on the shared memory size\");\n";
+  }
+  source += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(threads) + ") " + kAlignKernelName +
+            "(const int* topk_ids, int pairs, int experts, int launch_rows, int* rows, int* block_experts, int* padded_rows) {\n";
+  source += "  extern __shared__ int qtune_align_shared[];\n";
+  source += "  qd::moe_align_block_size<" + std::to_string(bm) + ", " + std::to_string(threads) +
+            ">(topk_ids, pairs, experts, launch_rows, rows, block_experts, padded_rows, qtune_align_shared);\n";
+  source += "}\n";
+  return source;
+}
+
+LaunchGeometry align_launch_geometry(int experts, int threads) {
+  LaunchGeometry geometry;
+  geometry.grid = {1, 1, 1};
+  geometry.block = {static_cast<uint32_t>(threads), 1, 1};
+  geometry.dynamic_shared_bytes = static_cast<uint32_t>(align_shared_bytes(experts, threads));
+  return geometry;
+}
+
+KernelArguments pack_align_arguments(const MoeProblem& problem, int64_t launch_rows,
+                                     const std::map<std::string, uint64_t>& device_addresses) {
+  if (problem.layout != MoeLayout::TokenIndexed) QTUNE_INPUT_ERROR("layout: the device alignment builds token-indexed tables only");
+  const uint64_t ids = mma::buffer_address(device_addresses, "topk_ids", true);
+  const uint64_t rows = mma::buffer_address(device_addresses, "rows", true);
+  const uint64_t block_experts = mma::buffer_address(device_addresses, "block_experts", true);
+  const uint64_t padded_rows = mma::buffer_address(device_addresses, "padded_rows", true);
+  const int pairs = static_cast<int>(problem.tokens * problem.top_k), experts = problem.experts;
+  const int rows_count = static_cast<int>(launch_rows);
+  KernelArguments arguments;
+  arguments.offsets = {0, 8, 12, 16, 24, 32, 40};
+  arguments.storage.resize(48);
+  std::memcpy(arguments.storage.data(), &ids, 8);
+  std::memcpy(arguments.storage.data() + 8, &pairs, 4);
+  std::memcpy(arguments.storage.data() + 12, &experts, 4);
+  std::memcpy(arguments.storage.data() + 16, &rows_count, 4);
+  std::memcpy(arguments.storage.data() + 24, &rows, 8);
+  std::memcpy(arguments.storage.data() + 32, &block_experts, 8);
+  std::memcpy(arguments.storage.data() + 40, &padded_rows, 8);
+  return arguments;
 }
 
 }  // namespace qtune::mma_moe

@@ -69,4 +69,18 @@ ExpertStrides expert_strides(const FormatSpec& format, int64_t n, int64_t k);
 // The device's row tables of a layout, as int32 bytes: "rows", "block_experts", "counts", "padded_rows".
 PackedBuffers pack_layout(MoeLayout layout, const Routing& routing, int bm);
 
+// The token-indexed tables built on the device from the top-k ids (gemm/moe_align.cuh, one CTA), so that a production
+// MoE call needs no host synchronisation: the same "rows" (launch_rows entries: pack_layout's, then the sentinel),
+// "block_experts" (pack_layout's, then -1) and "padded_rows" as pack_layout(TokenIndexed, routing, bm).
+std::string align_kernel_name();  // "qtune_moe_align"
+// Threads of the align CTA for `experts`: 1024 down to 32, the most whose shared memory (one count per warp and expert)
+// fits in 48 KiB; 32 beyond that (the launch then opts in to more). InputError naming "experts" when even one warp's
+// tables exceed `limits`.
+int align_threads(int experts, const ArchLimits& limits);
+std::string align_instantiation_source(int bm, int threads, const std::string& arch);
+LaunchGeometry align_launch_geometry(int experts, int threads);
+// Arguments from the device addresses of "topk_ids" (int32 [tokens][top_k]), "rows", "block_experts", "padded_rows".
+KernelArguments pack_align_arguments(const MoeProblem& problem, int64_t launch_rows,
+                                     const std::map<std::string, uint64_t>& device_addresses);
+
 }  // namespace qtune::mma_moe

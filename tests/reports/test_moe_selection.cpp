@@ -1,9 +1,14 @@
 // MoE rules in the selection table: the store's MoE winners of a GPU become token ranges per (format, experts,
 // top_k, n, k, projection, layout), select_moe answers any token count by the M rule, the JSON round-trips (and a
-// table without MoE winners writes no "moe" field), and a malformed entry is refused naming its field.
+// table without MoE winners writes no "moe" field), a malformed entry is refused naming its field, and the exported C++
+// header's select_moe() answers like the library (and a header without MoE entries has none).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +16,7 @@
 #include "tests/common/expect_error.hpp"
 #include "tests/common/temp_dir.hpp"
 #include "reports/moe_selection.hpp"
+#include "tests/reports/report_test_support.hpp"
 
 namespace qtune::reports {
 namespace {
@@ -97,6 +103,90 @@ TEST(MoeSelection, JsonRoundTripsAndRefusesMalformedEntries) {
   bad = json;
   bad["moe"][0].erase("layout");
   test_support::expect_input_error([&] { SelectionTable::from_json(bad, "t.json"); }, {"moe[0].layout", "missing"});
+}
+
+std::string command_output(const std::string& command, int* status) {
+  std::string output;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "popen failed";
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  *status = ::pclose(pipe);
+  return output;
+}
+
+TEST(MoeSelection, GeneratedHeaderSelectsMoeLikeTheTable) {
+  test_support::TempDir dir;
+  db::Store store = db::Store::open(dir / "q.db");
+  fill(store);
+  SelectionTable table;
+  table.gpu = "h200";
+  ShapeRules dense;
+  dense.n = 4096;
+  dense.k = 4096;
+  MRange all;
+  all.config = KernelConfig::parse("bm=32,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=2,raster=0", "mma");
+  all.buckets = {{64, 10.0}};
+  dense.ranges = {all};
+  table.formats["w4a16-int4-ch"] = {dense};
+  const std::string without = table.to_cpp_header("tuned");
+  EXPECT_EQ(without.find("select_moe"), std::string::npos) << "a table without MoE winners writes what it wrote before";
+  add_moe_rules(table, store, "h200");
+  ASSERT_EQ(table.moe.size(), 1u);
+  const std::string header = table.to_cpp_header("tuned");
+  testing::write_text(dir / "tuned_table.hpp", header);
+
+  struct Query {
+    std::string format;
+    int experts, top_k;
+    std::int64_t n, k;
+    std::string projection, layout;
+    std::int64_t tokens;
+  };
+  std::vector<Query> queries;
+  for (const std::int64_t tokens : {1, 2, 16, 17, 64, 65, 4096, 1000000}) {
+    queries.push_back({"w4a16-int4-g128", 256, 8, 4096, 7168, "gate-up", "token-indexed", tokens});
+  }
+  queries.push_back({"w4a16-int4-g128", 256, 8, 4096, 7168, "down", "token-indexed", 16});           // no such entry
+  queries.push_back({"w4a16-int4-g128", 256, 8, 4096, 7168, "gate-up", "grouped-contiguous", 16});  // nor this
+  queries.push_back({"w4a16-int4-g128", 128, 8, 4096, 7168, "gate-up", "token-indexed", 16});       // nor this
+  queries.push_back({"w4a16-int4-ch", 256, 8, 4096, 7168, "gate-up", "token-indexed", 16});         // a dense-only format
+
+  std::ostringstream program;
+  program << "#include \"tuned_table.hpp\"\n#include <cstdio>\n\n"
+          << "struct Query { std::string_view format; int experts, top_k; std::int64_t n, k; std::string_view projection, layout; "
+             "std::int64_t tokens; };\n"
+          << "static constexpr Query kQueries[] = {\n";
+  std::ostringstream expected;
+  for (const Query& q : queries) {
+    program << "    {\"" << q.format << "\", " << q.experts << ", " << q.top_k << ", " << q.n << ", " << q.k << ", \"" << q.projection
+            << "\", \"" << q.layout << "\", " << q.tokens << "},\n";
+    const KernelConfig* config = table.select_moe(q.format, q.experts, q.top_k, q.n, q.k, q.projection, q.layout, q.tokens);
+    expected << (config != nullptr ? config->to_string() : std::string("none")) << "\n";
+  }
+  program << "};\n\n"
+          << "static_assert(tuned::select_moe(\"w4a16-int4-g128\", 256, 8, 4096, 7168, \"gate-up\", \"token-indexed\", 1) != nullptr,\n"
+          << "              \"select_moe() is constexpr and finds the tuned key\");\n"
+          << "static_assert(tuned::kMoeEntries[0].routing == \"uniform\", \"the routing the winners were tuned with\");\n\n"
+          << "int main() {\n"
+          << "  for (const Query& q : kQueries) {\n"
+          << "    const tuned::Config* config = tuned::select_moe(q.format, q.experts, q.top_k, q.n, q.k, q.projection, q.layout, q.tokens);\n"
+          << "    if (config == nullptr) { std::printf(\"none\\n\"); continue; }\n"
+          << "    std::printf(\"%.*s\\n\", static_cast<int>(config->text.size()), config->text.data());\n"
+          << "  }\n  return 0;\n}\n";
+  testing::write_text(dir / "main.cpp", program.str());
+  const std::string compiler = std::getenv("CXX") != nullptr ? std::getenv("CXX") : "c++";
+  int status = 0;
+  const std::string build_log = command_output(compiler + " -std=c++17 -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Werror -O1 -I" +
+                                                   dir.path().string() + " " + (dir / "main.cpp").string() + " -o " + (dir / "select").string(),
+                                               &status);
+  ASSERT_EQ(status, 0) << "the generated header did not compile with " << compiler << ":\n" << build_log << "\n" << header;
+  const std::string output = command_output((dir / "select").string(), &status);
+  ASSERT_EQ(status, 0) << output;
+  EXPECT_EQ(output, expected.str());
+  EXPECT_NE(expected.str().find("bm=16"), std::string::npos);  // the queries reach both token ranges and a miss
+  EXPECT_NE(expected.str().find("bm=64"), std::string::npos);
+  EXPECT_NE(expected.str().find("none"), std::string::npos);
 }
 
 }  // namespace

@@ -7,6 +7,12 @@
 //   ... upload packed.weights, packed.scales, packed.global_scale to the GPU ...
 //   runtime.gemm("w4a16-int4-ch", m, n, k, {.a = a, .weights = w, .scales = s, .global_scale = g, .c = c}, stream);
 //
+// Mixture-of-experts layers (token-indexed, vLLM's fused-MoE contract; see MoeShape and moe_gemm below):
+//   PackedExperts experts = runtime.prepack_moe("w4a16-int4-g128", n, k, per_expert_weights);  // once, every expert
+//   ... upload experts.weights, .scales, .zeros, .global_scale ...
+//   runtime.moe_gemm("w4a16-int4-g128", {.experts = 256, .top_k = 8, .n = 4096, .k = 7168, .tokens = t},
+//                    {.a = x, .topk_ids = ids, .weights = w, .scales = s, .global_scale = g, .c = y}, stream);
+//
 // Which configuration runs (select): the table's M range for the exact (N, K); else the table's nearest tuned shape of
 // the format in (ln N, ln K) (the same rule as the exported header's select()); else the kernel family's hand-written
 // heuristic for the device. A table config that fails the family's rules for the problem's N and K on this device
@@ -112,6 +118,64 @@ struct GemmArguments {
   void* c = nullptr;                   // [m][n] output, row-major, in the output type
 };
 
+// One token-indexed MoE GEMM: E experts of N x K weights each, T tokens each routed to top_k distinct experts. A
+// (token, slot) pair is p = token · top_k + slot (vLLM's topk_ids.flatten() order).
+//   "gate-up": out[p][N] = A[token(p)][K] · W_{ids[p]}ᵀ           A: [T][K],          out: [T · top_k][N]
+//   "down":    out[t][N] = Σ_slot weights[t][slot] · (A[t · top_k + slot][K] · W_{ids[t][slot]}ᵀ)
+//                                                                 A: [T · top_k][K],  out: [T][N]
+// (gate-up's out is vLLM's fused-MoE intermediate before the activation; down's A is that, activated.)
+struct MoeShape {
+  int experts = 0;
+  int top_k = 0;
+  std::int64_t n = 0;  // per expert
+  std::int64_t k = 0;
+  std::int64_t tokens = 0;
+  std::string_view projection = "gate-up";  // "gate-up" (or "gate_up") or "down"
+};
+
+// The configuration of a MoE GEMM (always the mma family's MoE kernel) and the launch it sizes.
+struct MoeChoice {
+  Choice choice;                     // source: the table's exact MoE entry, its nearest one, or the heuristic
+  std::int64_t block_rows = 0;       // rows per block of the layout (bm): each expert's pairs are padded to a multiple
+  std::int64_t launch_rows = 0;      // routing-free bound: round_up(T·top_k + min(E, T·top_k)·(bm − 1), bm)
+  std::uint64_t scratch_bytes = 0;   // what moe_gemm needs of the stream's scratch (row tables, down's unreduced rows,
+                                     // split-K workspace)
+};
+
+// Every expert's weights in the MoE kernel's layout, back to back: expert e's are at e · *_stride bytes. Copy each
+// buffer to the GPU as it is and pass its address to moe_gemm(); `zeros` is empty for formats without zero points.
+struct PackedExperts {
+  std::string format;  // canonical spec text
+  std::string family;  // "mma"
+  int experts = 0;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::vector<std::uint8_t> weights;
+  std::vector<std::uint8_t> scales;
+  std::vector<std::uint8_t> zeros;
+  std::vector<std::uint8_t> global_scale;  // one f32 per expert
+  std::uint64_t weight_stride = 0, scale_stride = 0, zero_stride = 0;
+};
+
+// Device addresses of one MoE GEMM. Nothing here is read on the host: the routing stays on the device.
+struct MoeGemmArguments {
+  const void* a = nullptr;             // activations, row-major, [T][K] for gate-up, [T · top_k][K] (pair order) for
+                                       // down: f16/bf16, or for quantized activations their codes (one byte each for
+                                       // 8-bit, two per byte, low nibble first, for 4-bit)
+  const void* a_scales = nullptr;      // quantized activations only: f32 per row ([rows]) for per-token scales (a
+                                       // per-tensor scale repeated on every row), or [K / group][rows] for per-group
+                                       // ones, the activations' global scale folded in
+  const void* topk_ids = nullptr;      // int32 [T][top_k]: each in [0, E), distinct within a token (an id outside
+                                       // [0, E) is skipped: no expert is read for it and its output is not defined)
+  const void* topk_weights = nullptr;  // f32 [T][top_k] router weights; "down" only (gate-up ignores it)
+  const void* weights = nullptr;       // PackedExperts::weights
+  const void* scales = nullptr;        // PackedExperts::scales
+  const void* zeros = nullptr;         // PackedExperts::zeros (formats with zero points)
+  const void* global_scale = nullptr;  // PackedExperts::global_scale
+  void* c = nullptr;                   // output in the format's output type: gate-up [T · top_k][N] in pair order,
+                                       // down [T][N]
+};
+
 class Runtime {
  public:
   // Reads the table and the cubin manifest (InputError naming the field when malformed). Opens the device unless
@@ -143,11 +207,34 @@ class Runtime {
   void gemm(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k, const GemmArguments& arguments,
             CUstream_st* stream);
 
+  // ---- Mixture of experts (token-indexed) ----
+  // The configuration for a MoE GEMM by the dense rules: the table's `moe` entry for (format, experts, top_k, n, k,
+  // projection, token-indexed), its token range holding T (tuned); else the nearest entry of the format and projection
+  // in (ln n, ln k, ln experts, ln top_k), its range for T (fallback); else the mma family's heuristic at the expected
+  // rows per expert (heuristic). A table config that fails the MoE kernel's rules here gives way to the heuristic.
+  // InputError naming "projection", "experts", "top_k" (0 or more than experts), "tokens" (0), "n", "k".
+  MoeChoice select_moe(std::string_view format, const MoeShape& shape) const;
+  // Packs every expert's quantized weights (one HostQuantizedWeights per expert, each n x k) once (CPU only).
+  // InputError naming "experts" (none) or "experts[i]: <field>".
+  PackedExperts prepack_moe(std::string_view format, std::int64_t n, std::int64_t k,
+                            std::span<const HostQuantizedWeights> experts) const;
+  // Compiles or loads the call's kernels and sizes `stream`'s scratch for it, so that moe_gemm() with this shape (or a
+  // smaller one) neither compiles nor allocates.
+  void load_moe(std::string_view format, const MoeShape& shape, CUstream_st* stream);
+  // Enqueues on `stream`, without any host synchronisation: the routing's alignment into the layout's row tables (a
+  // one-CTA kernel reading topk_ids), the MoE GEMM over the routing-free launch bound (blocks past the padded rows
+  // and experts without tokens return at once), and for "down" the router-weighted top-k sum into c. The row tables,
+  // down's unreduced [T · top_k][N] rows and the split-K workspace are the Runtime's scratch, one per stream; it grows
+  // when a call needs more than any before on the stream (that once waits for the stream's work in flight: size it
+  // ahead with load_moe). InputError for bad sizes or a missing required pointer.
+  void moe_gemm(std::string_view format, const MoeShape& shape, const MoeGemmArguments& arguments, CUstream_st* stream);
+
   // The GPU the table was tuned on ("h200"); empty without a table.
   std::string table_gpu() const;
   // The architecture selections are made for ("sm_90a").
   std::string arch() const;
-  // Kernels loaded so far, and cubins the manifest offers for this architecture.
+  // Kernels loaded so far (MoE kernels included), and cubins the manifest offers for this architecture (dense only:
+  // MoE kernels always come from the JIT and its disk cache).
   std::size_t loaded_kernel_count() const;
   std::size_t precompiled_kernel_count() const;
 

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <optional>
 #include <tuple>
 
+#include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_moe.hpp"
 #include "kernels/quantize.hpp"
 #include "reports/selection_table.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
@@ -21,6 +24,7 @@
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/driver.hpp"
 #include "tuner/runtime/memory.hpp"
+#include "tuner/runtime/module.hpp"
 
 namespace qtune::runtime_api {
 
@@ -46,6 +50,23 @@ constexpr std::uint64_t kWorkspaceGranule = std::uint64_t{1} << 20;
 
 std::uint64_t address(const void* pointer) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(pointer)); }
 
+std::uint64_t round_up_bytes(std::uint64_t bytes, std::uint64_t multiple) { return (bytes + multiple - 1) / multiple * multiple; }
+
+runtime::LaunchConfig launch_config(const LaunchGeometry& geometry) {
+  runtime::LaunchConfig launch;
+  launch.grid = {geometry.grid[0], geometry.grid[1], geometry.grid[2]};
+  launch.block = {geometry.block[0], geometry.block[1], geometry.block[2]};
+  launch.dynamic_shared_bytes = geometry.dynamic_shared_bytes;
+  return launch;
+}
+
+// A MoE kernel (GEMM, alignment or reduction) compiled by the JIT and loaded.
+struct MoeKernel {
+  runtime::Module module;
+  runtime::Kernel kernel;
+  MoeKernel(const std::vector<char>& cubin, const std::string& name) : module(cubin), kernel(module.kernel(name)) {}
+};
+
 }  // namespace
 
 struct Runtime::Impl {
@@ -63,6 +84,22 @@ struct Runtime::Impl {
     runtime::DeviceBuffer buffer;
     std::string layout;  // config and size of the last launch: another layout may find non-zero counters
   };
+  // One MoE call shape resolved: its configuration, launch sizes and, once loaded, its kernels.
+  struct MoePlan {
+    MoeProblem problem;
+    production::Selection selection;
+    std::int64_t launch_rows = 0;
+    int align_threads = 0;
+    LaunchGeometry gemm_geometry, align_geometry, reduce_geometry;
+    std::uint64_t table_bytes = 0;      // rows, then block_experts, then padded_rows (int32 each)
+    std::uint64_t unreduced_bytes = 0;  // down: the GEMM's router-weighted [pairs][n] rows
+    std::string gemm_key, align_key, reduce_key;
+    std::shared_ptr<const MoeKernel> gemm, align, reduce;
+  };
+  // A stream's MoE scratch: the row tables and down's unreduced rows.
+  struct MoeScratch {
+    runtime::DeviceBuffer tables, unreduced;
+  };
 
   RuntimeOptions options;
   std::optional<reports::SelectionTable> table;
@@ -78,6 +115,9 @@ struct Runtime::Impl {
   std::unique_ptr<jit::Compiler> compiler;
   std::map<std::string, std::shared_ptr<const gemm::LoadedKernel>> kernels;
   std::map<CUstream, Workspace> workspaces;
+  std::map<std::tuple<std::string, int, int, std::int64_t, std::int64_t, std::int64_t, std::string>, MoePlan> moe_plans;
+  std::map<std::string, std::shared_ptr<const MoeKernel>> moe_kernels;
+  std::map<CUstream, MoeScratch> moe_scratch;
 
   const FormatSpec& format(std::string_view text) {
     auto found = formats.find(text);
@@ -181,6 +221,108 @@ struct Runtime::Impl {
     return workspace.buffer.get();
   }
 
+  MoePlan& moe_plan(std::string_view format_text, const MoeShape& shape) {
+    const auto key = std::make_tuple(std::string(format_text), shape.experts, shape.top_k, shape.n, shape.k, shape.tokens,
+                                     std::string(shape.projection));
+    if (auto found = moe_plans.find(key); found != moe_plans.end()) return found->second;
+    MoePlan plan;
+    plan.problem = production::make_moe_problem(format(format_text), shape.experts, shape.top_k, shape.n, shape.k, shape.tokens,
+                                                 shape.projection);
+    plan.selection = production::select_moe_config(table ? &*table : nullptr, plan.problem, limits);
+    const KernelConfig& config = plan.selection.config;
+    const int bm = config.get("bm");
+    plan.launch_rows = mma_moe::launch_rows(plan.problem, bm, MoeRowMap{});
+    plan.align_threads = mma_moe::align_threads(plan.problem.experts, limits);
+    plan.gemm_geometry = mma_moe::launch_geometry(config, plan.problem, plan.launch_rows);
+    plan.align_geometry = mma_moe::align_launch_geometry(plan.problem.experts, plan.align_threads);
+    plan.table_bytes = (static_cast<std::uint64_t>(plan.launch_rows) + static_cast<std::uint64_t>(plan.launch_rows / bm) + 1) * 4;
+    const bool down = plan.problem.projection == qtune::MoeProjection::Down;
+    if (down) {
+      plan.reduce_geometry = mma_moe::reduce_launch_geometry(plan.problem);
+      plan.unreduced_bytes = static_cast<std::uint64_t>(plan.problem.tokens * plan.problem.top_k * plan.problem.n) * 2;
+    }
+    const std::string canonical = plan.problem.format.to_string();
+    plan.gemm_key = "moe|" + canonical + "|" + std::string(moe_projection_name(plan.problem.projection)) + "|" + config.to_string() +
+                    "|" + arch;
+    plan.align_key = "moe-align|bm=" + std::to_string(bm) + ",threads=" + std::to_string(plan.align_threads) + "|" + arch;
+    if (down) plan.reduce_key = "moe-reduce|" + qtune::to_string(plan.problem.format.output) + "|" + arch;
+    if (moe_plans.size() >= kMaxCachedPlans) moe_plans.clear();
+    return moe_plans.emplace(key, std::move(plan)).first->second;
+  }
+
+  std::shared_ptr<const MoeKernel> moe_kernel(const std::string& key, const std::function<jit::CompileRequest()>& request) {
+    auto found = moe_kernels.find(key);
+    if (found == moe_kernels.end()) {
+      device();
+      const jit::CompileRequest compile = request();
+      const jit::CompiledKernel compiled = jit_compiler().compile(compile);
+      found = moe_kernels.emplace(key, std::make_shared<const MoeKernel>(compiled.cubin, compile.kernel_name)).first;
+    }
+    return found->second;
+  }
+
+  void load_moe_kernels(MoePlan& plan) {
+    if (!plan.gemm) {
+      plan.gemm = moe_kernel(plan.gemm_key, [&] {
+        jit::CompileRequest request;
+        request.source = mma_moe::instantiation_source(plan.selection.config, plan.problem, arch);
+        request.kernel_name = mma_moe::kernel_name(plan.selection.config);
+        request.arch = arch;
+        return request;
+      });
+      plan.gemm->kernel.set_max_dynamic_shared_memory(static_cast<int>(plan.gemm_geometry.dynamic_shared_bytes));
+    }
+    if (!plan.align) {
+      plan.align = moe_kernel(plan.align_key, [&] {
+        jit::CompileRequest request;
+        request.source = mma_moe::align_instantiation_source(plan.selection.config.get("bm"), plan.align_threads, arch);
+        request.kernel_name = mma_moe::align_kernel_name();
+        request.arch = arch;
+        return request;
+      });
+      // Kernels of several expert counts share it: allow the most the device has once beyond the default 48 KiB.
+      if (plan.align_geometry.dynamic_shared_bytes > 48 * 1024) plan.align->kernel.set_max_dynamic_shared_memory(limits.max_shared_per_block);
+    }
+    if (!plan.reduce_key.empty() && !plan.reduce) {
+      plan.reduce = moe_kernel(plan.reduce_key, [&] {
+        jit::CompileRequest request;
+        request.source = mma_moe::reduce_instantiation_source(plan.problem.format, arch);
+        request.kernel_name = mma_moe::reduce_kernel_name();
+        request.arch = arch;
+        return request;
+      });
+    }
+  }
+
+  // A stream's scratch buffer of at least `bytes`; growing it first waits for the stream (launches in flight may
+  // still use the old one).
+  CUdeviceptr grow(runtime::DeviceBuffer& buffer, std::uint64_t bytes, CUstream stream) {
+    if (buffer.bytes() < bytes) {
+      if (buffer.bytes() > 0) QTUNE_CU(cuStreamSynchronize, stream);
+      buffer = runtime::DeviceBuffer();
+      buffer = runtime::DeviceBuffer(round_up_bytes(bytes, kWorkspaceGranule));
+    }
+    return buffer.get();
+  }
+
+  // The device addresses of a MoE call's scratch on `stream`: "rows", "block_experts", "padded_rows", down's "c" (the
+  // unreduced rows) and the split-K "workspace".
+  std::map<std::string, std::uint64_t> moe_scratch_addresses(const MoePlan& plan, CUstream stream) {
+    MoeScratch& scratch = moe_scratch[stream];
+    std::map<std::string, std::uint64_t> addresses;
+    const CUdeviceptr tables = grow(scratch.tables, plan.table_bytes, stream);
+    const auto rows = static_cast<std::uint64_t>(plan.launch_rows);
+    addresses["rows"] = tables;
+    addresses["block_experts"] = tables + rows * 4;
+    addresses["padded_rows"] = tables + (rows + rows / static_cast<std::uint64_t>(plan.selection.config.get("bm"))) * 4;
+    if (plan.unreduced_bytes > 0) addresses["c"] = grow(scratch.unreduced, plan.unreduced_bytes, stream);
+    if (plan.gemm_geometry.workspace_bytes > 0) {
+      const std::string layout = "moe|" + plan.selection.config.to_string() + "|" + std::to_string(plan.gemm_geometry.workspace_bytes);
+      addresses["workspace"] = workspace(stream, layout, plan.gemm_geometry.workspace_bytes);
+    }
+    return addresses;
+  }
+
   PackedWeights pack(const QuantizedWeights& weights) {
     const KernelFamily& family = packing_family(weights.format, target_sm);
     const Problem problem = production::make_problem(weights.format, 1, weights.n, weights.k, false);
@@ -225,7 +367,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
 }
 
 Runtime::~Runtime() {
-  if (impl_ && !impl_->workspaces.empty()) {
+  if (impl_ && (!impl_->workspaces.empty() || !impl_->moe_scratch.empty())) {
     try {
       runtime::Device::get(impl_->options.device).synchronize();  // kernels in flight may still use a workspace
     } catch (const Error&) {
@@ -297,6 +439,106 @@ void Runtime::gemm(std::string_view format, std::int64_t m, std::int64_t n, std:
   gemm::launch_gemm(family, config, plan.problem, kernel.kernel(), addresses, stream);
 }
 
+MoeChoice Runtime::select_moe(std::string_view format, const MoeShape& shape) const {
+  std::lock_guard lock(impl_->mutex);
+  const Impl::MoePlan& plan = impl_->moe_plan(format, shape);
+  MoeChoice choice;
+  choice.choice = plan.selection.choice();
+  choice.block_rows = plan.selection.config.get("bm");
+  choice.launch_rows = plan.launch_rows;
+  choice.scratch_bytes = plan.table_bytes + plan.unreduced_bytes + plan.gemm_geometry.workspace_bytes;
+  return choice;
+}
+
+PackedExperts Runtime::prepack_moe(std::string_view format, std::int64_t n, std::int64_t k,
+                                   std::span<const HostQuantizedWeights> experts) const {
+  std::lock_guard lock(impl_->mutex);
+  const FormatSpec& spec = impl_->format(format);
+  if (experts.empty()) QTUNE_INPUT_ERROR("experts: no expert weights given");
+  // The shape's rules as a MoE problem of one token (top_k 1): n, k and the format's own.
+  production::make_moe_problem(spec, static_cast<int>(experts.size()), 1, n, k, 1, "gate-up");
+  const ArchSupport support = mma_family().supports(spec, impl_->target_sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  std::vector<QuantizedWeights> quantized;
+  quantized.reserve(experts.size());
+  for (std::size_t e = 0; e < experts.size(); ++e) {
+    const HostQuantizedWeights& weights = experts[e];
+    try {
+      quantized.push_back(weights_from_codes(spec, n, k, {weights.codes.begin(), weights.codes.end()},
+                                             {weights.scale_bits.begin(), weights.scale_bits.end()},
+                                             {weights.zero_point_bits.begin(), weights.zero_point_bits.end()}, weights.global_scale));
+    } catch (const InputError& error) {
+      QTUNE_INPUT_ERROR("experts[" + std::to_string(e) + "]: " + error.what());
+    }
+  }
+  PackedBuffers buffers = mma_moe::prepack_experts(quantized, spec, n, k);
+  const mma_moe::ExpertStrides strides = mma_moe::expert_strides(spec, n, k);
+  PackedExperts packed;
+  packed.format = spec.to_string();
+  packed.family = mma_family().name();
+  packed.experts = static_cast<int>(experts.size());
+  packed.n = n;
+  packed.k = k;
+  packed.weights = std::move(buffers["weights"]);
+  packed.scales = std::move(buffers["scales"]);
+  if (auto zeros = buffers.find("zeros"); zeros != buffers.end()) packed.zeros = std::move(zeros->second);
+  packed.global_scale = std::move(buffers["global_scale"]);
+  packed.weight_stride = strides.weights;
+  packed.scale_stride = strides.scales;
+  packed.zero_stride = strides.zeros;
+  return packed;
+}
+
+void Runtime::load_moe(std::string_view format, const MoeShape& shape, CUstream_st* stream) {
+  std::lock_guard lock(impl_->mutex);
+  Impl::MoePlan& plan = impl_->moe_plan(format, shape);
+  impl_->device();
+  impl_->load_moe_kernels(plan);
+  impl_->moe_scratch_addresses(plan, stream);
+}
+
+void Runtime::moe_gemm(std::string_view format, const MoeShape& shape, const MoeGemmArguments& arguments, CUstream_st* stream) {
+  std::lock_guard lock(impl_->mutex);
+  Impl::MoePlan& plan = impl_->moe_plan(format, shape);
+  const MoeProblem& problem = plan.problem;
+  const bool down = problem.projection == qtune::MoeProjection::Down;
+  if (arguments.topk_ids == nullptr) QTUNE_INPUT_ERROR("topk_ids: the routing's expert ids are required");
+  if (down && arguments.topk_weights == nullptr) QTUNE_INPUT_ERROR("topk_weights: the down projection needs the router weights");
+  if (arguments.c == nullptr) QTUNE_INPUT_ERROR("c: the output is required");
+  impl_->device();
+  impl_->load_moe_kernels(plan);
+  std::map<std::string, std::uint64_t> addresses = impl_->moe_scratch_addresses(plan, stream);
+  addresses["topk_ids"] = address(arguments.topk_ids);
+  addresses["a"] = address(arguments.a);
+  addresses["a_scales"] = address(arguments.a_scales);
+  addresses["weights"] = address(arguments.weights);
+  addresses["scales"] = address(arguments.scales);
+  addresses["zeros"] = address(arguments.zeros);
+  addresses["global_scale"] = address(arguments.global_scale);
+  if (down) {
+    addresses["router_weights"] = address(arguments.topk_weights);
+    addresses["reduced"] = address(arguments.c);
+  } else {
+    addresses["c"] = address(arguments.c);
+  }
+  // Every argument is packed (and a missing one refused) before anything is enqueued.
+  KernelArguments align = mma_moe::pack_align_arguments(problem, plan.launch_rows, addresses);
+  KernelArguments gemm = mma_moe::pack_arguments(plan.selection.config, problem, plan.launch_rows, addresses);
+  std::optional<KernelArguments> reduce;
+  if (down) reduce = mma_moe::pack_reduce_arguments(problem, addresses);
+
+  // Stream order is the only synchronisation: the GEMM reads the tables the alignment writes, the reduction the rows
+  // the GEMM writes, and the next call's alignment runs after this call's GEMM has read them.
+  std::vector<void*> align_pointers = align.pointers();
+  plan.align->kernel.launch(launch_config(plan.align_geometry), stream, align_pointers.data());
+  std::vector<void*> gemm_pointers = gemm.pointers();
+  plan.gemm->kernel.launch(launch_config(plan.gemm_geometry), stream, gemm_pointers.data());
+  if (reduce) {
+    std::vector<void*> reduce_pointers = reduce->pointers();
+    plan.reduce->kernel.launch(launch_config(plan.reduce_geometry), stream, reduce_pointers.data());
+  }
+}
+
 std::string Runtime::table_gpu() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->table ? impl_->table->gpu : std::string();
@@ -309,7 +551,7 @@ std::string Runtime::arch() const {
 
 std::size_t Runtime::loaded_kernel_count() const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->kernels.size();
+  return impl_->kernels.size() + impl_->moe_kernels.size();
 }
 
 std::size_t Runtime::precompiled_kernel_count() const {

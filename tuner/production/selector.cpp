@@ -1,11 +1,14 @@
 #include "tuner/production/selector.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_moe.hpp"
 #include "kernels/input_file.hpp"
 
 namespace qtune::production {
@@ -87,6 +90,140 @@ Selection select_config(const reports::SelectionTable* table, const Problem& pro
   const KernelFamily& heuristic = heuristic_family(problem, limits.sm);
   selection.family = &heuristic;
   selection.config = heuristic.default_config(problem, limits);
+  selection.source = runtime_api::ConfigSource::Heuristic;
+  selection.detail = why_not_table;
+  return selection;
+}
+
+MoeProblem make_moe_problem(const FormatSpec& format, int experts, int top_k, std::int64_t n, std::int64_t k,
+                            std::int64_t tokens, std::string_view projection) {
+  MoeProblem problem;
+  problem.format = format;
+  problem.projection = parse_moe_projection(projection, "projection");
+  problem.layout = MoeLayout::TokenIndexed;
+  problem.experts = experts;
+  problem.top_k = top_k;
+  problem.tokens = tokens;
+  problem.n = n;
+  problem.k = k;
+  problem.validate();
+  return problem;
+}
+
+std::int64_t expected_rows_per_expert(const MoeProblem& problem) {
+  const double experts = problem.experts;
+  const double untouched = std::pow(1.0 - static_cast<double>(problem.top_k) / experts, static_cast<double>(problem.tokens));
+  const double touched = std::max(1.0, experts * (1.0 - untouched));
+  const double pairs = static_cast<double>(problem.tokens * problem.top_k);
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(pairs / touched - 1e-9)));
+}
+
+namespace {
+
+std::string moe_range_text(const reports::MRange& range) {
+  return "token range [" + std::to_string(range.m_min) + ", " + (range.m_max ? std::to_string(*range.m_max) : "inf") + "]";
+}
+
+const reports::MRange& moe_range_for(const reports::MoeRules& rules, std::int64_t tokens) {
+  for (const reports::MRange& range : rules.ranges) {
+    if (range.contains(tokens)) return range;
+  }
+  return rules.ranges.back();
+}
+
+double log_distance(double a, double b) { return std::log(a / b) * std::log(a / b); }
+
+}  // namespace
+
+KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& limits) {
+  const MmaFamily& family = mma_family();
+  const ArchSupport support = family.supports(problem.format, limits.sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  const std::int64_t rows = expected_rows_per_expert(problem);
+  const std::int64_t pairs = problem.tokens * problem.top_k;
+  const std::int64_t touched = std::max<std::int64_t>(1, (pairs + rows - 1) / rows);
+  std::vector<KernelConfig> candidates;
+  try {
+    KernelConfig config = family.default_config(Problem{problem.format, rows, problem.n, problem.k}, limits);
+    // The dense rule splits K to fill the GPU with one expert's tiles; a MoE launch has every touched expert's.
+    const std::int64_t bm = config.get("bm"), bn = config.get("bn");
+    const std::int64_t tiles = (problem.n / bn) * touched * ((rows + bm - 1) / bm);
+    int split = config.get("split");
+    while (split > 1 && 2 * tiles * (split / 2) >= 3 * std::int64_t{limits.sm_count}) split /= 2;
+    config.params["split"] = split;
+    candidates.push_back(config);
+    config.params["split"] = 1;
+    candidates.push_back(config);
+  } catch (const UnsupportedError&) {
+    // No dense shape fits N and K: the small tiles below may.
+  }
+  for (const char* text : {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0",
+                           "bm=16,bn=64,bk=128,wm=1,wn=2,wk=1,stages=4,split=1,raster=0",
+                           "bm=16,bn=32,bk=128,wm=1,wn=2,wk=1,stages=4,split=1,raster=0"}) {
+    candidates.push_back(KernelConfig::parse(text, family.name()));
+  }
+  std::string failures;
+  for (const KernelConfig& config : candidates) {
+    const RuleVerdict verdict = mma_moe::check(config, problem, limits);
+    if (verdict.valid) return config;
+    failures += (failures.empty() ? "" : "; ") + config.to_string() + ": " + verdict.rule;
+  }
+  QTUNE_THROW(UnsupportedError, "no mma MoE configuration runs " + problem.to_string() + " here (" + failures + ")");
+}
+
+Selection select_moe_config(const reports::SelectionTable* table, const MoeProblem& problem, const ArchLimits& limits) {
+  const MmaFamily& family = mma_family();
+  const ArchSupport support = family.supports(problem.format, limits.sm);
+  if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
+  Selection selection;
+  selection.family = &family;
+  std::string why_not_table = "no table";
+  if (table != nullptr) {
+    const std::string format = problem.format.to_string();
+    const std::string projection(moe_projection_name(problem.projection));
+    const std::string layout(moe_layout_name(MoeLayout::TokenIndexed));
+    const reports::MoeRules* found = nullptr;
+    bool exact = false;
+    double best = 0;
+    for (const reports::MoeRules& rules : table->moe) {
+      if (rules.format != format || rules.projection != projection || rules.layout != layout || rules.ranges.empty()) continue;
+      if (rules.experts == problem.experts && rules.top_k == problem.top_k && rules.n == problem.n && rules.k == problem.k) {
+        found = &rules;
+        exact = true;
+        break;
+      }
+      const double distance = log_distance(rules.n, problem.n) + log_distance(rules.k, problem.k) +
+                              log_distance(rules.experts, problem.experts) + log_distance(rules.top_k, problem.top_k);
+      if (found == nullptr || distance < best) {
+        found = &rules;
+        best = distance;
+      }
+    }
+    if (found == nullptr) {
+      why_not_table = "the table has no token-indexed " + projection + " MoE entry of " + format;
+    } else {
+      const reports::MRange& range = moe_range_for(*found, problem.tokens);
+      const std::string origin = std::string(exact ? "tuned MoE shape" : "nearest tuned MoE shape") + " E=" +
+                                 std::to_string(found->experts) + " top_k=" + std::to_string(found->top_k) + " n=" +
+                                 std::to_string(found->n) + " k=" + std::to_string(found->k) + ", " + moe_range_text(range);
+      // T only sizes the launch: check the config where it was tuned (its range's largest bucket), as for dense M.
+      MoeProblem checked = problem;
+      if (!range.buckets.empty()) checked.tokens = std::max(problem.tokens, range.buckets.back().m);
+      const RuleVerdict verdict = range.config.family != family.name()
+                                      ? RuleVerdict::fail("family", "the MoE kernel takes mma configs, the table's is '" +
+                                                                        range.config.family + "'")
+                                      : mma_moe::check(range.config, checked, limits);
+      if (verdict.valid) {
+        selection.config = range.config;
+        selection.source = exact ? runtime_api::ConfigSource::Tuned : runtime_api::ConfigSource::Fallback;
+        selection.detail = origin;
+        return selection;
+      }
+      why_not_table = "the table's config " + range.config.to_string() + " (" + origin + ") fails rule '" + verdict.rule +
+                      "' here: " + verdict.detail;
+    }
+  }
+  selection.config = moe_heuristic_config(problem, limits);
   selection.source = runtime_api::ConfigSource::Heuristic;
   selection.detail = why_not_table;
   return selection;

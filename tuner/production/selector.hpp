@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/family.hpp"
+#include "kernels/moe.hpp"
 #include "reports/selection_table.hpp"
 #include "tuner/production/qtune_runtime.hpp"
 
@@ -36,5 +37,25 @@ Problem rule_check_problem(const reports::MRange& range, const Problem& problem)
 // The configuration for `problem` on a GPU with `limits`; `table` may be null. A table config that fails the family's
 // rules (rule_check_problem) gives way to the heuristic. Throws UnsupportedError when the format cannot run on limits.sm.
 Selection select_config(const reports::SelectionTable* table, const Problem& problem, const ArchLimits& limits);
+
+// A token-indexed MoE problem from user input (the routing is the caller's, on the device): InputError naming
+// "projection", "experts", "top_k", "tokens", "n", "k" or the spec's field.
+MoeProblem make_moe_problem(const FormatSpec& format, int experts, int top_k, std::int64_t n, std::int64_t k,
+                            std::int64_t tokens, std::string_view projection);
+
+// The expected rows per touched expert under uniform routing: pairs / (E · (1 − (1 − top_k/E)^T)), at least 1.
+std::int64_t expected_rows_per_expert(const MoeProblem& problem);
+
+// The mma family's configuration for a token-indexed MoE problem, by the dense rules: the table's `moe` entry of the
+// exact key (format, experts, top_k, n, k, projection, token-indexed), its token range holding T; else the nearest
+// entry of the format and projection in (ln n, ln k, ln experts, ln top_k), its range for T; else the heuristic
+// (moe_heuristic_config). A table config that fails mma_moe::check at the largest token count tuned in its range (or
+// T when larger) gives way to the heuristic. UnsupportedError when the mma family cannot run the format on limits.sm.
+Selection select_moe_config(const reports::SelectionTable* table, const MoeProblem& problem, const ArchLimits& limits);
+
+// The mma family's hand-written config at the expected rows per expert, with the K split lowered while the MoE
+// launch's live tiles (N tiles × expected blocks) already give 1.5 CTAs per SM; the first that passes mma_moe::check
+// of it, split 1, and three small streaming tiles. UnsupportedError when none passes.
+KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& limits);
 
 }  // namespace qtune::production

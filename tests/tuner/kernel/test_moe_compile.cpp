@@ -1,7 +1,8 @@
 // NVRTC compiles (no GPU needed) the mma family's MoE GEMM for sm_80 and sm_90a: every layout and projection, the
 // formats of the GPU tests (W4A16 int4 g128, W4A8 int4 x fp8, W8A8 fp8 and int8), two tile shapes, with no spills;
-// the top-k reduction for both output types; and the wgmma family's MoE GEMM for sm_90a over every W4A16 format it
-// runs x every layout x both projections, with no spills.
+// the top-k reduction for both output types; the routing's device alignment (gemm/moe_align.cuh) for the block heights
+// and CTA sizes the runtime uses; and the wgmma family's MoE GEMM for sm_90a over every W4A16 format it runs x every
+// layout x both projections, with no spills.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -125,6 +126,38 @@ TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
   // A family without a MoE kernel is refused naming the config's family.
   EXPECT_THROW(mma_moe::kernel_name(KernelConfig::parse(kWgmmaConfigs[0], "tma")), InputError);
 }
+
+// The alignment kernel: every bm of the mma family's MoE tiles, the CTA sizes align_threads picks (1024 threads up to
+// 256 experts, fewer warps for more), on sm_80 and sm_90a, with no spills.
+TEST(MoeCompile, AlignKernelForEveryBlockHeightAndCtaSize) {
+  EXPECT_EQ(mma_moe::align_threads(8, ArchLimits::for_sm(90)), 1024);
+  EXPECT_EQ(mma_moe::align_threads(256, ArchLimits::for_sm(90)), 1024);
+  EXPECT_EQ(mma_moe::align_threads(1024, ArchLimits::for_sm(90)), 256);
+  EXPECT_EQ(mma_moe::align_threads(4096, ArchLimits::for_sm(90)), 32);  // beyond 48 KiB: one warp, opted in
+  EXPECT_GT(mma_moe::align_launch_geometry(4096, 32).dynamic_shared_bytes, 48u * 1024);
+  EXPECT_THROW(mma_moe::align_threads(65536, ArchLimits::for_sm(90)), InputError);
+  EXPECT_THROW(mma_moe::align_instantiation_source(0, 1024, "sm_90a"), InputError);
+  EXPECT_THROW(mma_moe::align_instantiation_source(16, 48, "sm_90a"), InputError);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    for (int bm : {16, 32, 64, 128}) {
+      for (int threads : {1024, 256, 32}) {
+        jit::CompileRequest request;
+        request.source = mma_moe::align_instantiation_source(bm, threads, arch);
+        request.kernel_name = mma_moe::align_kernel_name();
+        request.arch = arch;
+        requests.push_back(request);
+        labels.push_back("align bm=" + std::to_string(bm) + " threads=" + std::to_string(threads) + " " + arch);
+      }
+    }
+  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+  });
+}
+
 
 }  // namespace
 }  // namespace qtune

@@ -1,0 +1,259 @@
+// libqtune_runtime's MoE entry point on a GPU (skipped with the reason when there is none): Runtime::moe_gemm (device
+// alignment of the routing, the MoE GEMM, the down projection's top-k sum) against the CPU reference (kernels/
+// moe_reference.hpp), W4A16 int4 g128 and W4A8 int4 x fp8 (and W8A8 fp8), gate-up and down, uniform, Zipf-skewed and
+// empty-expert routings, heuristic and tuned (split-K) configs. Every expert is prepacked once by prepack_moe; the
+// output is poisoned with NaN before each call; every row that reaches the output is checked with the MoE tests'
+// tolerance. A call captured into a CUDA graph proves there is no host synchronisation and no allocation in it.
+#include <gtest/gtest.h>
+
+#include "tests/common/temp_dir.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_layout.hpp"
+#include "kernels/moe.hpp"
+#include "kernels/moe_reference.hpp"
+#include "tests/tuner/production/production_test_support.hpp"
+#include "tests/tuner/runtime/gpu_test_support.hpp"
+#include "tuner/gemm/gemm_runner.hpp"
+#include "tuner/production/qtune_runtime.hpp"
+#include "tuner/runtime/device.hpp"
+#include "tuner/runtime/driver.hpp"
+#include "tuner/runtime/memory.hpp"
+#include "tuner/runtime/stream.hpp"
+
+namespace qtune::production {
+namespace {
+
+using runtime_api::ConfigSource;
+using runtime_api::MoeShape;
+using runtime_api::Runtime;
+using runtime_api::RuntimeOptions;
+
+struct Case {
+  std::string format;
+  std::string projection;
+  std::string routing;
+  int experts = 16;
+  int top_k = 4;
+  std::int64_t tokens = 16;
+  std::int64_t n = 256;
+  std::int64_t k = 512;
+};
+
+std::string label(const Case& c) {
+  return c.format + " " + c.projection + " " + c.routing + " E=" + std::to_string(c.experts) + " top_k=" +
+         std::to_string(c.top_k) + " T=" + std::to_string(c.tokens) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k);
+}
+
+MoeProblem problem_of(const Case& c) {
+  MoeProblem problem{.format = FormatSpec::parse(c.format), .experts = c.experts, .top_k = c.top_k, .tokens = c.tokens,
+                     .n = c.n, .k = c.k, .projection = parse_moe_projection(c.projection)};
+  problem.routing = RoutingSpec::parse(c.routing, 41);
+  return problem;
+}
+
+// One case's operands on the device: every expert prepacked by the Runtime, activations as the kernels read them, the
+// routing's ids and weights, the output.
+struct DeviceCase {
+  MoeProblem problem;
+  MoeReferenceResult reference;
+  runtime::DeviceBuffer a, a_scales, ids, router_weights, weights, scales, zeros, global_scale, c;
+
+  runtime_api::MoeGemmArguments arguments() const {
+    auto optional = [](const runtime::DeviceBuffer& buffer) { return buffer.bytes() > 0 ? buffer.as<const void>() : nullptr; };
+    return {.a = a.as<const void>(), .a_scales = optional(a_scales), .topk_ids = ids.as<const void>(),
+            .topk_weights = router_weights.as<const void>(), .weights = weights.as<const void>(),
+            .scales = scales.as<const void>(), .zeros = optional(zeros), .global_scale = global_scale.as<const void>(),
+            .c = c.as<void>()};
+  }
+  std::vector<std::uint16_t> output() const {
+    return c.download<std::uint16_t>(static_cast<std::size_t>(problem.output_rows() * problem.n));
+  }
+};
+
+DeviceCase upload(const Runtime& runtime, const Case& c) {
+  DeviceCase device;
+  device.problem = problem_of(c);
+  const Routing routing = device.problem.make_routing();
+  const MoeOperands operands = make_moe_operands(device.problem, routing, 43, /*every_expert=*/true);
+  device.reference = reference_moe(device.problem, operands);
+  std::vector<runtime_api::HostQuantizedWeights> experts;
+  for (const QuantizedWeights& w : operands.experts) experts.push_back({w.codes, w.scales.bits, w.zero_point_bits, w.global_scale});
+  const runtime_api::PackedExperts packed = runtime.prepack_moe(c.format, c.n, c.k, experts);
+  EXPECT_EQ(packed.experts, c.experts);
+  device.weights = runtime::make_device_buffer(packed.weights);
+  device.scales = runtime::make_device_buffer(packed.scales);
+  if (!packed.zeros.empty()) device.zeros = runtime::make_device_buffer(packed.zeros);
+  device.global_scale = runtime::make_device_buffer(packed.global_scale);
+  const PackedBuffers activations = mma::prepack_activations(operands.activations, mma::device_format(device.problem.format));
+  device.a = runtime::make_device_buffer(activations.at("a"));
+  if (const auto scales = activations.find("a_scales"); scales != activations.end()) device.a_scales = runtime::make_device_buffer(scales->second);
+  device.ids = runtime::make_device_buffer(routing.ids);
+  device.router_weights = runtime::make_device_buffer(routing.weights);
+  device.c = runtime::DeviceBuffer(static_cast<std::size_t>(device.problem.output_rows() * c.n) * 2);
+  runtime::Device::get().synchronize();  // pageable uploads may still be in flight
+  return device;
+}
+
+// "" when the output matches the reference, else why not.
+std::string check_output(const DeviceCase& device, const std::vector<std::uint16_t>& bits) {
+  ReferenceResult expected;
+  expected.m = device.problem.output_rows();
+  expected.n = device.problem.n;
+  expected.unrounded = device.reference.unrounded;
+  const gemm::Verification verification =
+      gemm::verify_output(bits, device.problem.format.output, expected, default_tolerance(device.problem.format));
+  return verification.passed ? "" : verification.summary();
+}
+
+// Poisons the output, runs moe_gemm on `stream`, and returns the output's bits.
+std::vector<std::uint16_t> run(Runtime& runtime, DeviceCase& device, const Case& c, const runtime::Stream& stream) {
+  device.c.fill_bytes(0xFF);  // NaN in f16 and bf16: a row the call never writes shows up
+  runtime::Device::get().synchronize();
+  const MoeShape shape{.experts = c.experts, .top_k = c.top_k, .n = c.n, .k = c.k, .tokens = c.tokens, .projection = c.projection};
+  runtime.moe_gemm(c.format, shape, device.arguments(), stream.get());
+  stream.synchronize();
+  return device.output();
+}
+
+void run_cases(Runtime& runtime, const std::vector<Case>& cases, ConfigSource expected_source) {
+  const runtime::Stream stream;
+  const int sm = gemm::device_limits().sm;
+  int ran = 0, failed = 0;
+  for (const Case& c : cases) {
+    if (!mma_family().supports(FormatSpec::parse(c.format), sm).supported) continue;
+    ++ran;
+    std::string outcome;
+    try {
+      const MoeShape shape{.experts = c.experts, .top_k = c.top_k, .n = c.n, .k = c.k, .tokens = c.tokens, .projection = c.projection};
+      const runtime_api::MoeChoice choice = runtime.select_moe(c.format, shape);
+      if (choice.choice.source != expected_source) {
+        outcome = "selected from " + std::string(runtime_api::to_string(choice.choice.source)) + ": " + choice.choice.detail;
+      } else {
+        DeviceCase device = upload(runtime, c);
+        const std::vector<std::uint16_t> first = run(runtime, device, c, stream);
+        outcome = check_output(device, first);
+        // The same call again (tables rebuilt, split-K counters reused): the same bits.
+        if (outcome.empty() && run(runtime, device, c, stream) != first) outcome = "a second call gave different bits";
+        std::printf("[ runtime moe ] %-90s %s %s\n", label(c).c_str(), choice.choice.config.c_str(), outcome.empty() ? "PASS" : "FAIL");
+      }
+    } catch (const std::exception& error) {
+      outcome = std::string("error: ") + error.what();
+    }
+    if (!outcome.empty()) {
+      ++failed;
+      ADD_FAILURE() << label(c) << ": " << outcome;
+    }
+  }
+  std::printf("[ runtime moe ] %d of %d passed\n", ran - failed, ran);
+  EXPECT_GT(ran, 0);
+}
+
+std::vector<Case> routed_cases() {
+  std::vector<Case> cases;
+  for (const char* format : {"w4a16-int4-g128", "w4a8-int4-fp8", "w8a8-fp8-ch"}) {
+    for (const char* projection : {"gate-up", "down"}) {
+      cases.push_back({.format = format, .projection = projection, .routing = "uniform", .tokens = 16});
+      cases.push_back({.format = format, .projection = projection, .routing = "uniform", .tokens = 1});
+      cases.push_back({.format = format, .projection = projection, .routing = "zipf:1.5", .tokens = 300});
+      // Zipf 3 over 64 experts, top-2 of 16 tokens: most experts have no token.
+      cases.push_back({.format = format, .projection = projection, .routing = "zipf:3", .experts = 64, .top_k = 2, .tokens = 16,
+                       .k = 1024});
+    }
+  }
+  return cases;
+}
+
+TEST(RuntimeMoeGpu, HeuristicMoeGemmMatchesTheReference) {
+  QTUNE_REQUIRE_GPU();
+  test_support::TempDir dir;
+  Runtime runtime({.cache_directory = dir / "cache"});
+  run_cases(runtime, routed_cases(), ConfigSource::Heuristic);
+}
+
+// The table's configs: a split-K tile for T <= 16 and a 64-row tile beyond, so the runtime's split-K workspace and
+// both block heights (their own alignment kernels) are exercised.
+TEST(RuntimeMoeGpu, TunedConfigsFromTheTableMatchTheReference) {
+  QTUNE_REQUIRE_GPU();
+  test_support::TempDir dir;
+  reports::SelectionTable table;
+  table.gpu = "h200";
+  std::vector<Case> cases;
+  for (const char* format : {"w4a16-int4-g128", "w4a8-int4-fp8"}) {
+    for (const char* projection : {"gate-up", "down"}) {
+      reports::MoeRules rules;
+      rules.format = FormatSpec::parse(format).to_string();
+      rules.experts = 64;
+      rules.top_k = 2;
+      rules.n = 256;
+      rules.k = 1024;
+      rules.projection = projection;
+      rules.layout = "token-indexed";
+      rules.routing = "uniform";
+      reports::MRange small, large;
+      small.m_min = 1;
+      small.m_max = 16;
+      small.config = KernelConfig::parse("bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0", "mma");
+      small.buckets = {{16, 5.0}};
+      large.m_min = 17;
+      large.config = KernelConfig::parse("bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0", "mma");
+      large.buckets = {{256, 9.0}};
+      rules.ranges = {small, large};
+      table.moe.push_back(rules);
+      for (std::int64_t tokens : {std::int64_t{3}, std::int64_t{16}, std::int64_t{200}}) {
+        for (const char* routing : {"uniform", "zipf:3"}) {
+          cases.push_back({.format = format, .projection = projection, .routing = routing, .experts = 64, .top_k = 2,
+                           .tokens = tokens, .k = 1024});
+        }
+      }
+    }
+  }
+  std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
+  Runtime runtime({.table = testing::write_table(dir / "table.json", table), .cache_directory = dir / "cache"});
+  run_cases(runtime, cases, ConfigSource::Tuned);
+}
+
+// After load_moe, a call allocates nothing and never waits for the stream: it can be captured into a CUDA graph (global
+// capture mode refuses synchronisation and allocation), and the replayed graph computes the same output.
+TEST(RuntimeMoeGpu, CallCapturesIntoACudaGraph) {
+  QTUNE_REQUIRE_GPU();
+  test_support::TempDir dir;
+  Runtime runtime({.cache_directory = dir / "cache"});
+  for (const char* projection : {"gate-up", "down"}) {
+    const Case c{.format = "w4a16-int4-g128", .projection = projection, .routing = "zipf:1.5", .tokens = 64};
+    const MoeShape shape{.experts = c.experts, .top_k = c.top_k, .n = c.n, .k = c.k, .tokens = c.tokens, .projection = c.projection};
+    DeviceCase device = upload(runtime, c);
+    const runtime::Stream stream;
+    runtime.load_moe(c.format, shape, stream.get());
+    device.c.fill_bytes(0xFF);
+    runtime::Device::get().synchronize();
+    QTUNE_CU(cuStreamBeginCapture, stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL);
+    std::string failure;
+    try {
+      runtime.moe_gemm(c.format, shape, device.arguments(), stream.get());
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+    CUgraph graph = nullptr;
+    QTUNE_CU(cuStreamEndCapture, stream.get(), &graph);
+    ASSERT_EQ(failure, "") << projection << ": moe_gemm is not capturable";
+    ASSERT_NE(graph, nullptr);
+    CUgraphExec executable = nullptr;
+    QTUNE_CU(cuGraphInstantiateWithFlags, &executable, graph, 0);
+    QTUNE_CU(cuGraphLaunch, executable, stream.get());
+    stream.synchronize();
+    EXPECT_EQ(check_output(device, device.output()), "") << projection << " replayed from a graph";
+    QTUNE_CU(cuGraphExecDestroy, executable);
+    QTUNE_CU(cuGraphDestroy, graph);
+  }
+}
+
+}  // namespace
+}  // namespace qtune::production
