@@ -33,6 +33,7 @@
 #include "tuner/jit/thread_pool.hpp"
 #include "tuner/peers/humming_tune.hpp"
 #include "tuner/peers/peer_host.hpp"
+#include "tuner/peers/peer_runs.hpp"
 #include "tuner/production/selector.hpp"
 #include "tuner/tune/devices.hpp"
 #include "tuner/tune/family_runs.hpp"
@@ -273,10 +274,11 @@ class FamilyConsole final : public tune::FamilyRunObserver {
 };
 
 // The MoE problems' run: exhaustive over the MoE providers' spaces (each capped by --budget-evals), measured in one
-// worker on the first GPU.
+// worker on the first GPU; a peer's --moe-baseline on `baseline_peers`.
 int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& problems,
-            const std::vector<std::string>& moe_providers, const tune::TuneTarget& target, const tune::MeasureSettings& measure, const jit::CompilerSettings& settings, const std::filesystem::path& cache,
-            reports::OutputStyle style, std::optional<reports::Table>& machine_table) {
+            const std::vector<std::string>& moe_providers, const tune::TuneTarget& target, const tune::MeasureSettings& measure,
+            const jit::CompilerSettings& settings, const std::filesystem::path& cache, reports::OutputStyle style,
+            std::optional<reports::Table>& machine_table, peers::PeerHost* baseline_peers) {
   if (options.strategy != "exhaustive") {
     std::cerr << "qtune tune: MoE problems are searched exhaustively over the curated space (capped by --budget-evals); "
                  "--strategy "
@@ -294,7 +296,7 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
   moe_options.timeout_s = options.timeout_ms ? *options.timeout_ms / 1000.0 : options.timeout_s;
   moe_options.dry_run = options.dry_run;
   moe_options.retune = options.retune;
-  moe_options.baseline = options.moe.baseline;
+  moe_options.baseline = canonical_moe_baseline(options.moe.baseline);
   moe_options.command_line = command_line();
   const jit::Compiler compiler(settings);
   tune::MoeTuneServices services;
@@ -309,6 +311,15 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
     worker.cache_directory = cache;
     backend = std::make_unique<tune::WorkerBackend>(worker);
     services.evaluate = [&backend](const tune::CandidateJob& job, double timeout_s) { return backend->evaluate_job(job, timeout_s); };
+    if (baseline_peers != nullptr) {
+      // A peer's MoE kernel as the baseline: its job goes to the peer host, qtune's own baselines to the worker.
+      services.evaluate_baseline = [&backend, baseline_peers](const tune::CandidateJob& job, double timeout_s) {
+        for (const char* known : tune::kMoeBaselines) {
+          if (job.provider == known) return tune::MoeBaselineResult{backend->evaluate_job(job, timeout_s)};
+        }
+        return peers::run_moe_job(*baseline_peers, job, timeout_s);
+      };
+    }
   }
   services.problem_finished = [](const tune::MoeProblemReport& report) {
     std::cerr << "qtune tune: " << report.problem.to_string() << ": "
@@ -470,6 +481,16 @@ int run(const TuneCommandOptions& options) {
   if (!moe_problems.empty() && shard.sharded()) {
     QTUNE_INPUT_ERROR("--shard: MoE expert GEMMs are not sharded yet; tune them in one process (--gemms moe)");
   }
+  // A peer's MoE kernel as the baseline: the peer must run MoE GEMMs in every format it applies to, settled before
+  // anything is stored (exit 2 naming the provider and what to install). A dry run measures no baseline.
+  std::unique_ptr<peers::PeerHost> moe_baseline_peers;
+  const std::vector<peers::ProviderId> moe_peer_providers = moe_baseline_peer_providers(options.moe.baseline, moe_problems);
+  if (!moe_peer_providers.empty() && !options.dry_run) {
+    peers::PeerEnvironment environment = peers::peer_environment(options.peer_paths);
+    environment.test_peers = options.test_peers;
+    moe_baseline_peers = std::make_unique<peers::PeerHost>(std::move(environment));
+    for (const peers::ProviderId& provider : moe_peer_providers) moe_baseline_peers->require_moe(provider);
+  }
   const peers::FamilyChoice family_choice = peers::split_families(options.family);
   HummingPart humming;
   if (family_choice.humming == peers::HummingChoice::Required) humming = plan_humming(options, family_choice.humming, shard_problems);
@@ -561,7 +582,8 @@ int run(const TuneCommandOptions& options) {
   }
   int moe_status = 0;
   if (!moe_problems.empty() && !runs.interrupted) {
-    moe_status = run_moe(options, moe_problems, moe_providers, target, measure, settings, cache, style, moe_table);
+    moe_status = run_moe(options, moe_problems, moe_providers, target, measure, settings, cache, style, moe_table,
+                         moe_baseline_peers.get());
   }
   if (style != reports::OutputStyle::Text) {
     std::vector<std::pair<std::string, const reports::Table*>> parts;
@@ -658,7 +680,8 @@ void add_tune_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();
   command->add_option("--peer-path", options->peer_paths,
-                      "a folder the peers (Humming) are imported from; repeatable, before $QTUNE_PEER_PATH");
+                      "a folder the peers (Humming, also as --moe-baseline) are imported from; repeatable, before "
+                      "$QTUNE_PEER_PATH");
   command->add_flag("--test-peers", options->test_peers, "also offer qtune's test peers (fake)")->group("");
   command->callback([options] { set_exit_status(run(*options)); });
 }

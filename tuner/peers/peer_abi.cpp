@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +14,8 @@
 
 #include "kernels/codec.hpp"
 #include "kernels/error.hpp"
+#include "kernels/moe.hpp"
+#include "kernels/moe_reference.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/reference.hpp"
@@ -101,6 +105,27 @@ T request_field(const nlohmann::json& request, const char* name) {
   }
 }
 
+// The quantized experts of the last MoE shape (format, N, K, seed): a tune asks for the same experts at every token
+// count, and DeepSeek-V3's 256 experts take minutes to quantize. A problem borrows the experts it touches and gives
+// them back when destroyed (as the MoE provider's cache does), so they are held once.
+struct ExpertCache {
+  std::mutex mutex;
+  std::string key;
+  std::vector<qtune::QuantizedWeights> experts;  // n = 0: not made, or lent to a live problem
+};
+
+ExpertCache& expert_cache() {
+  static auto* cache = new ExpertCache;  // never destroyed: a problem may be destroyed at exit
+  return *cache;
+}
+
+std::string experts_key(const qtune::MoeProblem& problem, uint64_t seed) {
+  return problem.format.to_string() + "|" + std::to_string(problem.experts) + "|" + std::to_string(problem.n) + "x" +
+         std::to_string(problem.k) + "|" + std::to_string(seed);
+}
+
+std::string expert_buffer_name(int32_t expert, const char* name) { return "expert" + std::to_string(expert) + "." + name; }
+
 }  // namespace
 
 // One problem's operands, the buffers that expose them, and its reference once computed.
@@ -118,13 +143,55 @@ struct qtune_peer_problem {
   std::vector<float> weight_values;
   std::optional<qtune::ReferenceResult> reference;
   std::map<std::string, Buffer> buffers;
+  // MoE problems: the problem, its routing, activations and the touched experts' weights (data is unused).
+  std::optional<qtune::MoeProblem> moe;
+  qtune::MoeOperands moe_operands;
+  std::vector<int32_t> touched;                    // the experts the routing touches, ascending
+  std::map<int32_t, std::vector<float>> expert_values;  // dequantized on first request
+
+  qtune_peer_problem() = default;
+  qtune_peer_problem(const qtune_peer_problem&) = delete;
+  qtune_peer_problem& operator=(const qtune_peer_problem&) = delete;
+  ~qtune_peer_problem() {
+    if (!moe) return;
+    // The experts go back to the cache for the next token count of the same shape.
+    ExpertCache& cache = expert_cache();
+    std::lock_guard lock(cache.mutex);
+    if (cache.key != experts_key(*moe, seed) || cache.experts.size() != moe_operands.experts.size()) return;
+    for (size_t e = 0; e < cache.experts.size(); ++e) {
+      if (moe_operands.experts[e].n != 0 && cache.experts[e].n == 0) cache.experts[e] = std::move(moe_operands.experts[e]);
+    }
+  }
+
+  const qtune::QuantizedActivations& activations() const { return moe ? moe_operands.activations : data.activations; }
 
   float decode16(uint16_t bits) const {
     return output == OutputType::F16 ? qtune::f16_bits_to_float(bits) : qtune::bf16_bits_to_float(bits);
   }
 
+  // Makes a lazily dequantized buffer when `name` is one: activation_values, weight_values, expert<e>.weight_values.
+  void make_lazy(const std::string& name) {
+    if (name == "activation_values" || name == "weight_values") {
+      make_values();
+      return;
+    }
+    if (!moe) return;
+    for (const int32_t e : touched) {
+      const std::string wanted = expert_buffer_name(e, "weight_values");
+      if (name != wanted || expert_values.contains(e)) continue;
+      const qtune::QuantizedWeights& weights = moe_operands.experts[static_cast<size_t>(e)];
+      expert_values[e] = qtune::dequantize(weights);
+      buffers[wanted] = buffer_of("float32", weights.n, weights.k, expert_values[e]);
+    }
+  }
+
   void make_values() {
     if (!activation_values.empty()) return;
+    if (moe) {
+      activation_values = qtune::dequantize(moe_operands.activations);
+      buffers["activation_values"] = buffer_of("float32", moe_operands.activations.m, k, activation_values);
+      return;
+    }
     if (format) {
       activation_values = qtune::dequantize(data.activations);
       weight_values = qtune::dequantize(data.weights);
@@ -140,6 +207,17 @@ struct qtune_peer_problem {
 
   const qtune::ReferenceResult& reference_result() {
     if (reference) return *reference;
+    if (moe) {
+      // Rows of the projection's output (gate-up: pairs; down: tokens after the weighted top-k sum).
+      qtune::MoeReferenceResult moe_reference = qtune::reference_moe(*moe, moe_operands);
+      qtune::ReferenceResult result;
+      result.m = m;
+      result.n = n;
+      result.unrounded = std::move(moe_reference.unrounded);
+      result.output = std::move(moe_reference.output);
+      reference = std::move(result);
+      return *reference;
+    }
     if (format) {
       reference = qtune::gemm::reference_for(data);
       return *reference;
@@ -172,7 +250,37 @@ struct qtune_peer_problem {
 
 namespace {
 
+qtune_peer_problem* make_moe_problem(const nlohmann::json& request);
+
+void add_weight_buffers(std::map<std::string, Buffer>& buffers, const std::string& prefix,
+                        const qtune::QuantizedWeights& weights) {
+  buffers[prefix + "weight_codes"] = buffer_of("uint8", weights.n, weights.k, weights.codes);
+  buffers[prefix + "weight_scale_bits"] = buffer_of("uint32", weights.scales.rows, weights.scales.cols, weights.scales.bits);
+  buffers[prefix + "weight_scale_values"] =
+      buffer_of("float32", weights.scales.rows, weights.scales.cols, weights.scales.values);
+  if (!weights.zero_point_bits.empty()) {
+    buffers[prefix + "weight_zero_bits"] =
+        buffer_of("uint32", weights.scales.rows, weights.scales.cols, weights.zero_point_bits);
+    buffers[prefix + "weight_zero_values"] =
+        buffer_of("float32", weights.scales.rows, weights.scales.cols, weights.zero_points);
+  }
+}
+
+void add_activation_buffers(std::map<std::string, Buffer>& buffers, const FormatSpec& format,
+                            const qtune::QuantizedActivations& activations) {
+  if (format.activation_is_quantized()) {
+    buffers["activation_codes"] = buffer_of("uint8", activations.m, activations.k, activations.codes);
+    if (!activations.scales.empty()) {
+      buffers["activation_scale_values"] =
+          buffer_of("float32", activations.scales.rows, activations.scales.cols, activations.scales.values);
+    }
+  } else {
+    buffers["activation_bits16"] = buffer_of("uint16", activations.m, activations.k, activations.bits16);
+  }
+}
+
 qtune_peer_problem* make_problem(const nlohmann::json& request) {
+  if (request.is_object() && request.contains("moe")) return make_moe_problem(request);
   auto problem = std::make_unique<qtune_peer_problem>();
   problem->operands = request_field<std::string>(request, "operands");
   problem->m = request_field<int64_t>(request, "m");
@@ -203,24 +311,66 @@ qtune_peer_problem* make_problem(const nlohmann::json& request) {
   problem->output = problem->format->output;
   problem->tolerance = qtune::default_tolerance(*problem->format);
   problem->data = qtune::gemm::make_gemm_data(qtune::Problem{*problem->format, m, n, k}, problem->seed);
-  const qtune::QuantizedWeights& weights = problem->data.weights;
-  const qtune::QuantizedActivations& activations = problem->data.activations;
-  auto& buffers = problem->buffers;
-  buffers["weight_codes"] = buffer_of("uint8", n, k, weights.codes);
-  buffers["weight_scale_bits"] = buffer_of("uint32", weights.scales.rows, weights.scales.cols, weights.scales.bits);
-  buffers["weight_scale_values"] = buffer_of("float32", weights.scales.rows, weights.scales.cols, weights.scales.values);
-  if (!weights.zero_point_bits.empty()) {
-    buffers["weight_zero_bits"] = buffer_of("uint32", weights.scales.rows, weights.scales.cols, weights.zero_point_bits);
-    buffers["weight_zero_values"] = buffer_of("float32", weights.scales.rows, weights.scales.cols, weights.zero_points);
+  add_weight_buffers(problem->buffers, "", problem->data.weights);
+  add_activation_buffers(problem->buffers, *problem->format, problem->data.activations);
+  return problem.release();
+}
+
+// A MoE problem: qtune's MoE operands for (problem, seed), the touched experts only (borrowed from the cache).
+qtune_peer_problem* make_moe_problem(const nlohmann::json& request) {
+  auto problem = std::make_unique<qtune_peer_problem>();
+  try {
+    problem->moe = qtune::MoeProblem::from_json(request.at("moe"));
+  } catch (const nlohmann::json::exception& error) {
+    QTUNE_INPUT_ERROR(std::string("problem.moe: ") + error.what());
   }
-  if (problem->format->activation_is_quantized()) {
-    buffers["activation_codes"] = buffer_of("uint8", m, k, activations.codes);
-    if (!activations.scales.empty()) {
-      buffers["activation_scale_values"] =
-          buffer_of("float32", activations.scales.rows, activations.scales.cols, activations.scales.values);
+  const qtune::MoeProblem& moe = *problem->moe;
+  problem->seed = request.contains("seed") ? request_field<uint64_t>(request, "seed") : 1;
+  problem->format = moe.format;
+  problem->operands = moe.format.to_string();
+  problem->output = moe.format.output;
+  problem->tolerance = qtune::default_tolerance(moe.format);
+  problem->m = moe.output_rows();
+  problem->n = moe.n;
+  problem->k = moe.k;
+  qtune::MoeOperands& operands = problem->moe_operands;
+  operands.routing = moe.make_routing();
+  operands.activations = qtune::make_moe_activations(moe, problem->seed);
+  operands.experts.resize(static_cast<size_t>(moe.experts));
+  const std::vector<int64_t> counts = operands.routing.pairs_per_expert();
+  for (int32_t e = 0; e < moe.experts; ++e) {
+    if (counts[static_cast<size_t>(e)] > 0) problem->touched.push_back(e);
+  }
+  {
+    ExpertCache& cache = expert_cache();
+    std::lock_guard lock(cache.mutex);
+    const std::string key = experts_key(moe, problem->seed);
+    if (cache.key != key || cache.experts.size() != operands.experts.size()) {
+      cache.key = key;
+      cache.experts.assign(operands.experts.size(), qtune::QuantizedWeights{});
     }
-  } else {
-    buffers["activation_bits16"] = buffer_of("uint16", m, k, activations.bits16);
+    for (const int32_t e : problem->touched) {
+      if (cache.experts[static_cast<size_t>(e)].n != 0) operands.experts[static_cast<size_t>(e)] = std::move(cache.experts[static_cast<size_t>(e)]);
+    }
+  }
+  std::vector<int32_t> missing;
+  for (const int32_t e : problem->touched) {
+    if (operands.experts[static_cast<size_t>(e)].n == 0) missing.push_back(e);
+  }
+  qtune::parallel_for(static_cast<int64_t>(missing.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int32_t e = missing[static_cast<size_t>(i)];
+      operands.experts[static_cast<size_t>(e)] = qtune::make_expert_weights(moe, e, problem->seed);
+    }
+  });
+
+  auto& buffers = problem->buffers;
+  add_activation_buffers(buffers, moe.format, operands.activations);
+  buffers["topk_ids"] = buffer_of("int32", moe.tokens, moe.top_k, operands.routing.ids);
+  buffers["router_weights"] = buffer_of("float32", moe.tokens, moe.top_k, operands.routing.weights);
+  buffers["touched_experts"] = buffer_of("int32", static_cast<int64_t>(problem->touched.size()), 1, problem->touched);
+  for (const int32_t e : problem->touched) {
+    add_weight_buffers(buffers, "expert" + std::to_string(e) + ".", operands.experts[static_cast<size_t>(e)]);
   }
   return problem.release();
 }
@@ -239,11 +389,25 @@ nlohmann::json describe(qtune_peer_problem& problem) {
                       {"output_type", qtune::to_string(problem.output)},
                       {"tolerance", problem.tolerance},
                       {"buffers", buffers}};
-  if (problem.format) {
+  json["kind"] = problem.moe ? "moe" : "dense";
+  if (problem.moe) {
+    const qtune::MoeProblem& moe = *problem.moe;
+    json["moe"] = moe.to_json();
+    json["experts"] = moe.experts;
+    json["top_k"] = moe.top_k;
+    json["tokens"] = moe.tokens;
+    json["projection"] = std::string(qtune::moe_projection_name(moe.projection));
+    json["input_rows"] = moe.input_rows();
+    json["experts_touched"] = problem.touched;
+    nlohmann::json global_scales = nlohmann::json::array();
+    for (const int32_t e : problem.touched) global_scales.push_back(problem.moe_operands.experts[static_cast<size_t>(e)].global_scale);
+    json["expert_global_scales"] = std::move(global_scales);
+    json["weight_scales"] = scale_layout(problem.moe_operands.experts[static_cast<size_t>(problem.touched.front())].scales);
+  } else if (problem.format) {
     json["weight_scales"] = scale_layout(problem.data.weights.scales);
     json["global_scale"] = problem.data.weights.global_scale;
-    if (!problem.data.activations.scales.empty()) json["activation_scales"] = scale_layout(problem.data.activations.scales);
   }
+  if (problem.format && !problem.activations().scales.empty()) json["activation_scales"] = scale_layout(problem.activations().scales);
   return json;
 }
 
@@ -296,7 +460,7 @@ int qtune_peer_problem_buffer(qtune_peer_problem* problem, const char* name, con
       QTUNE_INPUT_ERROR("buffer: null argument");
     }
     const std::string wanted(name);
-    if (wanted == "activation_values" || wanted == "weight_values") problem->make_values();
+    problem->make_lazy(wanted);
     const auto found = problem->buffers.find(wanted);
     if (found == problem->buffers.end()) QTUNE_INPUT_ERROR("buffer: this problem has no buffer '" + wanted + "'");
     *data = found->second.data;

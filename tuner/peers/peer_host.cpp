@@ -100,10 +100,14 @@ PeerInfo peer_info_from_json(const nlohmann::json& json) {
   info.problem = measure::job_field<std::string>(json, "problem", "", "peers.");
   info.install = measure::job_field<std::string>(json, "install", "", "peers.");
   info.providers = measure::job_field<std::vector<std::string>>(json, "providers", {}, "peers.");
+  info.moe_providers = measure::job_field<std::vector<std::string>>(json, "moe_providers", {}, "peers.");
   return info;
 }
 
 nlohmann::json problem_json(const ProviderId& provider, const PeerProblem& problem) {
+  if (problem.moe) {
+    return {{"operands", provider.operands}, {"moe", problem.moe->to_json()}, {"seed", problem.seed}, {"device", problem.device}};
+  }
   return {{"operands", provider.operands}, {"m", problem.m},       {"n", problem.n},
           {"k", problem.k},                {"seed", problem.seed}, {"device", problem.device}};
 }
@@ -230,6 +234,23 @@ void PeerHost::require(const ProviderId& provider, double timeout_s) {
     QTUNE_INPUT_ERROR("provider '" + provider.text() + "': " + peer.peer + " " + peer.version + " offers " + offers);
   }
   QTUNE_INPUT_ERROR("provider '" + provider.text() + "': no peer '" + provider.peer + "' (known: " + known + ")");
+}
+
+void PeerHost::require_moe(const ProviderId& provider, double timeout_s) {
+  require(provider, timeout_s);
+  std::string with_moe;
+  for (const PeerInfo& peer : describe(timeout_s)) {
+    if (peer.available && !peer.moe_providers.empty()) with_moe += (with_moe.empty() ? "" : ", ") + peer.peer;
+    if (peer.peer != provider.peer) continue;
+    if (std::find(peer.moe_providers.begin(), peer.moe_providers.end(), provider.text()) != peer.moe_providers.end()) return;
+    if (!peer.moe_providers.empty()) {
+      std::string offers;
+      for (const std::string& offered : peer.moe_providers) offers += (offers.empty() ? "" : ", ") + offered;
+      QTUNE_INPUT_ERROR("provider '" + provider.text() + "': " + peer.peer + " " + peer.version + " runs MoE GEMMs as " + offers);
+    }
+  }
+  QTUNE_INPUT_ERROR("provider '" + provider.text() + "': " + provider.peer + " runs no MoE GEMMs (peers that do: " +
+                    (with_moe.empty() ? std::string("none installed") : with_moe) + ")");
 }
 
 std::vector<nlohmann::json> PeerHost::configurations(const ProviderId& provider, const PeerProblem& problem,

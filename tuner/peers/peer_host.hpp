@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/moe.hpp"
 #include "tuner/measure/measure.hpp"
 #include "tuner/measure/worker.hpp"
 
@@ -60,6 +61,7 @@ struct PeerInfo {
   std::string problem;     // why it is unavailable: not importable, a version the adapter does not understand, ...
   std::string install;     // what to install, one line
   std::vector<std::string> providers;  // the provider ids it offers
+  std::vector<std::string> moe_providers;  // those it also runs MoE GEMMs with
 };
 
 struct PeerProblem {
@@ -68,6 +70,10 @@ struct PeerProblem {
   std::int64_t k = 0;
   std::uint64_t seed = 1;
   int device = 0;
+  // A MoE GEMM instead (m, n and k unused): qtune's MoE operands of this problem and `seed`, its output as peer_abi.h
+  // defines it (gate-up: a row per pair; down: a row per token, the top-k weighted sum). Its format is the provider's
+  // operands.
+  std::optional<MoeProblem> moe{};
 };
 
 enum class PeerOutcome {
@@ -121,6 +127,9 @@ class PeerHost {
   // (exit status 2): an unknown peer, a peer that is not importable or of a version its adapter does not understand,
   // or operands the peer does not offer.
   void require(const ProviderId& provider, double timeout_s = 600);
+  // require(), and the peer runs MoE GEMMs in those operands (else an InputError naming the provider and the peers
+  // that run MoE GEMMs).
+  void require_moe(const ProviderId& provider, double timeout_s = 600);
   // The peer's own configurations for a problem (its defaults first); [{}] for a peer with nothing to choose.
   std::vector<nlohmann::json> configurations(const ProviderId& provider, const PeerProblem& problem,
                                              double timeout_s = 600);

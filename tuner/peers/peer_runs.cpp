@@ -1,5 +1,6 @@
 #include "tuner/peers/peer_runs.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 
@@ -207,6 +208,31 @@ tune::BenchTarget bench_target(PeerHost& host, const ProviderId& provider, const
     return measured;
   };
   return target;
+}
+
+tune::MoeBaselineResult run_moe_job(PeerHost& host, const tune::CandidateJob& job, double timeout_s) {
+  tune::MoeBaselineResult baseline;
+  PeerResult result;
+  result.provider = job.provider;
+  try {
+    const ProviderId provider = parse_provider_id(job.provider, "--moe-baseline");
+    PeerProblem problem;
+    problem.seed = job.prepare.seed;
+    problem.device = job.prepare.device;
+    problem.moe = job.problem.moe;
+    PeerRunOptions options;
+    options.measure = job.candidate.measure;
+    options.timeout_s = std::max(timeout_s, kPeerMoeMinTimeoutS);
+    const std::vector<nlohmann::json> configs = host.configurations(provider, problem, options.timeout_s);
+    result = host.run(provider, problem, configs.empty() ? nlohmann::json::object() : configs.front(), options);
+  } catch (const Error& error) {  // no worker, or it died listing the configurations: a failed row like any other
+    result.outcome = PeerOutcome::Error;
+    result.error = error.what();
+  }
+  baseline.result = candidate_result(result);
+  if (result.verification) baseline.result.rows_checked = job.problem.moe.output_rows();
+  baseline.params = config_params(result);
+  return baseline;
 }
 
 }  // namespace qtune::peers

@@ -11,6 +11,7 @@
 #include "tuner/peers/peer_host.hpp"
 #include "tuner/providers/pipeline.hpp"
 #include "tuner/tune/bench_run.hpp"
+#include "tuner/tune/moe_tune.hpp"
 
 namespace qtune::peers {
 
@@ -41,5 +42,15 @@ nlohmann::json config_params(const PeerResult& result);
 // as a baseline whose family is the provider id, under --format when given, else the provider's operands. `host`
 // must outlive the target.
 tune::BenchTarget bench_target(PeerHost& host, const ProviderId& provider, const tune::BenchRequest& request);
+
+// A peer MoE job's timeout covers making the operands (quantizing every touched expert: all 256 of DeepSeek-V3 from
+// T = 64), packing them and the peer's compile: at least this many seconds.
+inline constexpr double kPeerMoeMinTimeoutS = 900;
+
+// A MoE tune's baseline job run by a peer (tune::MoeBaselineEvaluator): job.provider ("humming-w4a16-int4-g128") on
+// job.problem.moe with qtune's operands of job.prepare.seed, the peer's first configuration (its default: Humming's
+// heuristic), verified against the MoE CPU reference and measured with job.candidate.measure; the result mapped by
+// candidate_result and identified by config_params. Never throws for what the peer does.
+tune::MoeBaselineResult run_moe_job(PeerHost& host, const tune::CandidateJob& job, double timeout_s);
 
 }  // namespace qtune::peers

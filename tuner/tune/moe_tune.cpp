@@ -103,6 +103,20 @@ std::vector<MoeProblem> moe_problems_of_model(const search::ModelShapes& model, 
   return problems;
 }
 
+std::string moe_baseline_provider(const std::string& baseline, const MoeProblem& problem) {
+  for (const char* known : kMoeBaselines) {
+    if (baseline == known) return baseline;
+  }
+  const std::size_t dash = baseline.find('-');
+  if (dash == std::string::npos) return baseline + "-" + problem.format.to_string();  // a peer
+  // A peer's provider: its operands are a format, which must be the problem's.
+  try {
+    if (FormatSpec::parse(baseline.substr(dash + 1)) == problem.format) return baseline;
+  } catch (const InputError&) {
+  }
+  return "";
+}
+
 db::MoeProblemKey moe_problem_key(const MoeProblem& problem) {
   db::MoeProblemKey key;
   key.format = problem.format.to_string();
@@ -197,17 +211,31 @@ bool store_result(db::Store& store, const db::KernelConfig& record, const provid
   return timed && result.verified;
 }
 
-std::optional<double> measure_baseline(const std::string& baseline, const providers::ProviderProblem& problem, double timeout_s,
-                                       MoeTuneServices& services, db::Store& store, db::RunId run, db::MoeProblemId problem_id) {
-  const CandidateJob job = moe_job(baseline, problem, "default", services);
-  const providers::CandidateResult result = services.evaluate(job, timeout_s);
+// Measures the baseline's provider on the problem (none when it applies to another format) into the report.
+void measure_baseline(const std::string& baseline, const providers::ProviderProblem& problem, double timeout_s,
+                      MoeTuneServices& services, db::Store& store, db::RunId run, db::MoeProblemId problem_id,
+                      MoeProblemReport& report) {
+  const std::string provider = moe_baseline_provider(baseline, problem.moe);
+  if (provider.empty()) return;
+  report.baseline = provider;
+  const CandidateJob job = moe_job(provider, problem, "default", services);
+  MoeBaselineResult measured;
+  if (services.evaluate_baseline) {
+    measured = services.evaluate_baseline(job, timeout_s);
+  } else {
+    measured.result = services.evaluate(job, timeout_s);
+  }
   db::KernelConfig record;
   record.kind = db::ConfigKind::Baseline;
-  record.family = baseline;
-  record.params_json = "{}";
+  record.family = provider;
+  record.params_json = measured.params.dump();
   db::ConfigId config{};
-  if (!store_result(store, record, result, run, problem_id, "baseline", config)) return std::nullopt;
-  return result.measurement.median_us;
+  if (store_result(store, record, measured.result, run, problem_id, "baseline", config)) {
+    report.baseline_us = measured.result.measurement.median_us;
+  } else {
+    const std::string why = measured.result.message.empty() ? measured.result.verification_summary : measured.result.message;
+    report.baseline_failure = providers::to_string(measured.result.outcome) + (why.empty() ? "" : ": " + why);
+  }
 }
 
 }  // namespace
@@ -324,8 +352,8 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
     }
     if (!options.dry_run) {
       if (!options.baseline.empty() && !report.interrupted) {
-        problem_report.baseline_us = measure_baseline(options.baseline, provider_problem, options.timeout_s, services,
-                                                      store, report.run, problem_id);
+        measure_baseline(options.baseline, provider_problem, options.timeout_s, services, store, report.run, problem_id,
+                         problem_report);
       }
       if (best) {
         db::set_moe_winner(store, db::MoeWinner{report.run, problem_id, best_config, best->second,

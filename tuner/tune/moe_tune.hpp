@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "db/moe_store.hpp"
 #include "kernels/family.hpp"
 #include "kernels/moe.hpp"
@@ -36,8 +38,14 @@
 
 namespace qtune::tune {
 
-// The MoE baselines a tune may measure beside its candidates (tuner/baselines/moe_grouped_baseline.hpp).
+// The MoE baselines qtune's worker measures beside the candidates (tuner/baselines/moe_grouped_baseline.hpp). A
+// baseline may also be a peer's MoE kernel (docs/peers.md), which the peer host runs: a peer ("humming": its provider
+// of each problem's format) or one provider ("humming-w4a16-int4-g128": problems of that format only).
 inline constexpr const char* kMoeBaselines[] = {"cublas-grouped-f16"};
+
+// The provider a baseline measures on `problem`: a kMoeBaselines name itself; a peer name "<peer>-<format>"; a
+// provider "<peer>-<format>" itself where the format is the problem's, else "" (no baseline for this problem).
+std::string moe_baseline_provider(const std::string& baseline, const MoeProblem& problem);
 
 // T = 1, 16, 64, 256, 1024, 4096.
 std::vector<std::int64_t> default_token_buckets();
@@ -74,8 +82,9 @@ struct MoeTuneOptions {
   bool dry_run = false;           // plan and compile only; nothing is stored but the run
   bool retune = false;            // search problems again even when they have a winner
   std::string command_line;
-  // A MoE baseline provider ("cublas-grouped-f16") measured once per problem searched, beside the candidates; its
-  // result is stored under a baseline config (never a winner). "": none.
+  // A MoE baseline measured once per problem searched, beside the candidates (moe_baseline_provider: cublas-grouped-f16,
+  // a peer, or a peer's provider); its result is stored under a baseline config of family the provider (never a
+  // winner). "": none.
   std::string baseline;
 };
 
@@ -91,6 +100,8 @@ struct MoeProblemReport {
   std::optional<KernelConfig> winner;
   double winner_us = 0;
   std::optional<double> baseline_us;  // MoeTuneOptions::baseline's median, when it was measured and verified
+  std::string baseline;               // the provider measured as the baseline ("" when none)
+  std::string baseline_failure;       // why it has no median: its outcome and message ("" when measured)
   int experts_touched = 0;            // by the problem's routing
   std::int64_t rows_per_expert = 0;   // pairs / experts touched, rounded up
   std::uint64_t winner_bytes = 0;     // providers::moe_compulsory_bytes of the winner: winner_bytes / winner_us = its GB/s
@@ -108,10 +119,19 @@ struct MoeTuneReport {
 // Measures one MoE candidate job: the worker (WorkerBackend::evaluate_job) or a test double.
 using MoeJobEvaluator = std::function<providers::CandidateResult(const CandidateJob& job, double timeout_s)>;
 
+// A baseline's result and what identifies the run as a stored config (a peer's {"config", "peer_version"}).
+struct MoeBaselineResult {
+  providers::CandidateResult result;
+  nlohmann::json params = nlohmann::json::object();
+};
+// Measures the baseline job (job.provider: moe_baseline_provider's answer): qtune's worker, or a peer's host.
+using MoeBaselineEvaluator = std::function<MoeBaselineResult(const CandidateJob& job, double timeout_s)>;
+
 struct MoeTuneServices {
   const jit::Compiler* compiler = nullptr;  // required: fills the kernel cache the worker loads from
   std::optional<std::filesystem::path> cache_directory;
   MoeJobEvaluator evaluate;  // required unless dry_run
+  MoeBaselineEvaluator evaluate_baseline;  // the baseline's jobs; empty: `evaluate`, with params {}
   MeasureSettings measure = default_measure_settings();
   std::function<void(const MoeProblemReport&)> problem_finished;  // progress; may be empty
 };

@@ -3,14 +3,18 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/codec.hpp"
+#include "kernels/moe.hpp"
+#include "kernels/moe_reference.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/peers/peer_abi.h"
 #include "tuner/peers/peer_host.hpp"
@@ -61,6 +65,12 @@ class PeerAbi : public ::testing::Test {
   nlohmann::json describe(qtune_peer_problem* problem) {
     return nlohmann::json::parse(QTUNE_ABI(library_, qtune_peer_problem_describe)(problem));
   }
+
+ public:
+  template <typename T>
+  std::vector<T> buffer_of(qtune_peer_problem* problem, const char* name) { return buffer<T>(problem, name); }
+
+ protected:
   template <typename T>
   std::vector<T> buffer(qtune_peer_problem* problem, const char* name) {
     const void* data = nullptr;
@@ -180,6 +190,151 @@ TEST_F(PeerAbi, FailuresReturnNullAndDescribeThemselves) {
   std::vector<uint16_t> output(16);
   EXPECT_EQ(QTUNE_ABI(library_, qtune_peer_verify_host)(made, output.data(), 4), nullptr);  // stride < N
   EXPECT_NE(library_.last_error().at("error").get<std::string>().find("row_stride"), std::string::npos);
+  QTUNE_ABI(library_, qtune_peer_problem_destroy)(made);
+}
+
+// A small MoE problem's request: 8 experts, top-2, `tokens` tokens, N = 64, K = 256.
+std::string moe_request(const std::string& projection, int64_t tokens, const std::string& format = "w4a16-int4-g128") {
+  const MoeProblem problem{.format = FormatSpec::parse(format), .experts = 8, .top_k = 2, .tokens = tokens, .n = 64,
+                           .k = 256, .projection = parse_moe_projection(projection)};
+  return nlohmann::json{{"moe", problem.to_json()}, {"seed", 3}}.dump();
+}
+
+// The output peer_abi.h defines, from the problem's buffers: gate-up pair rows, or down's router-weighted sums.
+// (`router_weighted` false: down's slots summed without their router weights, a wrong reduction.)
+std::vector<uint16_t> moe_output(PeerAbi& test, qtune_peer_problem* problem, const nlohmann::json& description,
+                                 bool router_weighted = true) {
+  const int64_t n = description.at("n"), k = description.at("k"), top_k = description.at("top_k");
+  const int64_t tokens = description.at("tokens");
+  const bool gate_up = description.at("projection") == "gate-up";
+  const std::vector<float> a = test.buffer_of<float>(problem, "activation_values");
+  const std::vector<int32_t> ids = test.buffer_of<int32_t>(problem, "topk_ids");
+  const std::vector<float> router = test.buffer_of<float>(problem, "router_weights");
+  std::map<int32_t, std::vector<float>> weights;
+  for (const int32_t e : ids) {
+    if (!weights.contains(e)) weights[e] = test.buffer_of<float>(problem, ("expert" + std::to_string(e) + ".weight_values").c_str());
+  }
+  const auto pair_value = [&](int64_t pair, int64_t col) {
+    const int64_t row = gate_up ? pair / top_k : pair;
+    const std::vector<float>& w = weights.at(ids[static_cast<size_t>(pair)]);
+    double sum = 0;
+    for (int64_t i = 0; i < k; ++i) sum += double(a[static_cast<size_t>(row * k + i)]) * double(w[static_cast<size_t>(col * k + i)]);
+    return sum;
+  };
+  std::vector<uint16_t> c;
+  for (int64_t row = 0; row < (gate_up ? tokens * top_k : tokens); ++row) {
+    for (int64_t col = 0; col < n; ++col) {
+      double value = 0;
+      if (gate_up) {
+        value = pair_value(row, col);
+      } else {
+        for (int64_t slot = 0; slot < top_k; ++slot) {
+          const double weight = router_weighted ? router[static_cast<size_t>(row * top_k + slot)] : 1.0;
+          value += weight * pair_value(row * top_k + slot, col);
+        }
+      }
+      c.push_back(float_to_f16_bits(float(value)));
+    }
+  }
+  return c;
+}
+
+TEST_F(PeerAbi, AMoeProblemExposesItsRoutingActivationsAndTheTouchedExpertsOnly) {
+  qtune_peer_problem* made = problem(moe_request("gate-up", 3));
+  ASSERT_NE(made, nullptr) << library_.last_error();
+  const nlohmann::json description = describe(made);
+  EXPECT_EQ(description.at("kind"), "moe");
+  EXPECT_EQ(description.at("operands"), "w4a16-int4-g128");
+  EXPECT_EQ(description.at("m"), 6);  // gate-up: a row per (token, slot) pair
+  EXPECT_EQ(description.at("input_rows"), 3);
+  EXPECT_EQ(description.at("top_k"), 2);
+  const nlohmann::json& buffers = description.at("buffers");
+  EXPECT_EQ(buffers.at("topk_ids").at("dtype"), "int32");
+  EXPECT_EQ(buffers.at("topk_ids").at("shape"), nlohmann::json({3, 2}));
+  EXPECT_EQ(buffers.at("router_weights").at("shape"), nlohmann::json({3, 2}));
+  EXPECT_EQ(buffers.at("activation_bits16").at("shape"), nlohmann::json({3, 256}));
+
+  // The routing is the problem's, and the touched experts are exactly those it names, each with its weights.
+  const MoeProblem moe = MoeProblem::from_json(description.at("moe"));
+  const Routing routing = moe.make_routing();
+  EXPECT_EQ(buffer_of<int32_t>(made, "topk_ids"), routing.ids);
+  EXPECT_EQ(buffer_of<float>(made, "router_weights"), routing.weights);
+  std::vector<int32_t> touched;
+  for (int32_t e = 0; e < 8; ++e) {
+    if (routing.pairs_per_expert()[static_cast<size_t>(e)] > 0) touched.push_back(e);
+  }
+  EXPECT_EQ(description.at("experts_touched").get<std::vector<int32_t>>(), touched);
+  EXPECT_EQ(buffer_of<int32_t>(made, "touched_experts"), touched);
+  EXPECT_EQ(description.at("expert_global_scales").size(), touched.size());
+  for (int32_t e = 0; e < 8; ++e) {
+    const bool is_touched = std::find(touched.begin(), touched.end(), e) != touched.end();
+    const std::string codes = "expert" + std::to_string(e) + ".weight_codes";
+    EXPECT_EQ(buffers.contains(codes), is_touched) << codes;
+    if (!is_touched) continue;
+    EXPECT_EQ(buffers.at(codes).at("shape"), nlohmann::json({64, 256}));
+    // qtune's MoE provider's values for this expert and seed: the ones its CPU reference checks.
+    const QuantizedWeights expected = make_expert_weights(moe, e, 3);
+    EXPECT_EQ(buffer_of<uint8_t>(made, codes.c_str()), expected.codes) << codes;
+    EXPECT_EQ(buffer_of<uint32_t>(made, ("expert" + std::to_string(e) + ".weight_scale_bits").c_str()), expected.scales.bits);
+  }
+  EXPECT_EQ(buffer_of<uint16_t>(made, "activation_bits16"), make_moe_activations(moe, 3).bits16);
+  QTUNE_ABI(library_, qtune_peer_problem_destroy)(made);
+
+  // Down: one input row per pair, one output row per token.
+  qtune_peer_problem* down = problem(moe_request("down", 3, "w4a8-int4-fp8"));
+  ASSERT_NE(down, nullptr) << library_.last_error();
+  const nlohmann::json down_description = describe(down);
+  EXPECT_EQ(down_description.at("m"), 3);
+  EXPECT_EQ(down_description.at("input_rows"), 6);
+  EXPECT_EQ(down_description.at("buffers").at("activation_codes").at("shape"), nlohmann::json({6, 256}));
+  EXPECT_EQ(down_description.at("buffers").at("activation_scale_values").at("shape"), nlohmann::json({6, 1}));
+  QTUNE_ABI(library_, qtune_peer_problem_destroy)(down);
+}
+
+TEST_F(PeerAbi, AMoeOutputIsCheckedAsDefinedAndWrongOnesFail) {
+  for (const std::string projection : {"gate-up", "down"}) {
+    qtune_peer_problem* made = problem(moe_request(projection, 4));
+    ASSERT_NE(made, nullptr) << library_.last_error();
+    const nlohmann::json description = describe(made);
+    const int64_t n = 64;
+    const std::vector<uint16_t> output = moe_output(*this, made, description);
+    ASSERT_EQ(static_cast<int64_t>(output.size()), description.at("m").get<int64_t>() * n);
+    const nlohmann::json right = verify(made, output, n);
+    EXPECT_TRUE(right.at("passed").get<bool>()) << projection << ": " << right.dump();
+
+    std::vector<uint16_t> wrong = output;
+    wrong[static_cast<size_t>(n + 3)] = float_to_f16_bits(100.0f);
+    EXPECT_FALSE(verify(made, wrong, n).at("passed").get<bool>()) << projection;
+    // Rows in another order (the first two rows swapped: another pair's or token's row) fail too.
+    std::vector<uint16_t> swapped = output;
+    std::swap_ranges(swapped.begin(), swapped.begin() + n, swapped.begin() + n);
+    EXPECT_FALSE(verify(made, swapped, n).at("passed").get<bool>()) << projection;
+    if (projection == "down") {
+      EXPECT_EQ(buffer_of<float>(made, "activation_values").size(), 8u * 256u) << "down reads one row per pair";
+      // The slots summed without their router weights: not the operation's output.
+      EXPECT_FALSE(verify(made, moe_output(*this, made, description, false), n).at("passed").get<bool>());
+    }
+    QTUNE_ABI(library_, qtune_peer_problem_destroy)(made);
+  }
+}
+
+TEST_F(PeerAbi, BadMoeRequestsNameTheField) {
+  nlohmann::json request = nlohmann::json::parse(moe_request("gate-up", 2));
+  request["moe"]["top_k"] = 9;  // more than the 8 experts
+  EXPECT_EQ(problem(request.dump()), nullptr);
+  EXPECT_EQ(library_.last_error().at("error_type"), "InputError");
+  EXPECT_NE(library_.last_error().at("error").get<std::string>().find("top_k"), std::string::npos) << library_.last_error();
+  request = nlohmann::json::parse(moe_request("gate-up", 2));
+  request["moe"].erase("tokens");
+  EXPECT_EQ(problem(request.dump()), nullptr);
+  EXPECT_NE(library_.last_error().at("error").get<std::string>().find("tokens"), std::string::npos) << library_.last_error();
+  // A MoE problem has no dense weight buffers.
+  qtune_peer_problem* made = problem(moe_request("gate-up", 2));
+  ASSERT_NE(made, nullptr);
+  const void* data = nullptr;
+  size_t bytes = 0;
+  EXPECT_EQ(QTUNE_ABI(library_, qtune_peer_problem_buffer)(made, "weight_codes", &data, &bytes), -1);
+  EXPECT_EQ(QTUNE_ABI(library_, qtune_peer_problem_buffer)(made, "expert99.weight_codes", &data, &bytes), -1);
   QTUNE_ABI(library_, qtune_peer_problem_destroy)(made);
 }
 

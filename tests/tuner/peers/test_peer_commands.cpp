@@ -24,6 +24,7 @@
 #include "tests/tuner/peers/peer_test_support.hpp"
 #include "tuner/peers/humming_tune.hpp"
 #include "tuner/peers/peer_runs.hpp"
+#include "tuner/providers/moe_provider.hpp"
 #include "tuner/tune/records.hpp"
 #include "tuner/tune/tuner.hpp"
 
@@ -228,6 +229,59 @@ TEST(TuneCommand, HummingMissingIsRefusedInOneLineBeforeAnythingIsStored) {
   EXPECT_TRUE(contains(tune.err, "humming-w4a16-int4-ch")) << tune.err;
   EXPECT_EQ(cli::testing::occurrences(tune.err, "\n"), 1u) << tune.err;
   EXPECT_FALSE(fs::exists(db));
+}
+
+// `tune --moe-baseline <peer>` settles the peer before anything runs: a peer that is missing, runs no MoE GEMMs or
+// not in the tune's format exits 2 in one line naming the provider, and no database is made.
+TEST(TuneCommand, AMoeBaselinePeerThatCannotRunIsRefusedInOneLineBeforeAnythingIsStored) {
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  bool humming_installed = false;
+  {
+    PeerHost host(environment);
+    std::string why;
+    humming_installed = humming_available(host, &why);
+  }
+  test_support::TempDir dir;
+  const fs::path db = dir.path() / "qtune.db";
+  const auto refused = [&](const std::string& baseline, const std::vector<std::string>& parts) {
+    const cli::testing::CliResult tune =
+        run_qtune({"tune", "--moe-baseline", baseline, "--test-peers", "--format", "w4a16-int4-ch", "--model",
+                   "mixtral-8x7b", "--gemms", "moe", "--tokens", "1", "--gpu", "h200", "--db", db.string()});
+    EXPECT_EQ(tune.status, 2) << baseline << ": " << tune.err;
+    for (const std::string& part : parts) EXPECT_TRUE(contains(tune.err, part)) << baseline << ": " << tune.err;
+    EXPECT_EQ(cli::testing::occurrences(tune.err, "\n"), 1u) << tune.err;
+    EXPECT_FALSE(fs::exists(db)) << baseline;
+  };
+  refused("absent", {"absent-w4a16-int4-ch", "pip install absent-peer"});
+  refused("nosuch", {"nosuch-w4a16-int4-ch", "no peer 'nosuch'"});
+  refused("fake-w4a16-int4-g128", {"--moe-baseline", "none of the tune's --format"});
+  refused("fake-", {"--moe-baseline: unknown MoE baseline 'fake-'"});
+  if (!humming_installed) refused("humming", {"humming-w4a16-int4-ch", "Humming"});
+}
+
+// A MoE baseline job run by a peer: qtune's MoE operands, the peer's default configuration, verified against the MoE
+// reference and measured (the fake peer times itself on the host), with the peer's version as the stored params.
+TEST(MoeBaselineJob, RunsThePeersDefaultAndReturnsItsParams) {
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost host(environment);
+  tune::CandidateJob job;
+  job.provider = "fake-w4a16-int4-g128";
+  job.problem = providers::moe_provider_problem(MoeProblem{.format = FormatSpec::parse("w4a16-int4-g128"), .experts = 8,
+                                                           .top_k = 2, .tokens = 2, .n = 32, .k = 128,
+                                                           .projection = MoeProjection::Down});
+  job.prepare.seed = 7;
+  const tune::MoeBaselineResult measured = run_moe_job(host, job, 60);
+  EXPECT_EQ(measured.result.outcome, providers::CandidateOutcome::Measured) << measured.result.message;
+  EXPECT_TRUE(measured.result.verified);
+  EXPECT_EQ(measured.result.rows_checked, 2);  // down: a row per token
+  EXPECT_GT(measured.result.measurement.median_us, 0);
+  EXPECT_EQ(measured.params.at("peer_version"), "1.0");
+  EXPECT_EQ(measured.params.at("config"), (nlohmann::json{{"behaviour", "correct"}}));
+  // A provider that runs no MoE GEMMs is a failed row, not an exception.
+  job.provider = "fake-f16";
+  const tune::MoeBaselineResult refused = run_moe_job(host, job, 60);
+  EXPECT_EQ(refused.result.outcome, providers::CandidateOutcome::Error);
+  EXPECT_TRUE(contains(refused.result.message, "for MoE GEMMs")) << refused.result.message;
 }
 
 TEST(HummingFamily, IsSplitFromQtunesFamiliesInOnePlace) {

@@ -210,6 +210,55 @@ TEST(PeerHost, TheFakePeerIsTimedOnTheHost) {
   EXPECT_EQ(result.measurement->device_name, "host (fake peer)");
 }
 
+// A small MoE problem: 4 experts, top-2, 3 tokens, N = 16, K = 64 per expert.
+PeerProblem small_moe(MoeProjection projection) {
+  PeerProblem problem;
+  problem.seed = 5;
+  problem.moe = MoeProblem{.format = FormatSpec::parse("w4a16-int4-ch"), .experts = 4, .top_k = 2, .tokens = 3, .n = 16,
+                           .k = 64, .projection = projection};
+  return problem;
+}
+
+// The fake peer computes the MoE output peer_abi.h defines from qtune's operands (routing, touched experts): right
+// for both projections, and its wrong behaviour is caught by the MoE reference.
+TEST(PeerHost, AMoeProblemRunsThroughAPeerAndIsCheckedAgainstTheMoeReference) {
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost host(environment);
+  const ProviderId fake = parse_provider_id("fake-w4a16-int4-ch");
+  EXPECT_NO_THROW(host.require_moe(fake, kTimeout));
+  for (const MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+    const PeerProblem problem = small_moe(projection);
+    const std::vector<nlohmann::json> configs = host.configurations(fake, problem, kTimeout);
+    ASSERT_FALSE(configs.empty());
+    EXPECT_EQ(configs.front(), (nlohmann::json{{"behaviour", "correct"}}));
+    const PeerResult right = host.run(fake, problem, configs.front(), verify_only());
+    ASSERT_EQ(right.outcome, PeerOutcome::Verified) << moe_projection_name(projection) << ": " << right.error;
+    EXPECT_LT(right.verification->relative_error, 1e-3) << right.verification->summary;
+    const PeerResult wrong = host.run(fake, problem, {{"behaviour", "wrong"}}, verify_only());
+    expect_failed(wrong, PeerOutcome::WrongAnswer, "FAIL");
+  }
+  // The problem's format must be the provider's.
+  PeerProblem other = small_moe(MoeProjection::GateUp);
+  other.moe->format = FormatSpec::parse("w4a16-int4-g128");
+  other.moe->k = 128;
+  expect_failed(host.run(fake, other, {}, verify_only()), PeerOutcome::Error, "problem.moe.format", "InputError");
+  EXPECT_EQ(host.workers_started(), 1);
+}
+
+TEST(PeerHost, APeerWithoutMoeKernelsIsRefusedForMoeInOneLine) {
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost host(environment);
+  // fake runs f16 GEMMs dense only; absent is not installed; nosuch is no peer.
+  expect_input_error([&] { host.require_moe(parse_provider_id("fake-f16"), kTimeout); },
+                     {"provider 'fake-f16'", "runs MoE GEMMs as fake-w4a16-int4-ch"});
+  expect_input_error([&] { host.require_moe(parse_provider_id("absent-w4a16-int4-ch"), kTimeout); },
+                     {"provider 'absent-w4a16-int4-ch'", "pip install absent-peer"});
+  expect_input_error([&] { host.require_moe(parse_provider_id("nosuch-w4a16-int4-ch"), kTimeout); }, {"no peer 'nosuch'"});
+  PeerProblem moe = small_moe(MoeProjection::Down);
+  expect_failed(host.run(parse_provider_id("fake-f16"), moe, {}, verify_only()), PeerOutcome::Error,
+                "offers fake-w4a16-int4-ch, fake-w4a16-int4-g128 for MoE GEMMs", "InputError");
+}
+
 TEST(PeerHost, OutcomesHaveNames) {
   EXPECT_EQ(to_string(PeerOutcome::Measured), "measured");
   EXPECT_EQ(to_string(PeerOutcome::WrongAnswer), "wrong-answer");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "db/store.hpp"
+#include "kernels/moe.hpp"
 #include "reports/humming_table.hpp"
 #include "search/gpu_profile.hpp"
 #include "search/humming_space.hpp"
@@ -98,6 +99,87 @@ INSTANTIATE_TEST_SUITE_P(
       for (char c : provider.param) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return name;
     });
+
+// A peer's MoE kernel on qtune's MoE operands: verified against the MoE CPU reference (every output row: gate-up's pair
+// rows, down's router-weighted top-k sums), then measured. A small problem (E = 8, top-2, T = 16, both projections)
+// and DeepSeek-V3's routed experts' gate-up at T = 16 (E = 256, top-8, N = 4096, K = 7168), uniform routing.
+struct PeerMoeCase {
+  std::string provider;
+  MoeProblem problem;
+};
+
+std::vector<PeerMoeCase> peer_moe_cases() {
+  std::vector<PeerMoeCase> cases;
+  for (const char* provider : {"humming-w4a16-int4-g128", "humming-w4a8-int4-fp8:scale=f16"}) {
+    const FormatSpec format = FormatSpec::parse(parse_provider_id(provider).operands);
+    for (const MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+      cases.push_back({provider, MoeProblem{.format = format, .experts = 8, .top_k = 2, .tokens = 16, .n = 1024,
+                                            .k = 2048, .projection = projection}});
+    }
+    cases.push_back({provider, MoeProblem{.format = format, .experts = 256, .top_k = 8, .tokens = 16, .n = 4096,
+                                          .k = 7168, .projection = MoeProjection::GateUp}});
+  }
+  return cases;
+}
+
+void PrintTo(const PeerMoeCase& test_case, std::ostream* out) { *out << test_case.provider << " " << test_case.problem.to_string(); }
+
+class PeerMoeOnGpu : public ::testing::TestWithParam<PeerMoeCase> {};
+
+TEST_P(PeerMoeOnGpu, VerifiesEveryOutputRowAndMeasures) {
+  QTUNE_REQUIRE_GPU();
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost& host = shared_host(environment);
+  const ProviderId provider = parse_provider_id(GetParam().provider);
+  if (const std::string why = skip_reason(host, provider); !why.empty()) GTEST_SKIP() << why;
+  host.require_moe(provider, kDescribeTimeout);
+  PeerProblem problem;
+  problem.moe = GetParam().problem;
+  const std::vector<nlohmann::json> configs = host.configurations(provider, problem, kDescribeTimeout);
+  ASSERT_FALSE(configs.empty());
+  PeerRunOptions options;
+  options.measure = brief_measurement();
+  options.timeout_s = 1800;  // DeepSeek-V3: 256 experts quantized, packed and Humming's kernel compiled
+  const PeerResult result = host.run(provider, problem, configs.front(), options);
+  const std::string what = provider.text() + " " + problem.moe->to_string();
+  ASSERT_EQ(result.outcome, PeerOutcome::Measured) << what << ": " << to_string(result.outcome) << ": " << result.error;
+  ASSERT_TRUE(result.verification && result.verification->passed) << what;
+  EXPECT_EQ(result.verification->nan_count, 0) << what;
+  ASSERT_TRUE(result.measurement.has_value());
+  EXPECT_GT(result.measurement->median_us, 0);
+  // The GEMM, and for down the top-k reduction too: both are the operation.
+  EXPECT_GE(result.measurement->kernels_per_repetition, problem.moe->projection == MoeProjection::Down ? 2 : 1) << what;
+  EXPECT_TRUE(result.config.contains("block_m")) << result.config.dump();
+  std::cout << "  " << what << ": " << std::fixed << std::setprecision(1) << result.measurement->median_us
+            << " us, rel err " << std::scientific << std::setprecision(2) << result.verification->relative_error
+            << ", kernels " << result.measurement->kernels_per_repetition << ", config " << result.config.dump()
+            << std::defaultfloat << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Humming, PeerMoeOnGpu, ::testing::ValuesIn(peer_moe_cases()),
+                         [](const ::testing::TestParamInfo<PeerMoeCase>& test_case) {
+                           const MoeProblem& moe = test_case.param.problem;
+                           std::string name = test_case.param.provider + "_E" + std::to_string(moe.experts) + "_" +
+                                              std::string(moe_projection_name(moe.projection));
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
+
+// Humming's MoE adapter runs the token-indexed layout only: a grouped layout is refused saying so, not run wrong.
+TEST(PeerMoeOnGpu, AGroupedLayoutIsRefusedAsUnsupported) {
+  QTUNE_REQUIRE_GPU();
+  QTUNE_REQUIRE_PEER_PYTHON(environment);
+  PeerHost& host = shared_host(environment);
+  const ProviderId provider = parse_provider_id("humming-w4a16-int4-g128");
+  if (const std::string why = skip_reason(host, provider); !why.empty()) GTEST_SKIP() << why;
+  PeerProblem problem;
+  problem.moe = MoeProblem{.format = FormatSpec::parse(provider.operands), .experts = 8, .top_k = 2, .tokens = 16,
+                           .n = 1024, .k = 2048, .layout = MoeLayout::GroupedContiguous};
+  const PeerResult result = host.run(provider, problem, {}, {});
+  EXPECT_EQ(result.outcome, PeerOutcome::Error) << to_string(result.outcome);
+  EXPECT_EQ(result.error_type, "UnsupportedError") << result.error;
+  EXPECT_NE(result.error.find("token-indexed"), std::string::npos) << result.error;
+}
 
 // Points of qtune's Humming space run through Humming: what the space calls valid, Humming compiles and runs right,
 // and a table of them, passed as forward_layer's list, gives the same outputs.

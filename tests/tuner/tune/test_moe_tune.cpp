@@ -404,5 +404,95 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
   expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "tma-moe"});
 }
 
+TEST(MoeTune, ABaselineNamesItsProviderPerProblem) {
+  const MoeProblem g128 = small_problem(4);
+  EXPECT_EQ(moe_baseline_provider("cublas-grouped-f16", g128), "cublas-grouped-f16");
+  EXPECT_EQ(moe_baseline_provider("humming", g128), "humming-w4a16-int4-g128");  // a peer: its provider of the format
+  EXPECT_EQ(moe_baseline_provider("humming-w4a16-int4-g128", g128), "humming-w4a16-int4-g128");
+  EXPECT_EQ(moe_baseline_provider("humming-w4a16-int4-ch", g128), "") << "a provider of another format: no baseline";
+}
+
+// A peer's MoE kernel as the baseline: its job (the peer's provider of the problem's format) goes to the baseline
+// evaluator, and the row stores the provider as its family and the peer's params; a problem of another format than
+// a provider's gets none.
+TEST(MoeTune, APeerBaselineIsMeasuredThroughItsEvaluatorAndStoredWithItsParams) {
+  TempDir dir;
+  const TuneTarget target = target_from_profile(search::gpu_profile_by_name("h200"));
+  MoeTuneOptions options;
+  options.problems = {small_problem(16, MoeProjection::Down)};  // the candidate of the test above: compiled already
+  options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}}, {"wm", {1}}, {"wn", {4}},
+                                    {"wk", {1}},  {"stages", {4}}, {"split", {1}}, {"raster", {0}}};
+  jit::CompilerSettings settings;
+  settings.cache_directory = std::filesystem::path(QTUNE_BINARY_DIR) / "test-cache";
+  settings.threads = 2;
+  const jit::Compiler compiler(settings);
+  MoeTuneServices services;
+  services.compiler = &compiler;
+  services.evaluate = [](const CandidateJob& job, double) {
+    EXPECT_EQ(job.provider, "mma-moe") << "baselines go to evaluate_baseline";
+    providers::CandidateResult result;
+    result.outcome = providers::CandidateOutcome::Measured;
+    result.verified = true;
+    result.measurement.median_us = 4.0;
+    result.measurement.samples_us = {4.0};
+    return result;
+  };
+  std::vector<CandidateJob> baseline_jobs;
+  services.evaluate_baseline = [&baseline_jobs](const CandidateJob& job, double) {
+    baseline_jobs.push_back(job);
+    MoeBaselineResult baseline;
+    baseline.result.outcome = providers::CandidateOutcome::Measured;
+    baseline.result.verified = true;
+    baseline.result.measurement.median_us = 8.0;
+    baseline.result.measurement.samples_us = {8.0};
+    baseline.params = {{"config", {{"heuristic", {{"block_shape", {16, 128, 128}}}}}}, {"peer_version", "1.0"}};
+    return baseline;
+  };
+  options.baseline = "humming";
+  const MoeTuneReport report = run_moe_tune(options, target, dir / "q.db", services);
+  ASSERT_EQ(report.reports.size(), 1u);
+  const MoeProblemReport& problem = report.reports.front();
+  EXPECT_EQ(problem.baseline, "humming-w4a16-int4-g128");
+  ASSERT_TRUE(problem.baseline_us.has_value());
+  EXPECT_DOUBLE_EQ(*problem.baseline_us, 8.0);
+  ASSERT_EQ(baseline_jobs.size(), 1u);
+  EXPECT_EQ(baseline_jobs[0].provider, "humming-w4a16-int4-g128");
+  EXPECT_EQ(baseline_jobs[0].problem.moe.to_string(), options.problems.front().to_string());
+  {
+    db::Store store = db::Store::open(dir / "q.db");
+    const db::MoeProblemId id = db::list_moe_problems(store).front().id;
+    const std::vector<db::MoeResult> results = db::list_moe_results(store, id, "h200");
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results.back().phase, "baseline");
+    const auto config = store.get_config(results.back().config);
+    ASSERT_TRUE(config.has_value());
+    EXPECT_EQ(config->kind, db::ConfigKind::Baseline);
+    EXPECT_EQ(config->family, "humming-w4a16-int4-g128");
+    EXPECT_EQ(nlohmann::json::parse(config->params_json).at("peer_version"), "1.0");
+    EXPECT_EQ(store.get_config(db::get_moe_winner(store, id, "h200")->config)->family, "mma-moe");
+  }
+  // A failed baseline says why in the report, and a provider of another format measures nothing.
+  services.evaluate_baseline = [](const CandidateJob&, double) {
+    MoeBaselineResult baseline;
+    baseline.result.outcome = providers::CandidateOutcome::VerificationFailed;
+    baseline.result.verified = true;
+    baseline.result.message = "FAIL: 12 of 4096 outputs beyond tolerance";
+    return baseline;
+  };
+  options.retune = true;
+  const MoeTuneReport failed = run_moe_tune(options, target, dir / "q.db", services);
+  EXPECT_FALSE(failed.reports.front().baseline_us.has_value());
+  EXPECT_NE(failed.reports.front().baseline_failure.find("12 of 4096"), std::string::npos) << failed.reports.front().baseline_failure;
+  baseline_jobs.clear();
+  services.evaluate_baseline = [&baseline_jobs](const CandidateJob& job, double) {
+    baseline_jobs.push_back(job);
+    return MoeBaselineResult{};
+  };
+  options.baseline = "humming-w4a16-int4-ch";
+  const MoeTuneReport other = run_moe_tune(options, target, dir / "q.db", services);
+  EXPECT_TRUE(baseline_jobs.empty());
+  EXPECT_TRUE(other.reports.front().baseline.empty());
+}
+
 }  // namespace
 }  // namespace qtune::tune

@@ -6,16 +6,21 @@ import json
 
 from qtune_peers.errors import AbiError, InputError
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)
 
 # Element sizes of the buffers' dtypes, and their struct/array codes.
-DTYPE_BYTES = {"uint8": 1, "uint16": 2, "uint32": 4, "float32": 4}
+DTYPE_BYTES = {"uint8": 1, "uint16": 2, "int32": 4, "uint32": 4, "float32": 4}
+_ARRAY_CODES = {"uint8": "B", "uint16": "H", "int32": "i", "uint32": "I", "float32": "f"}
 
 
 class Problem:
-    """Random operands of one GEMM made by qtune; ``description`` is qtune_peer_problem_describe's JSON."""
+    """Random operands of one GEMM made by qtune; ``description`` is qtune_peer_problem_describe's JSON.
+
+    A MoE problem (``is_moe``) has ``tokens``, ``top_k``, ``experts``, ``projection``, ``input_rows`` and the touched
+    experts' ids (``experts_touched``); ``m`` is its output's rows (gate-up: tokens * top_k pair rows; down: tokens,
+    after the router-weighted top-k sum; peer_abi.h)."""
 
     def __init__(self, abi, handle):
         self._abi = abi
@@ -27,6 +32,15 @@ class Problem:
         self.k = self.description["k"]
         self.format = self.description["format"]  # FormatSpec JSON, None for dense f16/bf16 problems
         self.output_type = self.description["output_type"]
+        self.is_moe = self.description.get("kind") == "moe"
+        if self.is_moe:
+            self.moe = self.description["moe"]
+            self.tokens = self.description["tokens"]
+            self.top_k = self.description["top_k"]
+            self.experts = self.description["experts"]
+            self.projection = self.description["projection"]
+            self.input_rows = self.description["input_rows"]
+            self.experts_touched = list(self.description["experts_touched"])
 
     @property
     def handle(self):
@@ -35,7 +49,13 @@ class Problem:
         return self._handle
 
     def has(self, name):
-        return name in self.description["buffers"] or name in ("activation_values", "weight_values")
+        lazy = name in ("activation_values", "weight_values") or name.endswith(".weight_values")
+        return name in self.description["buffers"] or lazy
+
+    @staticmethod
+    def expert_buffer(expert, name):
+        """The name of a MoE problem's buffer of one touched expert: expert_buffer(17, "weight_codes")."""
+        return f"expert{expert}.{name}"
 
     def buffer(self, name):
         """(memoryview of the bytes, dtype, (rows, cols)); the memory stays valid while the problem is open."""
@@ -54,15 +74,15 @@ class Problem:
     def values(self, name):
         """A buffer as a flat Python list (for host-side test providers on small problems)."""
         view, dtype, _ = self.buffer(name)
-        code = {"uint8": "B", "uint16": "H", "uint32": "I", "float32": "f"}[dtype]
-        return list(view.cast(code))
+        return list(view.cast(_ARRAY_CODES[dtype]))
 
     def verify_device(self, address, row_stride, device=0):
         return json.loads(self._abi._call_text(self._abi._lib.qtune_peer_verify_device, self.handle,
                                                ctypes.c_uint64(address), ctypes.c_int64(row_stride), device))
 
     def verify_host(self, output, row_stride):
-        """Checks an [M][N] output of 16-bit patterns in a writable bytes-like object (bytearray, array)."""
+        """Checks an [M][N] output of 16-bit patterns in a writable bytes-like object (bytearray, array); M is ``m``
+        (a MoE problem's output rows)."""
         buffer = (ctypes.c_char * len(output)).from_buffer(output)
         return json.loads(self._abi._call_text(self._abi._lib.qtune_peer_verify_host, self.handle, buffer,
                                                ctypes.c_int64(row_stride)))
@@ -126,6 +146,14 @@ class Abi:
 
     def problem(self, operands, m, n, k, seed=1):
         request = json.dumps({"operands": operands, "m": m, "n": n, "k": k, "seed": seed}).encode()
+        handle = self._lib.qtune_peer_problem_create(request)
+        if not handle:
+            raise self._error()
+        return Problem(self, handle)
+
+    def moe_problem(self, moe, seed=1):
+        """qtune's operands of a MoE problem (``moe``: MoeProblem JSON, as qtune sends it) for the operands' seed."""
+        request = json.dumps({"moe": moe, "seed": seed}).encode()
         handle = self._lib.qtune_peer_problem_create(request)
         if not handle:
             raise self._error()

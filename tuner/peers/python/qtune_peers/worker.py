@@ -1,6 +1,7 @@
 """The peer worker's jobs:
 
-    describe        {} -> {"peers": [{"peer", "available", "version", "problem", "install", "providers"}], "python"}
+    describe        {} -> {"peers": [{"peer", "available", "version", "problem", "install", "providers",
+                                          "moe_providers"}], "python"}
     configurations  {"provider", "problem"} -> {"configurations": [config, ...]}   (the peer's defaults first)
     run             {"provider", "problem": {"operands", "m", "n", "k", "seed", "device"}, "config", "measure",
                      "measure_time"} -> {"provider", "peer_version", "config", "verification", "measurement"?}
@@ -10,12 +11,16 @@
                      runs into the peer's own cache without launching it; false: the peer builds nothing ahead; a
                      kernel its compiler refuses is an UnsupportedError with the compiler's first error line)
 
+A MoE problem is {"moe": MoeProblem JSON, "seed", "device"} in place of operands, M, N and K; the provider's operands
+must be the problem's format, and the peer must offer it for MoE ("moe_providers").
+
 ``run`` is qtune's measuring sequence with the adapter's pack and launch in the middle: qtune's operands (cached per
 problem), the adapter's prepare (packed weights cached per weight matrix), poison, one launch, verification against
 qtune's CPU reference, and qtune's measure() when the output was right. A wrong answer is a result (passed: false),
 not an error, and is never measured.
 """
 import argparse
+import json
 import sys
 import time
 
@@ -68,18 +73,23 @@ class PeerWorker:
             peers.append(self.adapters[name].describe())
         return {"peers": peers, "python": sys.version.split()[0], "executable": sys.executable}
 
-    def _available_adapter(self, provider):
+    def _available_adapter(self, provider, moe=False):
         peer, operands = split_provider(provider)
         adapter = self.adapter(peer)
         adapter.require()
-        if operands not in adapter.operands():
-            offered = ", ".join(f"{peer}-{name}" for name in adapter.operands())
-            raise InputError(f"provider {provider!r}: {peer} offers {offered}")
+        offered_operands = adapter.moe_operands() if moe else adapter.operands()
+        if operands not in offered_operands:
+            if moe and not offered_operands:
+                raise InputError(f"provider {provider!r}: {peer} runs no MoE GEMMs")
+            offered = ", ".join(f"{peer}-{name}" for name in offered_operands)
+            raise InputError(f"provider {provider!r}: {peer} offers {offered}" + (" for MoE GEMMs" if moe else ""))
         return adapter, operands
 
     def configurations(self, params):
-        adapter, operands = self._available_adapter(params["provider"])
         problem = params.get("problem", {})
+        adapter, operands = self._available_adapter(params["provider"], "moe" in problem)
+        if "moe" in problem:
+            return {"configurations": adapter.moe_configurations(operands, problem["moe"])}
         return {"configurations": adapter.configurations(operands, problem.get("m", 1), problem.get("n", 0),
                                                          problem.get("k", 0))}
 
@@ -98,18 +108,27 @@ class PeerWorker:
         return {"compiled": bool(compiled), "seconds": time.monotonic() - started}
 
     def _problem_for(self, operands, spec):
-        key = (operands, spec["m"], spec["n"], spec["k"], spec.get("seed", 1))
+        if "moe" in spec:
+            key = ("moe", json.dumps(spec["moe"], sort_keys=True), spec.get("seed", 1))
+        else:
+            key = (operands, spec["m"], spec["n"], spec["k"], spec.get("seed", 1))
         if self._problem_key != key:
             if self._problem is not None:
                 self._problem.close()
                 self._problem = None
-            self._problem = self.abi.problem(operands, spec["m"], spec["n"], spec["k"], spec.get("seed", 1))
+            self._problem_key = None
+            if "moe" in spec:
+                self._problem = self.abi.moe_problem(spec["moe"], spec.get("seed", 1))
+            else:
+                self._problem = self.abi.problem(operands, spec["m"], spec["n"], spec["k"], spec.get("seed", 1))
             self._problem_key = key
+        if self._problem.operands != operands:
+            raise InputError(f"problem.moe.format: {self._problem.operands!r} is not the provider's operands {operands!r}")
         return self._problem
 
     def run(self, params):
-        adapter, operands = self._available_adapter(params["provider"])
         spec = params["problem"]
+        adapter, operands = self._available_adapter(params["provider"], "moe" in spec)
         device = spec.get("device", 0)
         if adapter.uses_gpu:
             self.abi.device_info(device)  # opens the device first, so that a fault in the peer is seen as one

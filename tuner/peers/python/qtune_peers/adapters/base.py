@@ -73,8 +73,17 @@ class Adapter:
         peer's compiler refuses it. Returns False for a peer that builds nothing ahead."""
         return False
 
+    def moe_operands(self):
+        """The operands it runs MoE GEMMs in (a problem with ``is_moe``); none unless the adapter says so."""
+        return []
+
+    def moe_configurations(self, operands, moe):
+        """The peer's own choices for a MoE problem (``moe``: MoeProblem JSON), its default first."""
+        return [{}]
+
     def prepare(self, problem, operands, config, device):
-        """Packs ``problem``'s operands for ``config`` and returns a Prepared."""
+        """Packs ``problem``'s operands for ``config`` and returns a Prepared whose output is the problem's [m][n]
+        (for a MoE problem, the output peer_abi.h defines: the down projection's top-k weighted sum included)."""
         raise NotImplementedError
 
     def measure(self, abi, options, prepared):
@@ -120,7 +129,8 @@ class Adapter:
         error = self._probed[1]
         return {"peer": self.peer, "available": error is None, "version": self._probed[0] or "",
                 "problem": error.problem if error else "", "install": self.install,
-                "providers": [f"{self.peer}-{operands}" for operands in self.operands()]}
+                "providers": [f"{self.peer}-{operands}" for operands in self.operands()],
+                "moe_providers": [f"{self.peer}-{operands}" for operands in self.moe_operands()]}
 
     def refuse_config(self, config, known):
         unknown = sorted(set(config) - set(known))

@@ -1,5 +1,6 @@
 """The tests' peers, pure Python and host-side (no torch, no GPU): "fake" multiplies qtune's dequantized operands
-in Python and writes f16 patterns, or misbehaves as its config says, and times itself on the host (CUPTI has no GPU
+in Python (a dense GEMM, or a MoE GEMM from the routing and the touched experts' weights) and writes f16 patterns, or
+misbehaves as its config says, and times itself on the host (CUPTI has no GPU
 kernel of it to time), so that the commands can be tested end to end without a GPU; "absent" is a peer that is never
 installed. Offered only to a worker started with --test-peers.
 
@@ -32,6 +33,9 @@ class FakeAdapter(Adapter):
     def operands(self):
         return ["w4a16-int4-ch", "f16"]
 
+    def moe_operands(self):
+        return ["w4a16-int4-ch", "w4a16-int4-g128"]
+
     def configurations(self, operands, m, n, k):
         return [{"behaviour": "correct"}, {"behaviour": "wrong"}]
 
@@ -49,6 +53,9 @@ class FakeAdapter(Adapter):
                                    "ptxas error   : Entry function uses too much shared data")
         return True
 
+    def moe_configurations(self, operands, moe):
+        return [{"behaviour": "correct"}, {"behaviour": "wrong"}]
+
     def prepare(self, problem, operands, config, device):
         # A Humming TuningConfig is taken and ignored, so that `tune --family humming`'s loop runs on the CPU.
         self.refuse_config(config, ["behaviour", "seconds", "tuning_config"])
@@ -56,10 +63,9 @@ class FakeAdapter(Adapter):
         behaviour = config.get("behaviour", "correct")
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"behaviour must be one of {', '.join(BEHAVIOURS)}")
-        m, n, k = problem.m, problem.n, problem.k
-        a = problem.values("activation_values")
-        w = problem.values("weight_values")
+        m, n = problem.m, problem.n
         output = Output(row_stride=n, host=bytearray(2 * m * n))
+        compute = _moe_product(problem) if problem.is_moe else _dense_product(problem)
 
         def launch(_stream):
             if behaviour == "crash":
@@ -70,10 +76,7 @@ class FakeAdapter(Adapter):
                 time.sleep(float(config.get("seconds", 3600)))
             if behaviour == "raise":
                 raise RuntimeError("the fake peer's kernel failed")
-            values = []
-            for row in range(m):
-                for col in range(n):
-                    values.append(sum(a[row * k + i] * w[col * k + i] for i in range(k)))
+            values = compute()
             if behaviour == "wrong":
                 values[len(values) // 2] += 1.0 + abs(values[len(values) // 2]) * 10
             output.host[:] = struct.pack(f"<{len(values)}e", *values)
@@ -120,6 +123,48 @@ def _log(entry):
         os.write(descriptor, (json.dumps(entry) + "\n").encode())
     finally:
         os.close(descriptor)
+
+def _dense_product(problem):
+    """C = A W^T of the dequantized operands, [M][N] row-major, as a function of no arguments."""
+    m, n, k = problem.m, problem.n, problem.k
+    a = problem.values("activation_values")
+    w = problem.values("weight_values")
+
+    def compute():
+        return [sum(a[row * k + i] * w[col * k + i] for i in range(k)) for row in range(m) for col in range(n)]
+
+    return compute
+
+
+def _moe_product(problem):
+    """The MoE output peer_abi.h defines, from the dequantized operands: per (token, slot) pair p the product of its
+    input row (the token for gate-up, the pair for down) with its expert's weights; gate-up returns the pair rows,
+    down each token's router-weighted sum of its slots' rows, in slot order."""
+    n, k, top_k = problem.n, problem.k, problem.top_k
+    a = problem.values("activation_values")
+    ids = problem.values("topk_ids")
+    router = problem.values("router_weights")
+    weights = {e: problem.values(problem.expert_buffer(e, "weight_values")) for e in problem.experts_touched}
+    gate_up = problem.projection == "gate-up"
+
+    def pair_row(pair):
+        row = pair // top_k if gate_up else pair
+        w = weights[ids[pair]]
+        return [sum(a[row * k + i] * w[col * k + i] for i in range(k)) for col in range(n)]
+
+    def compute():
+        if gate_up:
+            return [value for pair in range(problem.tokens * top_k) for value in pair_row(pair)]
+        values = []
+        for token in range(problem.tokens):
+            summed = [0.0] * n
+            for slot in range(top_k):
+                pair = token * top_k + slot
+                summed = [total + router[pair] * value for total, value in zip(summed, pair_row(pair))]
+            values += summed
+        return values
+
+    return compute
 
 
 class AbsentAdapter(Adapter):

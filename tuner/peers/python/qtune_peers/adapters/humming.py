@@ -1,9 +1,21 @@
-"""Humming (dense W4A16, W4A8, W8A8 in its formats) as a provider, through its public Python API: HummingLayer loads
-qtune's codes and scales in Humming's own weight schema (codes packed by humming.ops.pack_weight, symmetric ints
-stored with an offset of 2^(b-1)), transform() repacks them for the GPU, and forward(..., tuning_config=...) runs one
-kernel on torch's current stream. A config is {"tuning_config": TuningConfig dict, or a [[m_lo, m_hi, dict], ...]
-list}; an empty config runs Humming's own heuristic. Quantized activations are passed with their scales, so Humming
-quantizes nothing inside a timed call."""
+"""Humming (dense W4A16, W4A8, W8A8 in its formats, and its MoE GEMM) as a provider, through its public Python API:
+HummingLayer loads qtune's codes and scales in Humming's own weight schema (codes packed by humming.ops.pack_weight,
+symmetric ints stored with an offset of 2^(b-1)), transform() repacks them for the GPU, and forward(...,
+tuning_config=...) runs one kernel on torch's current stream. A config is {"tuning_config": TuningConfig dict, or a
+[[m_lo, m_hi, dict], ...] list}; an empty config runs Humming's own heuristic. Quantized activations are passed with
+their scales, so Humming quantizes nothing inside a timed call.
+
+MoE problems run in the same adapter, under the same provider ids (one peer, one probe, one weight packing; a
+"humming-moe-..." id would not parse as <peer>-<format>): a HummingLayer with num_experts = E holds the touched
+experts' weights (the others are never read), and forward(..., gemm_type "indexed") takes Humming's sorted_ids,
+expert_ids and num_tokens_padded, which prepare() builds from qtune's routing with torch ops on the GPU (vLLM's
+moe_align_block_size layout, for the block M of the config that runs). Gate-up gathers token rows (top_k = top_k);
+down reads one row per pair (top_k = 1, as Humming's benchmark runs it) and its pair rows are reduced by Humming's
+moe_fused_mul_sum with the router weights, inside the timed launch: the reduction is part of the output qtune checks
+(peer_abi.h).
+
+`compile` builds a configuration's kernel ahead without launching it (`tune --family humming` builds its
+planned candidates in parallel workers before measuring)."""
 import contextlib
 import importlib.util
 import inspect
@@ -42,6 +54,7 @@ class HummingAdapter(Adapter):
         self._cache_key = None
         self._cache_layer = None
         self._metas = {}  # (operands, n, k, device) -> HummingLayerMeta
+        self._moe_cache = None  # (shape, experts loaded, layer)
 
     def probe(self):
         if importlib.util.find_spec("humming") is None:
@@ -91,6 +104,9 @@ class HummingAdapter(Adapter):
     def operands(self):
         return list(OPERANDS)
 
+    def moe_operands(self):
+        return list(OPERANDS)
+
     def configurations(self, operands, m, n, k):
         return [{}]  # Humming's heuristic; its tuning space is qtune's search/humming_space.hpp
 
@@ -103,6 +119,8 @@ class HummingAdapter(Adapter):
         tuning = config.get("tuning_config")
         if tuning is not None and not isinstance(tuning, (dict, list)):
             raise InputError("config.tuning_config: a TuningConfig dict or a [[m_lo, m_hi, dict], ...] list")
+        if problem.is_moe:
+            return self._prepare_moe(problem, operands, tuning, device)
         a_dtype = OPERANDS[operands][2]
         layer = self._layer(problem, operands, device)
         m, n, k = problem.m, problem.n, problem.k
@@ -118,15 +136,8 @@ class HummingAdapter(Adapter):
 
         def launch(stream):
             with tensors.on_stream(stream):
-                try:
+                with self._compile_errors(operands, f"M={m}"):
                     layer(a, outputs=c, input_scale=input_scale, tuning_config=tuning)
-                except RuntimeError as error:
-                    # Humming compiles the kernel on its first call: a kernel its own rules chose that its compiler
-                    # refuses is the peer's limit for this problem, said with the compiler's first error.
-                    if "Compiler" not in str(error):
-                        raise
-                    raise UnsupportedError(f"{self.peer}-{operands} M={m}: Humming could not compile its kernel: "
-                                           f"{_last_compile_error()}") from error
 
         return Prepared(used, tensors.output_of(c), launch)
 
@@ -202,6 +213,126 @@ class HummingAdapter(Adapter):
         return HummingLayer(shape_n=n, shape_k=k, weight_config=weight_config, input_config=input_config,
                             torch_dtype=torch.float16)
 
+    def _compile_errors(self, operands, where):
+        """Humming compiles the kernel on its first call: a kernel that its compiler refuses (its own rules' pick) is
+        the peer's limit for this problem, said with the compiler's first error (UnsupportedError)."""
+        import contextlib
+
+        adapter = self
+
+        @contextlib.contextmanager
+        def guard():
+            try:
+                yield
+            except RuntimeError as error:
+                if "Compiler" not in str(error):
+                    raise
+                raise UnsupportedError(f"{adapter.peer}-{operands} {where}: Humming could not compile its kernel: "
+                                       f"{_last_compile_error()}") from error
+
+        return guard()
+
+    def _prepare_moe(self, problem, operands, tuning, device):
+        """Humming's indexed MoE GEMM on qtune's routing: the layout tensors are built here, once; a launch is the
+        GEMM (and for down the router-weighted top-k sum) only."""
+        import torch
+        from humming import ops
+
+        from qtune_peers.adapters import tensors
+
+        if problem.moe["layout"] != "token-indexed":
+            raise UnsupportedError(f"{self.peer}-{operands}: the MoE adapter runs Humming's indexed GEMM (layout "
+                                   f"token-indexed), not {problem.moe['layout']}")
+        a_dtype = OPERANDS[operands][2]
+        layer = self._moe_layer(problem, operands, device)
+        tokens, top_k, n = problem.tokens, problem.top_k, problem.n
+        pairs = tokens * top_k
+        rows = problem.input_rows
+        if a_dtype is None:
+            a = tensors.device_tensor(problem, "activation_bits16", device, torch.float16)
+            input_scale = None
+        else:
+            view = torch.float8_e4m3fn if a_dtype == "float8e4m3" else torch.int8
+            a = tensors.device_tensor(problem, "activation_codes", device, view)
+            input_scale = tensors.device_tensor(problem, "activation_scale_values", device).view(rows, -1)
+        # Humming's heuristic (or the given config) at the routed rows: its block M decides the layout's padding.
+        chosen = _moe_tuning_config(layer, tuning, pairs)
+        block_m = int(chosen["block_shape"][0])
+        topk_ids = tensors.device_tensor(problem, "topk_ids", device)
+        sorted_ids, expert_ids, num_tokens_padded = align_block_size(topk_ids, problem.experts, block_m)
+        gate_up = problem.projection == "gate-up"
+        compute_config = {"gemm_type": "indexed"}
+        pair_rows = torch.empty((pairs, n), dtype=torch.float16, device=a.device)
+        if gate_up:
+            c = pair_rows
+        else:
+            router = tensors.device_tensor(problem, "router_weights", device).contiguous()
+            c = torch.empty((tokens, n), dtype=torch.float16, device=a.device)
+        used = {"tuning_config": tuning} if tuning is not None else {"heuristic": _plain(chosen)}
+        used["block_m"] = block_m
+        if not gate_up:
+            used["reduce"] = "humming.ops.moe_fused_mul_sum"
+
+        def launch(stream):
+            with tensors.on_stream(stream):
+                with self._compile_errors(operands, f"MoE {problem.projection} T={tokens}"):
+                    layer(a, outputs=pair_rows, input_scale=input_scale, sorted_ids=sorted_ids, expert_ids=expert_ids,
+                          num_tokens_padded=num_tokens_padded, top_k=top_k if gate_up else 1,
+                          compute_config=compute_config, tuning_config=chosen)
+                if not gate_up:
+                    ops.moe_fused_mul_sum(pair_rows.view(tokens, top_k, n), router, outputs=c)
+
+        return Prepared(used, tensors.output_of(c), launch)
+
+    def _moe_layer(self, problem, operands, device):
+        """A transformed HummingLayer of E experts holding the touched experts' weights; cached while a problem
+        touches no expert it lacks (the token counts of one shape share it: at large T every expert is touched)."""
+        import torch
+        from humming import ops
+        from humming.layer import HummingLayer
+
+        from qtune_peers.adapters import tensors
+
+        shape = (operands, problem.experts, problem.n, problem.k, problem.description.get("seed"), device)
+        touched = set(problem.experts_touched)
+        cached = self._moe_cache
+        if cached is not None and cached[0] == shape and touched <= cached[1]:
+            return cached[2]
+        self._moe_cache = None
+        self._cache_key, self._cache_layer = None, None  # one layer on the GPU at a time
+        torch.cuda.empty_cache()
+        b_dtype, bits, a_dtype, _ = OPERANDS[operands]
+        experts, n, k = problem.experts, problem.n, problem.k
+        layout = problem.description["weight_scales"]
+        group = 0 if layout["cols"] == 1 else layout["cols_per_scale"]
+        packed = torch.zeros((experts, n, k * bits // 32), dtype=torch.int32, device=f"cuda:{device}")
+        scales = torch.empty((experts, n, layout["cols"]), dtype=torch.float16, device=f"cuda:{device}")
+        first = None
+        for expert in sorted(touched):
+            codes = tensors.device_tensor(problem, problem.expert_buffer(expert, "weight_codes"), device).to(torch.int32)
+            if b_dtype.startswith("int"):
+                codes = codes ^ (1 << (bits - 1))  # two's complement q -> Humming's stored q + 2^(b-1)
+            packed[expert] = ops.pack_weight(codes.contiguous(), bits)
+            bits16 = tensors.device_tensor(problem, problem.expert_buffer(expert, "weight_scale_bits"), device)
+            scales[expert] = bits16.to(torch.int16).view(torch.float16).view(n, layout["cols"])
+            first = expert if first is None else first
+            del codes
+        # Experts nobody routes to are never read, but their scales must be plausible: Humming derives one factor
+        # from every expert's scales for integer activations (may_process_int_weight_scale).
+        for expert in range(experts):
+            if expert not in touched:
+                scales[expert] = scales[first]
+        weight_config = {"dtype": b_dtype, "group_size": group, "scale_dtype": "float16"}
+        input_config = {"dtype": a_dtype} if a_dtype is not None else None
+        torch.cuda.set_device(device)
+        layer = HummingLayer(shape_n=n, shape_k=k, weight_config=weight_config, input_config=input_config,
+                             num_experts=experts, torch_dtype=torch.float16).cuda(device)
+        layer.load_from_tensors({"weight": packed, "weight_scale": scales})
+        del packed, scales
+        layer.transform()
+        self._moe_cache = (shape, touched, layer)
+        return layer
+
     def _heuristic(self, layer, m):
         """What Humming's own rules pick for this M (recorded with the result)."""
         try:
@@ -220,6 +351,7 @@ class HummingAdapter(Adapter):
         key = (operands, problem.n, problem.k, problem.description.get("seed"), device)
         if self._cache_key == key:
             return self._cache_layer
+        self._moe_cache = None  # one layer on the GPU at a time
         _, bits, _, group = OPERANDS[operands]
         n, k = problem.n, problem.k
         layout = problem.description["weight_scales"]
@@ -250,6 +382,46 @@ def _first_error_line(log):
         if "error" in line:
             return line[:300]
     return lines[0][:300] if lines else "(the compiler said nothing)"
+
+
+def align_block_size(topk_ids, experts, block_m):
+    """vLLM's moe_align_block_size with torch ops on the GPU (docs/moe.md's token-indexed layout): the (token, slot)
+    pairs p in expert order, ascending p within an expert, each expert's list padded to a multiple of block_m with
+    the sentinel T * top_k; the expert of every block; the padded length as a 1-element tensor. Experts with no
+    pairs take no blocks."""
+    import torch
+
+    ids = topk_ids.reshape(-1).long()
+    pairs = ids.numel()
+    order = torch.argsort(ids, stable=True)
+    counts = torch.bincount(ids, minlength=experts)
+    padded = (counts + block_m - 1) // block_m * block_m
+    first_padded = torch.cumsum(padded, 0) - padded
+    first = torch.cumsum(counts, 0) - counts
+    total = int(padded.sum().item())  # one host synchronisation, here and not in a timed launch
+    sorted_ids = torch.full((total,), pairs, dtype=torch.int32, device=ids.device)
+    expert_of = ids[order]
+    position = first_padded[expert_of] + torch.arange(pairs, device=ids.device) - first[expert_of]
+    sorted_ids[position] = order.to(torch.int32)
+    expert_ids = torch.repeat_interleave(torch.arange(experts, device=ids.device), padded // block_m).to(torch.int32)
+    num_tokens_padded = torch.tensor([total], dtype=torch.int32, device=ids.device)
+    return sorted_ids, expert_ids, num_tokens_padded
+
+
+def _moe_tuning_config(layer, tuning, routed_rows):
+    """The TuningConfig dict that runs at `routed_rows` (T * top_k, the M Humming's launcher picks by): the given
+    dict, the entry of a given [[m_lo, m_hi, dict], ...] list, or Humming's own MoE heuristic (its indexed rules,
+    as its benchmark picks them). Passed on as one dict, so that Humming compiles that kernel only."""
+    if isinstance(tuning, dict):
+        return tuning
+    if tuning is None:
+        from humming.tune import get_heuristics_config
+
+        tuning = get_heuristics_config(layer.humming_metas[""], gemm_type="indexed")
+    for m_lo, m_hi, config in tuning:
+        if m_lo < routed_rows and (m_hi <= 0 or routed_rows <= m_hi):
+            return config
+    raise InputError(f"config.tuning_config: no range holds the {routed_rows} routed rows")
 
 
 def _last_compile_error():

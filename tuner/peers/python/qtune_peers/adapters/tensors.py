@@ -3,7 +3,8 @@ import contextlib
 
 import torch
 
-_VIEW_AS = {"uint8": torch.uint8, "uint16": torch.int16, "uint32": torch.int32, "float32": torch.float32}
+_VIEW_AS = {"uint8": torch.uint8, "uint16": torch.int16, "int32": torch.int32, "uint32": torch.int32,
+            "float32": torch.float32}
 
 
 def host_tensor(problem, name):
