@@ -397,9 +397,15 @@ TEST(PeerCommandsOnGpu, HummingKernelsBuiltAheadAreFoundByTheRuns) {
 
   // The int8-activation layer's list: a refused build is UnsupportedError with the compiler's line, not a crash.
   const ProviderId int8 = parse_provider_id("humming-w4a8-int4-int8:scale=f16");
-  const nlohmann::json list = host.heuristic_configs(int8, {16, 4096, 4096, 1, 0});
+  const nlohmann::json list = host.heuristic_configs(int8, problem);
   std::vector<PeerCompileJob> int8_jobs;
-  for (const nlohmann::json& entry : list) int8_jobs.push_back({int8, {16, 4096, 4096, 1, 0}, {{"tuning_config", entry[2]}}});
+  for (const nlohmann::json& entry : list) {
+    PeerCompileJob job;  // named members: gcc 12 warns (maybe-uninitialized) on the optional of a braced temporary
+    job.provider = int8;
+    job.problem = problem;
+    job.config = {{"tuning_config", entry[2]}};
+    int8_jobs.push_back(std::move(job));
+  }
   std::size_t refused = 0;
   for (const PeerCompileResult& result : compile_in_parallel(environment, int8_jobs, compile)) {
     if (result.refused) {
