@@ -104,6 +104,7 @@ std::vector<MoeProblem> moe_problems_of_model(const search::ModelShapes& model, 
 }
 
 std::string moe_baseline_provider(const std::string& baseline, const MoeProblem& problem) {
+  if (baseline.empty()) return "";  // no --moe-baseline
   for (const char* known : kMoeBaselines) {
     if (baseline == known) return baseline;
   }

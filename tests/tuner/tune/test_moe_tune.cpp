@@ -406,6 +406,7 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
 
 TEST(MoeTune, ABaselineNamesItsProviderPerProblem) {
   const MoeProblem g128 = small_problem(4);
+  EXPECT_EQ(moe_baseline_provider("", g128), "") << "no --moe-baseline: no baseline";
   EXPECT_EQ(moe_baseline_provider("cublas-grouped-f16", g128), "cublas-grouped-f16");
   EXPECT_EQ(moe_baseline_provider("humming", g128), "humming-w4a16-int4-g128");  // a peer: its provider of the format
   EXPECT_EQ(moe_baseline_provider("humming-w4a16-int4-g128", g128), "humming-w4a16-int4-g128");
