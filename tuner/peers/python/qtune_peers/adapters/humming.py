@@ -121,16 +121,9 @@ class HummingAdapter(Adapter):
             raise InputError("config.tuning_config: a TuningConfig dict or a [[m_lo, m_hi, dict], ...] list")
         if problem.is_moe:
             return self._prepare_moe(problem, operands, tuning, device)
-        a_dtype = OPERANDS[operands][2]
         layer = self._layer(problem, operands, device)
         m, n, k = problem.m, problem.n, problem.k
-        if a_dtype is None:
-            a = tensors.device_tensor(problem, "activation_bits16", device, torch.float16)
-            input_scale = None
-        else:
-            view = torch.float8_e4m3fn if a_dtype == "float8e4m3" else torch.int8
-            a = tensors.device_tensor(problem, "activation_codes", device, view)
-            input_scale = tensors.device_tensor(problem, "activation_scale_values", device).view(m, -1)
+        a, input_scale = _activations(problem, operands, device, m)
         c = torch.empty((m, n), dtype=torch.float16, device=a.device)
         used = {"tuning_config": tuning} if tuning is not None else {"heuristic": self._heuristic(layer, m)}
 
@@ -243,18 +236,10 @@ class HummingAdapter(Adapter):
         if problem.moe["layout"] != "token-indexed":
             raise UnsupportedError(f"{self.peer}-{operands}: the MoE adapter runs Humming's indexed GEMM (layout "
                                    f"token-indexed), not {problem.moe['layout']}")
-        a_dtype = OPERANDS[operands][2]
         layer = self._moe_layer(problem, operands, device)
         tokens, top_k, n = problem.tokens, problem.top_k, problem.n
         pairs = tokens * top_k
-        rows = problem.input_rows
-        if a_dtype is None:
-            a = tensors.device_tensor(problem, "activation_bits16", device, torch.float16)
-            input_scale = None
-        else:
-            view = torch.float8_e4m3fn if a_dtype == "float8e4m3" else torch.int8
-            a = tensors.device_tensor(problem, "activation_codes", device, view)
-            input_scale = tensors.device_tensor(problem, "activation_scale_values", device).view(rows, -1)
+        a, input_scale = _activations(problem, operands, device, problem.input_rows)
         # Humming's heuristic (or the given config) at the routed rows: its block M decides the layout's padding.
         chosen = _moe_tuning_config(layer, tuning, pairs)
         block_m = int(chosen["block_shape"][0])
@@ -382,6 +367,21 @@ def _first_error_line(log):
         if "error" in line:
             return line[:300]
     return lines[0][:300] if lines else "(the compiler said nothing)"
+
+
+def _activations(problem, operands, device, rows):
+    """qtune's activations of the problem on the GPU as Humming takes them: f16, or the quantized codes (fp8 e4m3 or
+    int8) with their scales as [rows][groups]; (tensor, input_scale or None)."""
+    import torch
+
+    from qtune_peers.adapters import tensors
+
+    a_dtype = OPERANDS[operands][2]
+    if a_dtype is None:
+        return tensors.device_tensor(problem, "activation_bits16", device, torch.float16), None
+    view = torch.float8_e4m3fn if a_dtype == "float8e4m3" else torch.int8
+    a = tensors.device_tensor(problem, "activation_codes", device, view)
+    return a, tensors.device_tensor(problem, "activation_scale_values", device).view(rows, -1)
 
 
 def align_block_size(topk_ids, experts, block_m):
