@@ -187,10 +187,10 @@ struct ProblemContext {
   bool stopping() const { return stop != nullptr && stop->load(); }
 };
 
-PeerRunOptions run_options(const HummingTuneOptions& options, search::Fidelity fidelity) {
+PeerRunOptions run_options(const HummingTuneOptions& options, search::Fidelity fidelity, bool built_ahead) {
   PeerRunOptions run;
   run.measure = fidelity == search::Fidelity::Full ? options.measure.full_fidelity : options.measure.short_fidelity;
-  run.timeout_s = std::max(options.tune.timeout_s, kHummingMinTimeoutS);
+  run.timeout_s = humming_run_timeout_s(options, built_ahead);
   return run;
 }
 
@@ -251,7 +251,7 @@ search::Evaluation evaluate(ProblemContext& context, std::optional<KernelConfig>
     result.error = build->error;
     result.error_type = build->error_type;
   } else {
-    result = context.host.run(context.provider, job, job_config, run_options(options, fidelity));
+    result = context.host.run(context.provider, job, job_config, run_options(options, fidelity, build != nullptr && build->compiled));
     ++context.report.measured;
   }
   if (result.error_type == "NoGpuError") QTUNE_THROW(NoGpuError, context.provider.text() + ": " + result.error);
@@ -375,6 +375,10 @@ std::map<std::string, PeerCompileResult> build_ahead(const HummingTuneOptions& o
 }
 
 }  // namespace
+
+double humming_run_timeout_s(const HummingTuneOptions& options, bool built_ahead) {
+  return std::max(options.tune.timeout_s, built_ahead ? kHummingBuiltTimeoutS : kHummingMinTimeoutS);
+}
 
 std::string build_key(const ProviderId& provider, const Problem& problem, const nlohmann::json& job_config) {
   return provider.text() + " " + std::to_string(problem.n) + "," + std::to_string(problem.k) + " " + job_config.dump();

@@ -38,6 +38,14 @@ inline constexpr std::size_t kHummingDefaultEvaluations = 6;
 inline constexpr double kHummingCompileSeconds = 15;
 // A Humming candidate's timeout covers its compile: at least this many seconds.
 inline constexpr double kHummingMinTimeoutS = 600;
+// A candidate built ahead compiles nothing when it runs: its timeout covers a restarted worker's imports (torch,
+// Humming) and the measurement, so a hanging kernel costs this long instead of kHummingMinTimeoutS.
+inline constexpr double kHummingBuiltTimeoutS = 90;
+
+struct HummingTuneOptions;
+// The watchdog's limit for one candidate's run: the user's --timeout, but at least what the run may spend (its
+// compile when it was not built ahead).
+double humming_run_timeout_s(const HummingTuneOptions& options, bool built_ahead);
 
 // What `tune --family TEXT` asks of Humming, and the rest of the text for tune::families_to_tune ("" when none).
 enum class HummingChoice { No, IfAvailable, Required };

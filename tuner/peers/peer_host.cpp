@@ -217,6 +217,14 @@ const std::vector<PeerInfo>& PeerHost::describe(double timeout_s) {
   return *peers_;
 }
 
+std::vector<std::string> offered_variants(const ProviderId& provider, const std::vector<std::string>& offered) {
+  std::vector<std::string> formats;
+  for (const std::string& text : offered) {
+    if (text.rfind(provider.text() + ":", 0) == 0) formats.push_back(text.substr(provider.peer.size() + 1));
+  }
+  return formats;
+}
+
 void PeerHost::require(const ProviderId& provider, double timeout_s) {
   const std::vector<PeerInfo>& peers = describe(timeout_s);
   std::string known;
@@ -231,7 +239,12 @@ void PeerHost::require(const ProviderId& provider, double timeout_s) {
     }
     std::string offers;
     for (const std::string& offered : peer.providers) offers += (offers.empty() ? "" : ", ") + offered;
-    QTUNE_INPUT_ERROR("provider '" + provider.text() + "': " + peer.peer + " " + peer.version + " offers " + offers);
+    std::string variants;
+    for (const std::string& format : offered_variants(provider, peer.providers)) {
+      variants += (variants.empty() ? "" : " or ") + format;
+    }
+    QTUNE_INPUT_ERROR("provider '" + provider.text() + "': " + peer.peer + " " + peer.version + " offers " + offers +
+                      (variants.empty() ? "" : "; for these operands use the format " + variants));
   }
   QTUNE_INPUT_ERROR("provider '" + provider.text() + "': no peer '" + provider.peer + "' (known: " + known + ")");
 }

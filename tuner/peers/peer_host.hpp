@@ -53,6 +53,10 @@ struct ProviderId {
 // made canonical. Throws InputError naming `field`.
 ProviderId parse_provider_id(std::string_view text, std::string_view field = "provider");
 
+// The formats of `offered` providers that are `provider`'s format with more options ("humming-w4a8-int4-fp8" ->
+// "w4a8-int4-fp8:scale=f16": Humming's W4A8 takes f16 scales), for a refusal that says what to ask for instead.
+std::vector<std::string> offered_variants(const ProviderId& provider, const std::vector<std::string>& offered);
+
 // One peer as the worker found it.
 struct PeerInfo {
   std::string peer;

@@ -294,6 +294,16 @@ TEST(HummingFamily, IsSplitFromQtunesFamiliesInOnePlace) {
   EXPECT_EQ(humming_provider(FormatSpec::parse("w4a16-int4-ch")).text(), "humming-w4a16-int4-ch");
 }
 
+TEST(HummingTune, ACandidateBuiltAheadIsNotGivenTheCompilesTimeout) {
+  HummingTuneOptions options;
+  options.tune.timeout_s = 30;
+  EXPECT_EQ(humming_run_timeout_s(options, false), kHummingMinTimeoutS);  // its run may compile it
+  EXPECT_EQ(humming_run_timeout_s(options, true), kHummingBuiltTimeoutS);  // a hang costs 90 s, not 600
+  EXPECT_LT(kHummingBuiltTimeoutS, kHummingMinTimeoutS);
+  options.tune.timeout_s = 1200;
+  EXPECT_EQ(humming_run_timeout_s(options, true), 1200);  // the user's longer --timeout wins
+}
+
 const nlohmann::json kSm90Pick = nlohmann::json::parse(R"({
   "block_shape": [16, 256, 64], "warp_shape": [16, 32, 64], "use_stream_k": true, "use_f16_accum": false,
   "num_stages": 4, "use_warp_spec": true, "use_tma": true, "use_mbarrier": true})");

@@ -121,6 +121,14 @@ TEST(PeerHost, RefusesWhatCannotRunWithOneLineNamingTheProvider) {
   refused("fake-w8a8-int8-ch", "offers fake-w4a16-int4-ch, fake-f16");
 }
 
+TEST(PeerHost, ARefusalNamesTheSameFormatWithThePeersOptions) {
+  const std::vector<std::string> offered = {"humming-w4a16-int4-ch", "humming-w4a8-int4-fp8:scale=f16",
+                                            "humming-w4a8-int4-int8:scale=f16", "humming-w4a8-int4-fp8x:scale=f16"};
+  EXPECT_EQ(offered_variants(parse_provider_id("humming-w4a8-int4-fp8"), offered),
+            std::vector<std::string>{"w4a8-int4-fp8:scale=f16"});
+  EXPECT_TRUE(offered_variants(parse_provider_id("humming-w8a8-int8-ch"), offered).empty());
+}
+
 TEST(PeerHost, ConfigurationsComeFromTheAdapter) {
   QTUNE_REQUIRE_PEER_PYTHON(environment);
   PeerHost host(environment);

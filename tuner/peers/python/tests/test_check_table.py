@@ -64,10 +64,37 @@ class CheckTableTest(unittest.TestCase):
         self.assertFalse(check_table.same_config(PICK, dict(PICK, num_stages=3)))
         self.assertFalse(check_table.same_config(PICK, None))
 
+    def test_same_config_fills_hummings_defaults_and_ignores_compute_keys(self):
+        import dataclasses
+
+        @dataclasses.dataclass(kw_only=True)
+        class TuningConfig:  # the shape of Humming's: two required fields, the rest defaulted
+            block_shape: tuple
+            warp_shape: tuple
+            num_stages: int = 2
+            num_ctas_per_sm: int = 1
+            use_tma: bool = None
+            _private: int = 0
+
+        defaults = check_table.tuning_config_defaults(TuningConfig)
+        self.assertEqual(defaults, {"block_shape": None, "warp_shape": None, "num_stages": 2, "num_ctas_per_sm": 1,
+                                    "use_tma": None})
+        heuristic = dict(PICK, use_f16_accum=False)  # as Humming's heuristic returns it
+        spelled_out = dict(PICK, num_ctas_per_sm=1)  # as qtune's table writes it
+        self.assertFalse(check_table.same_config(heuristic, spelled_out))
+        self.assertTrue(check_table.same_config(heuristic, spelled_out, defaults))
+        self.assertFalse(check_table.same_config(heuristic, dict(spelled_out, num_ctas_per_sm=2), defaults))
+        self.assertFalse(check_table.same_config(dict(PICK, num_stages=2), dict(PICK, num_stages=None), defaults))
+
     def test_same_means_bitwise_for_one_configuration_and_within_tolerance_for_two(self):
         # The same configuration: bitwise, nothing less.
         self.assertTrue(check_table.verdict(True, True, 0.0, 5.0, 0)[0])
         self.assertFalse(check_table.verdict(True, False, 1e-6, 5.0, 0)[0])
+        # a kernel that is not bitwise reproducible run to run: the same configuration is judged by the tolerance
+        ok, said = check_table.verdict(True, False, 0.0156, 17.0, 0, reproducible=False)
+        self.assertTrue(ok)
+        self.assertIn("not bitwise reproducible", said)
+        self.assertFalse(check_table.verdict(True, False, 0.5, 17.0, 0, reproducible=False)[0])
         # Two configurations: within 1% of the largest |output|, and nothing non-finite.
         self.assertTrue(check_table.verdict(False, False, 0.049, 5.0, 0)[0])
         self.assertFalse(check_table.verdict(False, False, 0.051, 5.0, 0)[0])
