@@ -273,18 +273,18 @@ class FamilyConsole final : public tune::FamilyRunObserver {
   reports::OutputStyle style_;
 };
 
-// The MoE problems' run: exhaustive over the MoE providers' spaces (each capped by --budget-evals), measured in one
-// worker on the first GPU; a peer's --moe-baseline on `baseline_peers`.
+// The MoE problems' run: --strategy over the MoE providers' spaces (exhaustive: each capped by --budget-evals; the
+// others choose within it), measured in one worker on the first GPU; a peer's --moe-baseline on `baseline_peers`.
 int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& problems,
             const std::vector<std::string>& moe_providers, const tune::TuneTarget& target, const tune::MeasureSettings& measure,
             const jit::CompilerSettings& settings, const std::filesystem::path& cache, reports::OutputStyle style,
             std::optional<reports::Table>& machine_table, peers::PeerHost* baseline_peers) {
-  if (options.strategy != "exhaustive") {
-    std::cerr << "qtune tune: MoE problems are searched exhaustively over the curated space (capped by --budget-evals); "
-                 "--strategy "
-              << options.strategy << " applies to the dense GEMMs\n";
-  }
   tune::MoeTuneOptions moe_options;
+  moe_options.strategy = options.strategy;
+  moe_options.strategy_options.seed = options.seed;
+  moe_options.strategy_options.cost_model = options.cost_model;
+  if (options.budget_evals) moe_options.budget.max_evaluations = *options.budget_evals;
+  if (options.budget_seconds) moe_options.budget.max_seconds = *options.budget_seconds;
   moe_options.problems = problems;
   moe_options.providers = moe_providers;
   moe_options.space.curated = options.space != "full";
@@ -292,7 +292,7 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
     auto [name, values] = tune::parse_parameter_values(text);
     moe_options.space.parameter_values[name] = values;
   }
-  if (options.budget_evals) moe_options.space.max_configs = *options.budget_evals;
+  if (options.budget_evals && options.strategy == "exhaustive") moe_options.space.max_configs = *options.budget_evals;
   moe_options.timeout_s = options.timeout_ms ? *options.timeout_ms / 1000.0 : options.timeout_s;
   moe_options.dry_run = options.dry_run;
   moe_options.retune = options.retune;

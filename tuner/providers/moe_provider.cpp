@@ -1,6 +1,7 @@
 #include "tuner/providers/moe_provider.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -221,6 +222,37 @@ class MoeRunnable final : public Runnable {
 std::int64_t rows_per_expert(const Routing& routing) {
   const std::int64_t touched = std::max(routing.experts_touched(), 1);
   return (routing.pairs() + touched - 1) / touched;
+}
+
+std::vector<double> moe_cost_features(const KernelFamily& family, const KernelConfig& config, const MoeProblem& problem,
+                                      const Routing& routing, const ArchLimits& limits) {
+  const int bm = std::max(config.get("bm"), 1);
+  const std::vector<std::int64_t> counts = routing.pairs_per_expert();
+  std::int64_t live_blocks = 0;
+  std::int64_t largest = 0;
+  for (const std::int64_t count : counts) {
+    live_blocks += (count + bm - 1) / bm;
+    largest = std::max(largest, count);
+  }
+  const MoeRowMap map = moe_row_map(problem.layout, routing, bm);
+  const std::int64_t launch_rows = mma_moe::launch_rows(problem, bm, map);
+  const LaunchGeometry geometry = mma_moe::launch_geometry(config, problem, launch_rows);
+  const double launched = double(geometry.grid[0]) * geometry.grid[1] * geometry.grid[2];
+  const double launched_blocks = std::max(double(launch_rows / bm), 1.0);
+  const double live_units = launched * double(live_blocks) / launched_blocks;  // CTAs whose block holds rows
+  const std::int64_t per_expert = rows_per_expert(routing);
+  const double pairs = double(std::max<std::int64_t>(routing.pairs(), 1));
+  Problem live{problem.format, std::max<std::int64_t>(per_expert, 1), problem.n, problem.k, false};
+  std::vector<double> features = search::tiling_features(live, live_units, limits.sm_count,
+                                                         pairs / (std::max(double(live_blocks), 1.0) * bm));
+  const double touched = std::max(routing.experts_touched(), 1);
+  features.push_back(std::log2(touched));
+  features.push_back(double(largest) / (pairs / touched));
+  features.push_back(1.0 - live_units / std::max(launched, 1.0));
+  for (const ParameterDomain& domain : family.parameter_space()) {
+    features.push_back(std::log2(double(std::max(config.get(domain.name), 0)) + 1.0));
+  }
+  return features;
 }
 
 std::uint64_t moe_compulsory_bytes(const MoeProblem& problem, const Routing& routing, const KernelConfig& config) {

@@ -67,6 +67,15 @@ bool moe_reduces(const MoeProblem& problem);
 // ranges of the mma family at this M are the MoE space's (a block never holds two experts).
 std::int64_t rows_per_expert(const Routing& routing);
 
+// Features of a MoE candidate for the search's cost models (search/cost_model.hpp), in one layout for every MoE
+// problem so that the model learns across token buckets: search::tiling_features of the live work (M = the rows per
+// touched expert; units = the row blocks holding rows x column tiles x K splits; the M tile efficiency = pairs over
+// those blocks' rows), then the MoE features -- log2 of the experts touched, the largest expert's pairs over the
+// mean (the routing's skew), the share of launched CTAs that find an empty block -- then log2(1 + value) of each
+// parameter of the config's family, as search::cost_features lays them out.
+std::vector<double> moe_cost_features(const KernelFamily& family, const KernelConfig& config, const MoeProblem& problem,
+                                      const Routing& routing, const ArchLimits& limits);
+
 // The bytes a launch of `config` must move at least once (issue 17's bandwidth targets): every touched expert's
 // prepacked weights, scales, zero points and global scale, the activations the GEMM reads (token-indexed: the input
 // rows once; grouped: the gathered rows) and the projection's outputs in the output type (gate-up: a row per pair;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -10,6 +12,7 @@
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "tuner/providers/moe_provider.hpp"
+#include "tuner/tune/problem_set.hpp"
 #include "tuner/tune/records.hpp"
 #include "tuner/tune/tuner.hpp"
 
@@ -212,6 +215,22 @@ bool store_result(db::Store& store, const db::KernelConfig& record, const provid
   return timed && result.verified;
 }
 
+// Thrown out of a strategy's evaluation when the run is asked to stop.
+struct StopSearch {};
+
+// The search's objective over one provider's compiled candidates.
+class CandidateObjective : public search::Objective {
+ public:
+  using Evaluate = std::function<search::Evaluation(const search::Candidate&, search::Fidelity)>;
+  explicit CandidateObjective(Evaluate evaluate) : evaluate_(std::move(evaluate)) {}
+  search::Evaluation evaluate(const search::Candidate& candidate, search::Fidelity fidelity) override {
+    return evaluate_(candidate, fidelity);
+  }
+
+ private:
+  Evaluate evaluate_;
+};
+
 // Measures the baseline's provider on the problem (none when it applies to another format) into the report.
 void measure_baseline(const std::string& baseline, const providers::ProviderProblem& problem, double timeout_s,
                       MoeTuneServices& services, db::Store& store, db::RunId run, db::MoeProblemId problem_id,
@@ -285,6 +304,9 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
     moe_providers.push_back(provider);
   }
   if (moe_providers.empty()) QTUNE_INPUT_ERROR("providers: no MoE provider to tune with");
+  const bool exhaustive = options.strategy == "exhaustive";
+  search::make_strategy(options.strategy, options.strategy_options);  // InputError for an unknown name, before any work
+  std::map<std::string, std::vector<search::PriorObservation>> prior;  // per provider: this run's full measurements
 
   for (const MoeProblem& problem : options.problems) {
     if (stop != nullptr && stop->load()) {
@@ -314,12 +336,14 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
     const Routing routing = problem.make_routing();
     problem_report.experts_touched = routing.experts_touched();
     problem_report.rows_per_expert = providers::rows_per_expert(routing);
-    // Every provider's space is compiled and measured; the fastest verified configuration of any of them wins.
+    // Every provider's space is compiled and searched; the fastest verified configuration of any of them wins.
     std::optional<std::pair<KernelConfig, double>> best;
     db::ConfigId best_config{};
     for (const providers::MoeProvider* provider : moe_providers) {
       if (report.interrupted) break;
-      const providers::ProviderSpace space = provider->enumerate(provider_problem, target.limits, options.space, nullptr);
+      providers::SpaceRequest space_request = options.space;
+      if (!exhaustive) space_request.max_configs = 0;  // the strategy chooses within the budget
+      const providers::ProviderSpace space = provider->enumerate(provider_problem, target.limits, space_request, nullptr);
       problem_report.space_total += space.total;
       for (const auto& [rule, count] : space.removed_by_rule) problem_report.removed_by_rule[rule] += count;
       const std::vector<CompiledCandidate> candidates = compile_candidates(
@@ -327,28 +351,57 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
       problem_report.candidates += candidates.size();
       if (options.dry_run) continue;
       const std::string source_hash = kernel_source_hash(provider->family());
-      for (const CompiledCandidate& candidate : candidates) {
+      std::vector<search::PriorObservation>& provider_prior = prior[provider->name()];
+      const auto evaluate = [&](const CompiledCandidate& candidate, const std::vector<double>& features,
+                                search::Fidelity fidelity) -> search::Evaluation {
         if (stop != nullptr && stop->load()) {
           report.interrupted = true;
-          break;
+          throw StopSearch{};
         }
         CandidateJob job = moe_job(provider->name(), provider_problem, candidate.config.to_string(), services);
         job.load.arch = target.arch;
         job.load.expected_cache_key = candidate.cache_key;
+        const bool full = fidelity == search::Fidelity::Full;
+        if (!full) job.candidate.measure = services.measure.short_fidelity;
         const providers::CandidateResult result = services.evaluate(job, options.timeout_s);
         db::KernelConfig record = config_record(candidate.config, source_hash);
         record.family = provider->name();  // MoE configs never mix with the dense family's priors
         db::ConfigId config{};
-        const bool measured = store_result(store, record, result, report.run, problem_id, "exhaustive", config);
-        if (measured) {
-          ++problem_report.measured;
-          if (!best || result.measurement.median_us < best->second) {
-            best = std::make_pair(candidate.config, result.measurement.median_us);
-            best_config = config;
-          }
-        } else {
+        const std::string phase = full ? options.strategy : options.strategy + "-screen";
+        const bool measured = store_result(store, record, result, report.run, problem_id, phase, config);
+        if (!measured) {
           ++problem_report.invalid;
+          return {};
         }
+        if (!full) return {true, result.measurement.median_us};  // a screening time never makes a winner
+        ++problem_report.measured;
+        if (!features.empty()) provider_prior.push_back({features, result.measurement.median_us});
+        if (!best || result.measurement.median_us < best->second) {
+          best = std::make_pair(candidate.config, result.measurement.median_us);
+          best_config = config;
+        }
+        return {true, result.measurement.median_us};
+      };
+      try {
+        if (exhaustive) {
+          for (const CompiledCandidate& candidate : candidates) evaluate(candidate, {}, search::Fidelity::Full);
+        } else {
+          std::vector<search::Candidate> searched;
+          searched.reserve(candidates.size());
+          for (std::size_t i = 0; i < candidates.size(); ++i) {
+            searched.push_back({i, providers::moe_cost_features(provider->family(), candidates[i].config, problem, routing,
+                                                                target.limits)});
+          }
+          search::StrategyOptions strategy_options = options.strategy_options;
+          strategy_options.seed ^= fnv1a(problem.to_string());  // each bucket explores its own random picks
+          strategy_options.prior = provider_prior;
+          CandidateObjective objective([&](const search::Candidate& candidate, search::Fidelity fidelity) {
+            return evaluate(candidates.at(candidate.id), searched.at(candidate.id).features, fidelity);
+          });
+          search::make_strategy(options.strategy, strategy_options)->run(searched, objective, options.budget);
+        }
+      } catch (const StopSearch&) {
+        break;
       }
     }
     if (!options.dry_run) {

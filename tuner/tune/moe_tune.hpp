@@ -11,9 +11,9 @@
 //            one result row per candidate (db/moe_store.hpp) in its own transaction;
 //   finish   the fastest verified configuration of every provider is the winner of (format, E, top-k, N, K, T, layout, projection,
 //            routing) on this GPU.
-// The search is exhaustive over that space: the model strategy's cost model has no MoE features yet, so
-// `--strategy model` (or random, halving) is refused for MoE problems. A problem with a stored winner is skipped
-// unless retune.
+// The search is exhaustive over that space by default; with `--strategy random|halving|model` the strategy picks
+// what to measure within --budget-evals (the model strategy on MoE features, MoeTuneOptions::strategy). A problem
+// with a stored winner is skipped unless retune.
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -29,6 +29,7 @@
 #include "kernels/family.hpp"
 #include "kernels/moe.hpp"
 #include "search/model_shapes.hpp"
+#include "search/strategy.hpp"
 #include "tuner/jit/compiler.hpp"
 #include "tuner/providers/moe_provider.hpp"
 #include "tuner/providers/provider.hpp"
@@ -78,6 +79,14 @@ struct MoeTuneOptions {
   // The MoE providers searched, in order ("mma-moe", "wgmma-moe"; moe_providers_for_families picks them from --family).
   std::vector<std::string> providers{providers::kMoeProviderName};
   providers::SpaceRequest space;  // curated or whole, narrowed parameters, max_configs = the evaluation budget
+  // "exhaustive": every configuration of the space (capped by space.max_configs, spread evenly). "random", "halving",
+  // "model": the whole space is compiled and the strategy measures budget.max_evaluations of it; the model strategy's
+  // cost model learns from providers::moe_cost_features (rows per expert, experts touched, skew, empty blocks) of what
+  // this run measured before with the same provider -- the token buckets run in ascending order, so a larger T
+  // starts from the smaller ones' times.
+  std::string strategy = "exhaustive";
+  search::StrategyOptions strategy_options;
+  search::Budget budget;
   double timeout_s = 30;          // per candidate (load, verify, measure)
   bool dry_run = false;           // plan and compile only; nothing is stored but the run
   bool retune = false;            // search problems again even when they have a winner

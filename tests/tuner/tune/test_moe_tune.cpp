@@ -7,6 +7,8 @@
 // family's small token tiles on sm_90 only; --family picks the providers, and a tune over both stores the faster.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -20,6 +22,7 @@
 #include "kernels/families/mma_moe.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "search/gpu_profile.hpp"
+#include "search/space.hpp"
 #include "tests/common/expect_error.hpp"
 #include "tests/common/temp_dir.hpp"
 #include "tuner/providers/moe_provider.hpp"
@@ -402,6 +405,99 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
   // Only the MoE providers are known.
   options.providers = {"tma-moe"};
   expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "tma-moe"});
+}
+
+// The model strategy measures --budget-evals of the compiled space (not the space capped and spread) per problem and
+// provider, each bucket with its own seed, stores each under its phase, and keeps the fastest as the winner; an
+// unknown strategy is refused naming the field.
+TEST(MoeTune, ModelStrategyMeasuresTheBudgetOfTheWholeSpace) {
+  TempDir dir;
+  const TuneTarget target = target_from_profile(search::gpu_profile_by_name("h200"));
+  MoeTuneOptions options;
+  options.problems = {small_problem(16), small_problem(64)};
+  options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {64, 128}},   {"wm", {1}},
+                                    {"wn", {4}},  {"wk", {1}},   {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
+  options.strategy = "model";
+  options.budget.max_evaluations = 4;
+  const jit::Compiler compiler(test_compiler_settings());
+  MoeTuneServices services;
+  services.compiler = &compiler;
+  std::map<std::int64_t, std::vector<std::string>> measured_of_tokens;
+  const auto time_at_16 = [](const KernelConfig& config) {
+    return 1.0 + std::abs(config.get("split") - 2) + (config.get("stages") == 4 ? 0.0 : 0.5) + (config.get("bk") == 128 ? 0.0 : 0.25);
+  };
+  services.evaluate = [&measured_of_tokens, &time_at_16](const CandidateJob& job, double) {
+    measured_of_tokens[job.problem.moe.tokens].push_back(job.configuration);
+    const KernelConfig config = KernelConfig::parse(job.configuration);
+    providers::CandidateResult result;
+    result.outcome = providers::CandidateOutcome::Measured;
+    result.verified = true;
+    // split 2, 4 stages, bk 128 is the fastest at every T; time grows with T.
+    result.measurement.median_us = double(job.problem.moe.tokens) * time_at_16(config);
+    result.measurement.samples_us = {result.measurement.median_us};
+    return result;
+  };
+  const MoeTuneReport report = run_moe_tune(options, target, dir / "q.db", services);
+  ASSERT_EQ(report.reports.size(), 2u);
+  for (const MoeProblemReport& problem : report.reports) {
+    EXPECT_EQ(problem.candidates, 12u);
+    EXPECT_EQ(problem.measured, 4u) << "the budget, not the space";
+  }
+  const std::vector<std::string>& small = measured_of_tokens[16];
+  const std::vector<std::string>& large = measured_of_tokens[64];
+  ASSERT_EQ(small.size(), 4u);
+  ASSERT_EQ(large.size(), 4u);
+  EXPECT_NE(small, large) << "each bucket explores with its own seed";
+  // The winner is the fastest of what was measured, at full fidelity.
+  for (const MoeProblemReport& problem : report.reports) {
+    const std::vector<std::string>& measured = measured_of_tokens[problem.problem.tokens];
+    double fastest = 1e30;
+    for (const std::string& text : measured) fastest = std::min(fastest, double(problem.problem.tokens) * time_at_16(KernelConfig::parse(text)));
+    ASSERT_TRUE(problem.winner.has_value());
+    EXPECT_DOUBLE_EQ(problem.winner_us, fastest);
+  }
+  {
+    db::Store store = db::Store::open(dir / "q.db");
+    for (const db::MoeProblemRecord& problem : db::list_moe_problems(store)) {
+      for (const db::MoeResult& result : db::list_moe_results(store, problem.id, "h200")) EXPECT_EQ(result.phase, "model");
+    }
+  }
+  options.strategy = "nosuch";
+  options.retune = true;
+  expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"strategy"});
+}
+
+// The MoE features have one layout for every problem (so one cost model spans the token buckets) and say what the
+// routing does: experts touched, skew, empty blocks.
+TEST(MoeProvider, CostFeaturesSayHowManyExpertsAndHowSkewed) {
+  const ArchLimits limits = search::limits_of_profile(search::gpu_profile_by_name("h200"));
+  const KernelConfig config = KernelConfig::parse("bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0", "mma");
+  const auto features_of = [&](const MoeProblem& problem) {
+    return providers::moe_cost_features(mma_family(), config, problem, problem.make_routing(), limits);
+  };
+  MoeProblem uniform = small_problem(64);
+  uniform.experts = 64;
+  uniform.top_k = 4;
+  MoeProblem skewed = uniform;
+  skewed.routing = RoutingSpec::parse("zipf:2");
+  MoeProblem decode = uniform;
+  decode.tokens = 1;
+  const std::vector<double> a = features_of(uniform), b = features_of(skewed), c = features_of(decode);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), c.size());
+  const std::size_t touched = search::tiling_features(Problem{uniform.format, 1, 1, 1, false}, 1, 1, 1).size();
+  EXPECT_DOUBLE_EQ(c[touched], std::log2(4.0)) << "one token touches top_k experts";
+  EXPECT_GT(a[touched], b[touched]) << "Zipf routing concentrates the pairs on fewer experts";
+  EXPECT_GT(b[touched + 1], a[touched + 1]) << "and makes the largest expert larger than the mean";
+  EXPECT_GE(a[touched + 1], 1.0);
+  for (const auto& features : {a, b, c}) {
+    EXPECT_GE(features[touched + 2], 0.0);
+    EXPECT_LT(features[touched + 2], 1.0);
+  }
+  // The token-indexed launch covers pairs + min(E, pairs) x (bm - 1) rows: exact at T = 1 (one pair per expert, one
+  // block each), a bound with blocks left empty once experts hold several pairs.
+  EXPECT_DOUBLE_EQ(c[touched + 2], 0.0);
+  EXPECT_GT(a[touched + 2], 0.0);
 }
 
 TEST(MoeTune, ABaselineNamesItsProviderPerProblem) {
