@@ -285,6 +285,7 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
   moe_options.strategy_options.cost_model = options.cost_model;
   if (options.budget_evals) moe_options.budget.max_evaluations = *options.budget_evals;
   if (options.budget_seconds) moe_options.budget.max_seconds = *options.budget_seconds;
+  moe_options.budget_fraction = options.budget_fraction;
   moe_options.problems = problems;
   moe_options.providers = moe_providers;
   moe_options.space.curated = options.space != "full";

@@ -398,7 +398,12 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
           CandidateObjective objective([&](const search::Candidate& candidate, search::Fidelity fidelity) {
             return evaluate(candidates.at(candidate.id), searched.at(candidate.id).features, fidelity);
           });
-          search::make_strategy(options.strategy, strategy_options)->run(searched, objective, options.budget);
+          search::Budget budget = options.budget;
+          if (options.budget_fraction) {
+            const auto share = static_cast<std::size_t>(std::ceil(*options.budget_fraction * double(searched.size())));
+            budget.max_evaluations = std::min(budget.max_evaluations, std::max<std::size_t>(1, share));
+          }
+          search::make_strategy(options.strategy, strategy_options)->run(searched, objective, budget);
         }
       } catch (const StopSearch&) {
         break;

@@ -87,6 +87,7 @@ struct MoeTuneOptions {
   std::string strategy = "exhaustive";
   search::StrategyOptions strategy_options;
   search::Budget budget;
+  std::optional<double> budget_fraction;  // (0, 1]: the budget is also at most this share of a provider's candidates
   double timeout_s = 30;          // per candidate (load, verify, measure)
   bool dry_run = false;           // plan and compile only; nothing is stored but the run
   bool retune = false;            // search problems again even when they have a winner

@@ -462,8 +462,14 @@ TEST(MoeTune, ModelStrategyMeasuresTheBudgetOfTheWholeSpace) {
       for (const db::MoeResult& result : db::list_moe_results(store, problem.id, "h200")) EXPECT_EQ(result.phase, "model");
     }
   }
-  options.strategy = "nosuch";
+  // --budget-fraction: a share of each provider's candidates (0.1 of 12 is 2), the smaller of the two budgets.
   options.retune = true;
+  options.budget_fraction = 0.1;
+  measured_of_tokens.clear();
+  run_moe_tune(options, target, dir / "q.db", services);
+  EXPECT_EQ(measured_of_tokens[16].size(), 2u);
+  EXPECT_EQ(measured_of_tokens[64].size(), 2u);
+  options.strategy = "nosuch";
   expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"strategy"});
 }
 
