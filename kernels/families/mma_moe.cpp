@@ -105,7 +105,7 @@ MoeTiles moe_tiles(const KernelConfig& config, const FormatSpec& format) {
     tiles.split = config.get("split");
     tiles.threads = TmaFamily::threads(config);
     tiles.pipeline_bytes = TmaFamily::shared_bytes(config, format);
-    tiles.static_bytes = TmaFamily::static_shared_bytes(config);
+    tiles.static_bytes = TmaFamily::static_shared_memory(config);
     tiles.table_bytes_per_row = 0;
     return tiles;
   }

@@ -45,7 +45,7 @@ class TmaFamily final : public MmaFamily {
   // MoE kernel (kernels/families/mma_moe.hpp) instantiates and launches too.
   static int threads(const KernelConfig& config);
   static std::string tiles_template_arguments(const KernelConfig& config);
-  static int static_shared_bytes(const KernelConfig& config);
+  static int static_shared_memory(const KernelConfig& config);
 };
 
 const TmaFamily& tma_family();

@@ -290,7 +290,9 @@ TEST(MoeProvider, TmaSpaceIsSmallTokenTilesWithoutClustersOnHopperOnly) {
       EXPECT_TRUE(verdict.valid) << tokens << " " << text << ": " << verdict.rule;
     }
     EXPECT_EQ(seen_tiles, std::set<int>(tiles.begin(), tiles.end())) << "T = " << tokens;
-    if (tokens >= 1024) EXPECT_EQ(seen_persistent, (std::set<int>{0, 1})) << "T = " << tokens << ": a grid of many units";
+    if (tokens >= 1024) {
+      EXPECT_EQ(seen_persistent, (std::set<int>{0, 1})) << "T = " << tokens << ": a grid of many units";
+    }
   }
   // A cluster along M pairs two row blocks, which may belong to two experts: refused by name.
   MoeProblem problem = deepseek;
@@ -452,8 +454,8 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
   ASSERT_TRUE(again.reports.front().winner.has_value());
   EXPECT_EQ(again.reports.front().winner->family, "wgmma");
   // Only the MoE providers are known.
-  options.providers = {"tma-moe"};
-  expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "tma-moe"});
+  options.providers = {"bsmma-moe"};
+  expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "bsmma-moe"});
 }
 
 TEST(MoeTune, ABaselineNamesItsProviderPerProblem) {
