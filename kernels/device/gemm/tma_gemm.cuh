@@ -26,12 +26,12 @@
 //
 // The same kernel serves the MoE GEMM (gemm/tma_moe.cuh): with ROWS = MoeRows<...> the activation rows are a MoE
 // layout's rows in layout order (grouped layouts as they are, token-indexed rows gathered first), a unit's BLOCK_M rows
-// are one block of it (gemm/moe_rows.cuh), which the producer and every consumer warp find alone (moe_block_of_warp):
+// are one block of it (gemm/moe_block.cuh), which the producer and every consumer warp find alone (moe_block_of_warp):
 // a block with no live rows is skipped by all of them alike, a live one reads its expert's weights, scales and global
-// scale, and its live rows are stored to their target rows. With DenseRows every MoE branch is compiled out.
+// scale, and its live rows are stored to their target rows. With DenseUnits every MoE branch is compiled out.
 #include "gemm/async_ptx.cuh"
 #include "gemm/epilogue.cuh"
-#include "gemm/moe_rows.cuh"
+#include "gemm/moe_block.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_schedule.cuh"
 #include "gemm/weight_vectors.cuh"
@@ -163,8 +163,8 @@ __device__ __forceinline__ void for_each_cluster_unit(const GemmParams& p, const
   }
 }
 
-// ROWS: DenseRows, or MoeRows with `moe` its layout's tables.
-template <class F, class T, class ROWS = DenseRows>
+// ROWS: DenseUnits, or MoeRows with `moe` its layout's tables.
+template <class F, class T, class ROWS = DenseUnits>
 __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& activation_map, const MoeParams* moe = nullptr) {
   using G = TmaGemm<F, T>;
   constexpr bool IS_MOE = ROWS::LAYOUT != 0;
