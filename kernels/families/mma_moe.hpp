@@ -52,9 +52,11 @@ LaunchGeometry reduce_launch_geometry(const MoeProblem& problem);
 //   (masked), "padded_rows" (token-indexed: one int32, num_tokens_post_padded), "router_weights" (token-indexed down);
 //   "c": token-indexed [pairs][N] (down: each row times its router weight, reduced by the second kernel into
 //   "reduced" [tokens][N]); grouped layouts [launch_rows][N] in layout order, rows left unwritten on padding;
-//   "workspace" with split-K.
+//   "workspace" with split-K; "gathered" and "gathered_scales" for the tma family's token-indexed GEMM (gathers()).
 std::vector<BufferSpec> buffers(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows);
-// GemmParams and MoeParams from the device address of each buffer by name. Throws InputError naming a missing one.
+// GemmParams and MoeParams from the device address of each buffer by name (the tma family's: then a TMA tensor map
+// over the activations in layout order, a KernelArguments::tensor_maps request for gemm::encode_tensor_maps).
+// Throws InputError naming a missing one.
 KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows,
                                const std::map<std::string, uint64_t>& device_addresses);
 // The reduction's arguments: "c" (the down GEMM's rows) into "reduced".
