@@ -7,6 +7,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 
 namespace qtune::mma_moe {
@@ -19,6 +20,10 @@ namespace {
 
 constexpr const char* kKernelName = "qtune_mma_moe_gemm";
 constexpr const char* kWgmmaKernelName = "qtune_wgmma_moe_gemm";
+constexpr const char* kTmaKernelName = "qtune_tma_moe_gemm";
+constexpr const char* kGatherKernelName = "qtune_moe_gather_rows";
+constexpr int kGatherThreads = 128;
+constexpr int kMulticastWeights = 2;  // device::kMulticastWeights
 constexpr const char* kReduceKernelName = "qtune_moe_reduce_top_k";
 constexpr int kTableBytesPerRow = 12;  // MmaGemm::MOE_TABLE_BYTES / BLOCK_M
 constexpr int kReduceThreads = 256;
@@ -61,28 +66,49 @@ Problem dense_problem(const MoeProblem& problem, int64_t launch_rows) {
 }
 
 // What differs between the families' MoE kernels: tiles, threads, shared memory and the instantiated kernel. Layout
-// tables, buffers and arguments are the same (the wgmma family runs the mma family's prepacked layout).
+// tables, buffers and arguments are the same (the wgmma and tma families run the mma family's prepacked layout).
+enum class MoeKernel { Mma, Wgmma, Tma };
+
 struct MoeTiles {
   bool wgmma = false;
   int bm = 0, bn = 0, split = 1, threads = 0;
   int pipeline_bytes = 0;  // dynamic shared memory of the dense tiles, without the row tables
   int static_bytes = 0;
-  int dynamic_bytes() const { return pipeline_bytes + kTableBytesPerRow * bm; }
+  int table_bytes_per_row = kTableBytesPerRow;  // 0 for the tma kernel: its warps read the row tables from global memory
+  int dynamic_bytes() const { return pipeline_bytes + table_bytes_per_row * bm; }
 };
 
-bool is_wgmma(const KernelConfig& config) {
-  if (config.family.empty() || config.family == mma_family().name()) return false;
-  if (config.family == wgmma_family().name()) return true;
-  QTUNE_INPUT_ERROR("config: family '" + config.family + "' has no MoE kernel (the mma and wgmma families have)");
+MoeKernel kernel_of(const KernelConfig& config) {
+  if (config.family.empty() || config.family == mma_family().name()) return MoeKernel::Mma;
+  if (config.family == wgmma_family().name()) return MoeKernel::Wgmma;
+  if (config.family == tma_family().name()) return MoeKernel::Tma;
+  QTUNE_INPUT_ERROR("config: family '" + config.family + "' has no MoE kernel (the mma, wgmma and tma families have)");
 }
 
+bool is_wgmma(const KernelConfig& config) { return kernel_of(config) == MoeKernel::Wgmma; }
+bool is_tma(const KernelConfig& config) { return kernel_of(config) == MoeKernel::Tma; }
+
 const MmaFamily& family_of(const KernelConfig& config) {
-  if (is_wgmma(config)) return wgmma_family();
+  switch (kernel_of(config)) {
+    case MoeKernel::Wgmma: return wgmma_family();
+    case MoeKernel::Tma: return tma_family();
+    case MoeKernel::Mma: break;
+  }
   return mma_family();
 }
 
 MoeTiles moe_tiles(const KernelConfig& config, const FormatSpec& format) {
   MoeTiles tiles;
+  if (is_tma(config)) {
+    tiles.bm = config.get("bm");
+    tiles.bn = config.get("bn");
+    tiles.split = config.get("split");
+    tiles.threads = TmaFamily::threads(config);
+    tiles.pipeline_bytes = TmaFamily::shared_bytes(config, format);
+    tiles.static_bytes = TmaFamily::static_shared_memory(config);
+    tiles.table_bytes_per_row = 0;
+    return tiles;
+  }
   if (is_wgmma(config)) {
     tiles.wgmma = true;
     tiles.bm = config.get("bm");
@@ -106,7 +132,14 @@ MoeTiles moe_tiles(const KernelConfig& config, const FormatSpec& format) {
 
 }  // namespace
 
-std::string kernel_name(const KernelConfig& config) { return is_wgmma(config) ? kWgmmaKernelName : kKernelName; }
+std::string kernel_name(const KernelConfig& config) {
+  switch (kernel_of(config)) {
+    case MoeKernel::Wgmma: return kWgmmaKernelName;
+    case MoeKernel::Tma: return kTmaKernelName;
+    case MoeKernel::Mma: break;
+  }
+  return kKernelName;
+}
 std::string reduce_kernel_name() { return kReduceKernelName; }
 
 int64_t launch_rows(const MoeProblem& problem, int bm, const MoeRowMap& map) {
@@ -128,8 +161,19 @@ RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const A
   const RuleVerdict dense = family_of(config).check(config, dense_problem(problem, pairs + problem.experts * int64_t{bm}), limits);
   // A block's tile is as tall as bm whatever the rows per expert: bm-over-m does not apply to a MoE block.
   if (!dense.valid && dense.rule != "bm-over-m" && dense.rule != "raster-single-m-tile") return dense;
+  if (is_tma(config)) {
+    if (config.get("multicast") == kMulticastWeights) {
+      return RuleVerdict::fail("moe-multicast-weights", "multicast=2 pairs two row blocks along M, which may belong to two experts "
+                                                        "with different weights: MoE tiles multicast activations (1) or nothing (0)");
+    }
+    const int64_t row_bytes = problem.k * mma::device_format(problem.format).act_bits() / 8;
+    if (row_bytes % 16 != 0) {
+      return RuleVerdict::fail("moe-row-bytes", "an activation row of K=" + std::to_string(problem.k) + " is " +
+                                                    std::to_string(row_bytes) + " bytes, not whole 16-byte vectors (TMA rows)");
+    }
+  }
   const MoeTiles tiles = moe_tiles(config, problem.format);
-  if (tiles.threads < tiles.bm) {
+  if (!is_tma(config) && tiles.threads < tiles.bm) {
     return RuleVerdict::fail("moe-threads-rows", std::to_string(tiles.threads) + " threads cannot fill the row table of bm=" +
                                                      std::to_string(tiles.bm) + " rows (one thread per row)");
   }
@@ -141,6 +185,10 @@ RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const A
   return RuleVerdict::ok();
 }
 
+namespace {
+std::string tma_instantiation_source(const KernelConfig& config, const MoeProblem& problem, const std::string& arch);
+}  // namespace
+
 std::string instantiation_source(const KernelConfig& config, const MoeProblem& problem, const std::string& arch) {
   const int sm = sm_of_arch(arch);
   const MmaFamily& family = family_of(config);
@@ -150,6 +198,7 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
   if (wgmma && arch != "sm_90a") {
     QTUNE_THROW(UnsupportedError, "the wgmma MoE GEMM compiles for sm_90a only (wgmma is architecture-specific), not " + arch);
   }
+  if (is_tma(config)) return tma_instantiation_source(config, problem, arch);
   const DeviceFormat device = mma::device_format(problem.format);
   const MoeTiles tiles = moe_tiles(config, problem.format);
   const char* projection = problem.projection == MoeProjection::GateUp ? "qd::kMoeGateUp" : "qd::kMoeDown";
@@ -175,6 +224,35 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
   return source;
 }
 
+namespace {
+
+// The tma family's MoE GEMM (qtune_tma_moe_gemm): its tiles with MoeRows, the cluster dims compiled in.
+std::string tma_instantiation_source(const KernelConfig& config, const MoeProblem& problem, const std::string& arch) {
+  if (arch != "sm_90a") {
+    QTUNE_THROW(UnsupportedError, "the tma MoE GEMM compiles for sm_90a only (wgmma and setmaxnreg are architecture-specific), not " + arch);
+  }
+  const DeviceFormat device = mma::device_format(problem.format);
+  const MoeTiles tiles = moe_tiles(config, problem.format);
+  const char* projection = problem.projection == MoeProjection::GateUp ? "qd::kMoeGateUp" : "qd::kMoeDown";
+  std::string source = mma::instantiation_preamble(
+      "tma MoE GEMM: " + problem.format.to_string() + " " + std::string(moe_layout_name(problem.layout)) + " " +
+          std::string(moe_projection_name(problem.projection)) + " " + config.to_string() + " for " + arch,
+      "tma_moe.cuh", device, "TmaTiles", TmaFamily::tiles_template_arguments(config));
+  source += "static_assert(qd::TmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " + std::to_string(tiles.dynamic_bytes()) +
+            ", \"host and device disagree on the shared memory size\");\n";
+  source += "static_assert(QtuneTiles::THREADS == " + std::to_string(tiles.threads) + ", \"host and device disagree on the block size\");\n";
+  const int cluster = config.get("cluster");
+  const std::string cluster_dims = cluster > 1 ? "__cluster_dims__(" + std::to_string(cluster) + ", 1, 1) " : "";
+  source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + cluster_dims + kTmaKernelName +
+            "(const qd::GemmParams params, const qd::MoeParams moe, const __grid_constant__ qd::TensorMap activation_map) {\n";
+  source += "  qd::tma_moe_gemm<QtuneFormat, QtuneTiles, " + std::string(layout_code(problem.layout)) + ", " + projection +
+            ">(params, activation_map, moe);\n";
+  source += "}\n";
+  return source;
+}
+
+}  // namespace
+
 std::string reduce_instantiation_source(const FormatSpec& format, const std::string& arch) {
   sm_of_arch(arch);  // a bad target is an InputError here, as for the GEMM
   const char* output = format.output == OutputType::F16 ? "qd::kElementF16" : "qd::kElementBF16";
@@ -194,6 +272,12 @@ LaunchGeometry launch_geometry(const KernelConfig& config, const MoeProblem& pro
   if (launch_rows % t.bm != 0) {
     QTUNE_INPUT_ERROR("launch rows: " + std::to_string(launch_rows) + " is not a multiple of bm=" + std::to_string(t.bm) +
                       " (build the layout with blocks of bm rows, or a multiple of it)");
+  }
+  if (is_tma(config)) {
+    // The dense tma launch over the layout's rows: persistence, clusters and split-K as there.
+    LaunchGeometry geometry = tma_family().launch_geometry(config, dense_problem(problem, launch_rows));
+    geometry.dynamic_shared_bytes = static_cast<uint32_t>(t.dynamic_bytes());
+    return geometry;
   }
   const int64_t tiles = (problem.n / t.bn) * (launch_rows / t.bm);
   LaunchGeometry geometry;
@@ -243,6 +327,13 @@ std::vector<BufferSpec> buffers(const KernelConfig& config, const MoeProblem& pr
     }
   }
   if (problem.layout == MoeLayout::GroupedMasked) list.push_back({"counts", experts * 4, BufferRole::Activations, "int32 rows per expert"});
+  if (gathers(config, problem)) {
+    list.push_back({"gathered", mma::packed_activation_bytes(device, launch_rows, problem.k), BufferRole::Workspace,
+                    "the pairs' activation rows in layout order [launch rows][k] (moe_gather_rows)"});
+    if (const uint64_t bytes = mma::packed_activation_scale_bytes(device, launch_rows, problem.k); bytes > 0) {
+      list.push_back({"gathered_scales", bytes, BufferRole::Workspace, "their f32 activation scales"});
+    }
+  }
   list.push_back({"c", static_cast<uint64_t>(c_rows * problem.n) * 2, BufferRole::Output,
                   token_indexed ? "output [pairs][n]" : "output [rows][n] in layout order"});
   if (token_indexed && problem.projection == MoeProjection::Down) {
@@ -264,8 +355,9 @@ KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& pro
   const LaunchGeometry geometry = launch_geometry(config, problem, launch_rows);
   const bool token_indexed = problem.layout == MoeLayout::TokenIndexed;
   dv::GemmParams params{};
-  params.a = address("a", true);
-  params.a_scales = address("a_scales", device.activation_scales != dv::kActivationScaleNone);
+  const bool gathered = gathers(config, problem);
+  params.a = address(gathered ? "gathered" : "a", true);
+  params.a_scales = address(gathered ? "gathered_scales" : "a_scales", device.activation_scales != dv::kActivationScaleNone);
   params.weights = address("weights", true);
   params.scales = address("scales", true);
   params.zeros = address("zeros", device.has_zero());
@@ -294,6 +386,72 @@ KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& pro
   std::memcpy(arguments.storage.data(), &params, sizeof(params));
   std::memcpy(arguments.storage.data() + sizeof(params), &moe, sizeof(moe));
   arguments.offsets = {0, sizeof(params)};
+  if (is_tma(config)) {
+    // The activation tensor map over the rows in layout order (device::TmaFamily's map, launch rows tall).
+    TensorMapRequest map;
+    map.offset = (arguments.storage.size() + 63) / 64 * 64;
+    map.address = params.a;
+    map.element_bytes = static_cast<uint32_t>(device.act_bits() / 8);
+    map.rows = static_cast<uint64_t>(launch_rows);
+    map.columns = static_cast<uint64_t>(problem.k);
+    map.box_rows = static_cast<uint32_t>(config.get("bm"));
+    map.box_columns = 128 / map.element_bytes;
+    arguments.storage.resize(map.offset + 128, 0);
+    arguments.offsets.push_back(map.offset);
+    arguments.tensor_maps.push_back(map);
+  }
+  return arguments;
+}
+
+bool gathers(const KernelConfig& config, const MoeProblem& problem) {
+  return is_tma(config) && problem.layout == MoeLayout::TokenIndexed;
+}
+
+std::string gather_kernel_name() { return kGatherKernelName; }
+
+std::string gather_instantiation_source(const MoeProblem& problem, const std::string& arch) {
+  sm_of_arch(arch);  // a bad target is an InputError here, as for the GEMM
+  const char* projection = problem.projection == MoeProjection::GateUp ? "qd::kMoeGateUp" : "qd::kMoeDown";
+  std::string source;
+  source += "// qtune MoE gather of the token-indexed rows into layout order: " + std::string(moe_projection_name(problem.projection)) +
+            " for " + arch + "\n";
+  source += "#include \"gemm/tma_moe.cuh\"\n";
+  source += "namespace qd = qtune::device;\n";
+  source += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kGatherThreads) + ") " + kGatherKernelName +
+            "(const qd::MoeGatherParams gather, const qd::MoeParams moe) {\n";
+  source += "  qd::moe_gather_rows<" + std::string(projection) + ", " + std::to_string(kGatherThreads) + ">(gather, moe);\n";
+  source += "}\n";
+  return source;
+}
+
+LaunchGeometry gather_launch_geometry(int64_t launch_rows) {
+  LaunchGeometry geometry;
+  geometry.grid = {static_cast<uint32_t>(launch_rows), 1, 1};
+  geometry.block = {kGatherThreads, 1, 1};
+  return geometry;
+}
+
+KernelArguments pack_gather_arguments(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows,
+                                      const std::map<std::string, uint64_t>& device_addresses) {
+  if (!gathers(config, problem)) QTUNE_INPUT_ERROR("layout: only the tma family's token-indexed MoE GEMM gathers its rows");
+  const DeviceFormat device = mma::device_format(problem.format);
+  const bool scaled = device.activation_scales != dv::kActivationScaleNone;
+  dv::MoeGatherParams gather{};
+  gather.a = mma::buffer_address(device_addresses, "a", true);
+  gather.a_scales = mma::buffer_address(device_addresses, "a_scales", scaled);
+  gather.gathered = mma::buffer_address(device_addresses, "gathered", true);
+  gather.gathered_scales = mma::buffer_address(device_addresses, "gathered_scales", scaled);
+  gather.row_bytes = problem.k * device.act_bits() / 8;
+  gather.rows = static_cast<int>(launch_rows);
+  // Scale rows: per group [k / G][rows], per token one [rows] (mma::packed_activation_scale_bytes).
+  gather.scale_groups = scaled ? static_cast<int>(mma::packed_activation_scale_bytes(device, 1, problem.k) / 4) : 0;
+  // The MoE GEMM's own MoeParams (rows, padded_rows, pairs, top_k, input_rows), from its packed arguments.
+  const KernelArguments gemm = pack_arguments(config, problem, launch_rows, device_addresses);
+  KernelArguments arguments;
+  arguments.storage.resize(sizeof(gather) + sizeof(dv::MoeParams));
+  std::memcpy(arguments.storage.data(), &gather, sizeof(gather));
+  std::memcpy(arguments.storage.data() + sizeof(gather), gemm.storage.data() + gemm.offsets[1], sizeof(dv::MoeParams));
+  arguments.offsets = {0, sizeof(gather)};
   return arguments;
 }
 

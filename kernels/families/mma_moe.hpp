@@ -1,9 +1,11 @@
 #pragma once
-// The MoE GEMMs of the mma family (kernels/device/gemm/mma_moe.cuh, sm_75+) and of the wgmma family
-// (kernels/device/gemm/wgmma_moe.cuh, sm_90a), docs/moe.md: a dense family's tiles and parameters (a KernelConfig of
-// family "mma", or "wgmma"; an empty family is mma) run over the blocks of a MoE layout (kernels/moe_layout.hpp). Both
-// families use the mma family's prepacked layout, so everything but the rules, the instantiation and the launch
-// geometry is shared. This is the host side a MoE provider needs: rules, instantiation source, launch geometry,
+// The MoE GEMMs of the mma family (kernels/device/gemm/mma_moe.cuh, sm_75+), of the wgmma family
+// (kernels/device/gemm/wgmma_moe.cuh, sm_90a) and of the tma family (kernels/device/gemm/tma_moe.cuh, sm_90a),
+// docs/moe.md: a dense family's tiles and parameters (a KernelConfig of family "mma", "wgmma" or "tma"; an empty family
+// is mma) run over the blocks of a MoE layout (kernels/moe_layout.hpp). The three families use the mma family's
+// prepacked layout, so everything but the rules, the instantiation and the launch geometry is shared; the tma kernel
+// reads its activations through a TMA tensor map in layout order, so for the token-indexed layout a gather kernel
+// (gathers()) copies the pairs' rows into layout order before it. This is the host side a MoE provider needs: rules, instantiation source, launch geometry,
 // argument packing and the experts' prepacked weights. Layout blocks: a token-indexed layout is built with
 // block_m = bm; a grouped-contiguous layout's block is a multiple of bm; a grouped-masked layout's max_rows is a
 // multiple of bm. A config of another family is an InputError naming it.
@@ -19,7 +21,7 @@
 
 namespace qtune::mma_moe {
 
-std::string kernel_name(const KernelConfig& config);  // "qtune_mma_moe_gemm" or "qtune_wgmma_moe_gemm"
+std::string kernel_name(const KernelConfig& config);  // "qtune_mma_moe_gemm", "qtune_wgmma_moe_gemm", "qtune_tma_moe_gemm"
 std::string reduce_kernel_name();  // "qtune_moe_reduce_top_k"
 
 // Rows the GEMM is launched over, known without the routing for token-indexed (so no host synchronisation: every
@@ -50,13 +52,27 @@ LaunchGeometry reduce_launch_geometry(const MoeProblem& problem);
 //   (masked), "padded_rows" (token-indexed: one int32, num_tokens_post_padded), "router_weights" (token-indexed down);
 //   "c": token-indexed [pairs][N] (down: each row times its router weight, reduced by the second kernel into
 //   "reduced" [tokens][N]); grouped layouts [launch_rows][N] in layout order, rows left unwritten on padding;
-//   "workspace" with split-K.
+//   "workspace" with split-K; "gathered" and "gathered_scales" for the tma family's token-indexed GEMM (gathers()).
 std::vector<BufferSpec> buffers(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows);
-// GemmParams and MoeParams from the device address of each buffer by name. Throws InputError naming a missing one.
+// GemmParams and MoeParams from the device address of each buffer by name (the tma family's: then a TMA tensor map
+// over the activations in layout order, a KernelArguments::tensor_maps request for gemm::encode_tensor_maps).
+// Throws InputError naming a missing one.
 KernelArguments pack_arguments(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows,
                                const std::map<std::string, uint64_t>& device_addresses);
 // The reduction's arguments: "c" (the down GEMM's rows) into "reduced".
 KernelArguments pack_reduce_arguments(const MoeProblem& problem, const std::map<std::string, uint64_t>& device_addresses);
+
+// The tma family's token-indexed MoE GEMM reads its rows gathered into layout order: the gather kernel runs before
+// it, on the same stream, in the same timed call (its time belongs to the MoE GEMM, as the top-k reduction's does).
+// "gathered" ([launch_rows][K]) and "gathered_scales" are then among buffers(), and the GEMM's activations.
+bool gathers(const KernelConfig& config, const MoeProblem& problem);
+std::string gather_kernel_name();  // "qtune_moe_gather_rows"
+std::string gather_instantiation_source(const MoeProblem& problem, const std::string& arch);
+// One CTA per launch row (rows past num_tokens_post_padded return at once).
+LaunchGeometry gather_launch_geometry(int64_t launch_rows);
+// From the device addresses of "a", "a_scales", "gathered", "gathered_scales" and the GEMM's row tables.
+KernelArguments pack_gather_arguments(const KernelConfig& config, const MoeProblem& problem, int64_t launch_rows,
+                                      const std::map<std::string, uint64_t>& device_addresses);
 
 // Every expert's prepacked weights back to back, each expert_bytes(...) apart. An expert with no weights (n = 0:
 // no pair routes to it) is filled with 0xFF bytes: NaN scales, so a kernel that read it would show NaN.

@@ -260,6 +260,10 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
 
 std::string TmaFamily::kernel_name(const KernelConfig&, const FormatSpec&) const { return kKernelName; }
 
+int TmaFamily::threads(const KernelConfig& config) { return TmaTiles::from(config).threads(); }
+std::string TmaFamily::tiles_template_arguments(const KernelConfig& config) { return TmaTiles::from(config).template_arguments(); }
+int TmaFamily::static_shared_memory(const KernelConfig& config) { return static_shared_bytes(TmaTiles::from(config).stages); }
+
 std::string TmaFamily::instantiation_source(const KernelConfig& config, const FormatSpec& format, const std::string& arch) const {
   const int sm = sm_of_arch(arch);
   const ArchSupport support = supports(format, sm);

@@ -41,6 +41,11 @@ class TmaFamily final : public MmaFamily {
   static int estimated_consumer_registers(const KernelConfig& config, const FormatSpec& format);
   // What setmaxnreg gives each consumer thread (device::TmaGemm::CONSUMER_REGISTERS).
   static int consumer_registers(int bn) { return bn == 64 ? 240 : 224; }
+  // The block size, the device::TmaTiles template arguments and the static shared memory of a configuration: what the
+  // MoE kernel (kernels/families/mma_moe.hpp) instantiates and launches too.
+  static int threads(const KernelConfig& config);
+  static std::string tiles_template_arguments(const KernelConfig& config);
+  static int static_shared_memory(const KernelConfig& config);
 };
 
 const TmaFamily& tma_family();

@@ -502,7 +502,8 @@ int run(const TuneCommandOptions& options) {
           ? std::vector<const KernelFamily*>{}
           : tune::families_to_tune(family_choice.kernel_families, formats, target.limits.sm);
   if (!families.empty() && !shapes.empty()) refuse_formats_nothing_tunes(formats, families, humming.problems, target.limits.sm);
-  // The MoE expert GEMMs run in the MoE kernels of the families --family names (auto: mma, and wgmma on sm_90).
+  // The MoE expert GEMMs run in the MoE kernels of the families --family names (auto: mma; on sm_90 wgmma for
+  // weight-only formats and tma for quantized activations).
   const std::vector<std::string> moe_providers =
       moe_problems.empty() ? std::vector<std::string>{}
                            : tune::moe_providers_for_families(
@@ -639,8 +640,8 @@ void add_tune_command(CLI::App& app) {
                       "quantized activations and from M = 256 for weight-only formats) or a "
                       "list such as mma,wgmma (every problem for each); humming (Humming's TuningConfig, run by its "
                       "peer: docs/peers.md; auto includes it where its peer is installed); a problem's winner is the "
-                      "fastest of all. MoE expert GEMMs run in the MoE kernels of the mma and wgmma families named "
-                      "(auto: mma, and wgmma on sm_90)")
+                      "fastest of all. MoE expert GEMMs run in the MoE kernels of the mma, wgmma and tma families named "
+                      "(auto: mma; on sm_90 wgmma for weight-only formats, tma for quantized activations)")
       ->capture_default_str();
   command->add_option("--space", options->space,
                       "curated: per-M parameter ranges (a few hundred candidates per problem); full: the family's whole "

@@ -179,12 +179,11 @@ uint32_t persistent_grid(const LaunchGeometry& geometry, const runtime::Kernel& 
 
 }  // namespace
 
-void launch_gemm(const KernelFamily& family, const KernelConfig& config, const Problem& problem, const runtime::Kernel& kernel,
-                 const std::map<std::string, uint64_t>& device_addresses, CUstream stream) {
-  const LaunchGeometry geometry = family.launch_geometry(config, problem);
-  KernelArguments arguments = family.pack_arguments(config, problem, device_addresses);
+void encode_tensor_maps(KernelArguments& arguments) {
   for (const TensorMapRequest& request : arguments.tensor_maps) encode_tensor_map(request, arguments.storage);
-  std::vector<void*> pointers = arguments.pointers();
+}
+
+runtime::LaunchConfig launch_config(const LaunchGeometry& geometry, const runtime::Kernel& kernel) {
   // Always opt in: the 48 KiB default counts static shared memory too, so 48 KiB of dynamic memory already exceeds it.
   if (geometry.dynamic_shared_bytes > 0) kernel.set_max_dynamic_shared_memory(static_cast<int>(geometry.dynamic_shared_bytes));
   runtime::LaunchConfig launch;
@@ -192,7 +191,16 @@ void launch_gemm(const KernelFamily& family, const KernelConfig& config, const P
                  geometry.grid[2]};
   launch.block = {geometry.block[0], geometry.block[1], geometry.block[2]};
   launch.dynamic_shared_bytes = geometry.dynamic_shared_bytes;
-  kernel.launch(launch, stream, pointers.data());
+  return launch;
+}
+
+void launch_gemm(const KernelFamily& family, const KernelConfig& config, const Problem& problem, const runtime::Kernel& kernel,
+                 const std::map<std::string, uint64_t>& device_addresses, CUstream stream) {
+  const LaunchGeometry geometry = family.launch_geometry(config, problem);
+  KernelArguments arguments = family.pack_arguments(config, problem, device_addresses);
+  encode_tensor_maps(arguments);
+  std::vector<void*> pointers = arguments.pointers();
+  kernel.launch(launch_config(geometry, kernel), stream, pointers.data());
 }
 
 std::vector<uint16_t> GemmDeviceData::output_bits() const {

@@ -59,6 +59,12 @@ class LoadedKernel {
 void launch_gemm(const KernelFamily& family, const KernelConfig& config, const Problem& problem, const runtime::Kernel& kernel,
                  const std::map<std::string, uint64_t>& device_addresses, CUstream stream);
 
+// The parts of launch_gemm for a launcher with its own arguments (the MoE providers): the driver encodes each TMA
+// tensor map a family asked for into its parameter; the launch of a geometry (a persistent grid capped to the device,
+// the dynamic shared memory opted in on `kernel`).
+void encode_tensor_maps(KernelArguments& arguments);
+runtime::LaunchConfig launch_config(const LaunchGeometry& geometry, const runtime::Kernel& kernel);
+
 // Bytes a launch must move at least once: packed weights, scales, activations, bias and output (every buffer but
 // the workspace), for GB/s figures.
 uint64_t compulsory_bytes(const KernelFamily& family, const KernelConfig& config, const Problem& problem);

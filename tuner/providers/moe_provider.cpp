@@ -13,6 +13,7 @@
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe_reference.hpp"
 #include "kernels/reference.hpp"
@@ -56,7 +57,7 @@ class MoeProviderOperands final : public Operands {
 class MoeRunnable final : public Runnable {
  public:
   MoeRunnable(MoeProviderOperands& operands, const KernelConfig& config, const jit::CompiledKernel& gemm,
-              const std::optional<jit::CompiledKernel>& reduce)
+              const std::optional<jit::CompiledKernel>& reduce, const std::optional<jit::CompiledKernel>& gather)
       : operands_(operands),
         config_(config),
         gemm_module_(gemm.cubin),
@@ -66,6 +67,10 @@ class MoeRunnable final : public Runnable {
     if (reduce) {
       reduce_module_.emplace(reduce->cubin);
       reduce_.emplace(reduce_module_->kernel(mma_moe::reduce_kernel_name()));
+    }
+    if (gather) {
+      gather_module_.emplace(gather->cubin);
+      gather_.emplace(gather_module_->kernel(mma_moe::gather_kernel_name()));
     }
     map_ = moe_row_map(problem.layout, operands_.routing, bm_);
     rows_ = mma_moe::launch_rows(problem, bm_, map_);
@@ -115,8 +120,13 @@ class MoeRunnable final : public Runnable {
       buffers_.emplace(spec.name, std::move(buffer));
     }
     geometry_ = mma_moe::launch_geometry(config_, problem, rows_);
-    gemm_.set_max_dynamic_shared_memory(static_cast<int>(geometry_.dynamic_shared_bytes));
+    gemm_launch_ = gemm::launch_config(geometry_, gemm_);  // persistent grids capped to the device, shared memory opted in
     arguments_ = mma_moe::pack_arguments(config_, problem, rows_, addresses_);
+    gemm::encode_tensor_maps(arguments_);  // the tma kernel's activation map
+    if (gather_) {
+      gather_geometry_ = mma_moe::gather_launch_geometry(rows_);
+      gather_arguments_ = mma_moe::pack_gather_arguments(config_, problem, rows_, addresses_);
+    }
     if (reduce_) {
       reduce_geometry_ = mma_moe::reduce_launch_geometry(problem);
       reduce_arguments_ = mma_moe::pack_reduce_arguments(problem, addresses_);
@@ -130,12 +140,15 @@ class MoeRunnable final : public Runnable {
   }
 
   void launch(CUstream stream) override {
+    if (gather_) {  // the token-indexed rows into layout order, timed with the GEMM
+      std::vector<void*> gather_pointers = gather_arguments_.pointers();
+      runtime::LaunchConfig gather_launch;
+      gather_launch.grid = {gather_geometry_.grid[0], 1, 1};
+      gather_launch.block = {gather_geometry_.block[0], 1, 1};
+      gather_.value().launch(gather_launch, stream, gather_pointers.data());
+    }
     std::vector<void*> pointers = arguments_.pointers();
-    runtime::LaunchConfig launch;
-    launch.grid = {geometry_.grid[0], geometry_.grid[1], geometry_.grid[2]};
-    launch.block = {geometry_.block[0], geometry_.block[1], geometry_.block[2]};
-    launch.dynamic_shared_bytes = geometry_.dynamic_shared_bytes;
-    gemm_.launch(launch, stream, pointers.data());
+    gemm_.launch(gemm_launch_, stream, pointers.data());
     if (reduce_) {
       std::vector<void*> reduce_pointers = reduce_arguments_.pointers();
       runtime::LaunchConfig reduce_launch;
@@ -205,6 +218,8 @@ class MoeRunnable final : public Runnable {
   runtime::Kernel gemm_;
   std::optional<runtime::Module> reduce_module_;
   std::optional<runtime::Kernel> reduce_;
+  std::optional<runtime::Module> gather_module_;
+  std::optional<runtime::Kernel> gather_;
   int bm_ = 0;
   MoeRowMap map_;
   std::int64_t rows_ = 0;
@@ -213,8 +228,11 @@ class MoeRunnable final : public Runnable {
   std::vector<std::string> outputs_;
   LaunchGeometry geometry_;
   LaunchGeometry reduce_geometry_;
+  LaunchGeometry gather_geometry_;
+  runtime::LaunchConfig gemm_launch_;
   KernelArguments arguments_;
   KernelArguments reduce_arguments_;
+  KernelArguments gather_arguments_;
 };
 
 }  // namespace
@@ -279,6 +297,14 @@ jit::CompileRequest moe_compile_request(const KernelConfig& config, const MoePro
   return request;
 }
 
+jit::CompileRequest moe_gather_compile_request(const MoeProblem& problem, const std::string& arch) {
+  jit::CompileRequest request;
+  request.source = mma_moe::gather_instantiation_source(problem, arch);
+  request.kernel_name = mma_moe::gather_kernel_name();
+  request.arch = arch;
+  return request;
+}
+
 jit::CompileRequest moe_reduce_compile_request(const MoeProblem& problem, const std::string& arch) {
   jit::CompileRequest request;
   request.source = mma_moe::reduce_instantiation_source(problem.format, arch);
@@ -322,6 +348,19 @@ ParameterRanges MoeProvider::curated_ranges(std::int64_t rows_per_expert) const 
                                            : std::vector<int>{64, 128};
     ranges["split"] = rows_per_expert <= 64 ? std::vector<int>{1, 2, 4} : std::vector<int>{1, 2};
     ranges["raster"] = {0};
+  }
+  if (&family_ == &tma_family()) {
+    // The same token tiles and splits; the dense family's depths, slots, persistence, overlap and promotion at that
+    // M. No clusters: multicast of weights would pair two experts' blocks, and of activations needs N tiles in pairs.
+    ranges["bm"] = rows_per_expert <= 16   ? std::vector<int>{16}
+                   : rows_per_expert <= 32 ? std::vector<int>{16, 32}
+                   : rows_per_expert <= 64 ? std::vector<int>{32, 64}
+                                           : std::vector<int>{64, 128};
+    ranges["split"] = rows_per_expert <= 64 ? std::vector<int>{1, 2, 4} : std::vector<int>{1, 2};
+    ranges["raster"] = {0};
+    ranges["cluster"] = {1};
+    ranges["multicast"] = {0};
+    ranges["persistent"] = {0, 1};
   }
   return ranges;
 }
@@ -418,14 +457,16 @@ std::unique_ptr<Runnable> MoeProvider::load(Operands& operands, const std::strin
   const KernelConfig config = KernelConfig::parse(configuration, family_.name());
   jit::CompiledKernel gemm;
   std::optional<jit::CompiledKernel> reduce;
+  std::optional<jit::CompiledKernel> gather;
   {
     std::lock_guard lock(cache_->mutex);
     jit::Compiler& compiler = cache_->compiler.compiler_for(options);
     gemm = compiler.compile(moe_compile_request(config, problem, options.arch));
     if (moe_reduces(problem)) reduce = compiler.compile(moe_reduce_compile_request(problem, options.arch));
+    if (mma_moe::gathers(config, problem)) gather = compiler.compile(moe_gather_compile_request(problem, options.arch));
   }
   check_expected_cache_key(gemm, options);
-  return std::make_unique<MoeRunnable>(*moe_operands, config, gemm, reduce);
+  return std::make_unique<MoeRunnable>(*moe_operands, config, gemm, reduce, gather);
 }
 
 MoeProvider& moe_provider() {
@@ -438,8 +479,13 @@ MoeProvider& wgmma_moe_provider() {
   return *provider;
 }
 
+MoeProvider& tma_moe_provider() {
+  static auto* provider = new MoeProvider(tma_family());
+  return *provider;
+}
+
 MoeProvider* find_moe_provider(const std::string& family_or_provider) {
-  for (MoeProvider* provider : {&moe_provider(), &wgmma_moe_provider()}) {
+  for (MoeProvider* provider : {&moe_provider(), &wgmma_moe_provider(), &tma_moe_provider()}) {
     if (family_or_provider == provider->family().name() || family_or_provider == provider->name()) return provider;
   }
   return nullptr;

@@ -1,6 +1,6 @@
 #pragma once
-// The MoE GEMMs of the mma and wgmma families (kernels/families/mma_moe.hpp, docs/moe.md) as providers, "mma-moe" and
-// "wgmma-moe" (sm_90a): problems of kind Moe. A provider's space is its family's parameter space (curated at the rows
+// The MoE GEMMs of the mma, wgmma and tma families (kernels/families/mma_moe.hpp, docs/moe.md) as providers, "mma-moe",
+// "wgmma-moe" and "tma-moe" (both sm_90a): problems of kind Moe. A provider's space is its family's parameter space (curated at the rows
 // per expert the routing gives) kept by mma_moe::check; its operands are the routing, seeded quantized activations and experts, every expert's prepacked
 // weights on the device (experts nobody routes to are 0xFF: NaN scales) and the CPU reference of every output row; a
 // configuration is the GEMM (and, for the token-indexed down projection, the top-k reduction) loaded from the kernel
@@ -20,10 +20,11 @@ namespace qtune::providers {
 
 inline constexpr const char* kMoeProviderName = "mma-moe";
 inline constexpr const char* kWgmmaMoeProviderName = "wgmma-moe";
+inline constexpr const char* kTmaMoeProviderName = "tma-moe";
 
 class MoeProvider final : public Provider {
  public:
-  explicit MoeProvider(const MmaFamily& family);  // the mma or the wgmma family
+  explicit MoeProvider(const MmaFamily& family);  // the mma, wgmma or tma family
   ~MoeProvider() override;
   std::string name() const override;  // "<family>-moe"
   const MmaFamily& family() const { return family_; }
@@ -49,7 +50,8 @@ class MoeProvider final : public Provider {
 // experts may be used until exit).
 MoeProvider& moe_provider();
 MoeProvider& wgmma_moe_provider();
-// The MoE provider of a kernel family ("mma", "wgmma") or of a provider name ("mma-moe", "wgmma-moe"); nullptr when
+MoeProvider& tma_moe_provider();  // "tma-moe" (sm_90a): quantized activations (W4A8, W8A8) and every tma format
+// The MoE provider of a kernel family ("mma", "wgmma", "tma") or of a provider name ("mma-moe", ...); nullptr when
 // there is none.
 MoeProvider* find_moe_provider(const std::string& family_or_provider);
 
@@ -61,6 +63,8 @@ ProviderProblem moe_provider_problem(const MoeProblem& problem);
 // token-indexed down projection launches (moe_reduces).
 jit::CompileRequest moe_compile_request(const KernelConfig& config, const MoeProblem& problem, const std::string& arch);
 jit::CompileRequest moe_reduce_compile_request(const MoeProblem& problem, const std::string& arch);
+// The tma family's token-indexed row gather (mma_moe::gathers(config, problem) says when a configuration runs it).
+jit::CompileRequest moe_gather_compile_request(const MoeProblem& problem, const std::string& arch);
 bool moe_reduces(const MoeProblem& problem);
 
 // The rows per touched expert the routing gives, rounded up: pairs / experts with at least one pair. The curated

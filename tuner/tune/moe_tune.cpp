@@ -10,6 +10,8 @@
 
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_moe.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "tuner/providers/moe_provider.hpp"
 #include "tuner/tune/problem_set.hpp"
@@ -154,9 +156,15 @@ std::vector<CompiledCandidate> compile_candidates(const std::vector<std::string>
     configs.push_back(KernelConfig::parse(text, family));
     requests.push_back(providers::moe_compile_request(configs.back(), problem, arch));
   }
+  // The second kernels the worker's load builds too: the token-indexed down projection's reduction, the tma family's
+  // token-indexed gather (the same for every configuration of the problem).
+  const std::size_t helpers_from = requests.size();
   if (providers::moe_reduces(problem)) requests.push_back(providers::moe_reduce_compile_request(problem, arch));
+  if (!configs.empty() && mma_moe::gathers(configs.front(), problem)) requests.push_back(providers::moe_gather_compile_request(problem, arch));
   const std::vector<jit::CompileOutcome> outcomes = compiler.compile_all(requests);
-  if (providers::moe_reduces(problem) && !outcomes.back().kernel) std::rethrow_exception(outcomes.back().error);
+  for (std::size_t i = helpers_from; i < outcomes.size(); ++i) {
+    if (!outcomes[i].kernel) std::rethrow_exception(outcomes[i].error);
+  }
   std::vector<CompiledCandidate> compiled;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const std::optional<jit::CompiledKernel>& kernel = outcomes[i].kernel;
@@ -267,6 +275,12 @@ std::vector<std::string> moe_providers_for_families(const std::string& family_te
   if (family_text == "auto") {
     std::vector<std::string> chosen{providers::kMoeProviderName};
     if (runs_one(wgmma_family())) chosen.push_back(providers::kWgmmaMoeProviderName);
+    // The tma MoE kernel where it is Hopper's path: quantized activations (W4A8, W8A8), which the wgmma family does not
+    // run; weight-only formats take it by name (--family tma), as the dense tune takes it only from M = 256.
+    const bool quantized_on_tma = std::any_of(formats.begin(), formats.end(), [&](const FormatSpec& format) {
+      return format.activation_is_quantized() && tma_family().supports(format, sm).supported;
+    });
+    if (quantized_on_tma) chosen.push_back(providers::kTmaMoeProviderName);
     return chosen;
   }
   std::vector<std::string> chosen;
@@ -282,7 +296,7 @@ std::vector<std::string> moe_providers_for_families(const std::string& family_te
     chosen.push_back(provider->name());
   }
   if (chosen.empty()) {
-    QTUNE_INPUT_ERROR("--family: '" + family_text + "' names no family with a MoE kernel (mma, wgmma) for the MoE expert GEMMs");
+    QTUNE_INPUT_ERROR("--family: '" + family_text + "' names no family with a MoE kernel (mma, wgmma, tma) for the MoE expert GEMMs");
   }
   return chosen;
 }
@@ -300,7 +314,7 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
   std::vector<const providers::MoeProvider*> moe_providers;
   for (const std::string& name : options.providers) {
     const providers::MoeProvider* provider = providers::find_moe_provider(name);
-    if (provider == nullptr) QTUNE_INPUT_ERROR("providers: '" + name + "' is not a MoE provider (mma-moe, wgmma-moe)");
+    if (provider == nullptr) QTUNE_INPUT_ERROR("providers: '" + name + "' is not a MoE provider (mma-moe, wgmma-moe, tma-moe)");
     moe_providers.push_back(provider);
   }
   if (moe_providers.empty()) QTUNE_INPUT_ERROR("providers: no MoE provider to tune with");

@@ -21,7 +21,9 @@ using measure::job_field;
 
 providers::Provider& find_provider(const std::string& name) {
   // Python-hosted peers (issue 15) are looked up here beside these.
-  if (name == providers::kMoeProviderName || name == providers::kWgmmaMoeProviderName) return *providers::find_moe_provider(name);
+  if (name == providers::kMoeProviderName || name == providers::kWgmmaMoeProviderName || name == providers::kTmaMoeProviderName) {
+    return *providers::find_moe_provider(name);
+  }
   if (name == baselines::kMoeGroupedBaselineName) return baselines::moe_grouped_baseline_provider();
   std::string families;
   for (const KernelFamily* family : kernel_families()) {
@@ -32,7 +34,8 @@ providers::Provider& find_provider(const std::string& name) {
     return baselines::cublaslt_provider(name);
   } catch (const InputError&) {
     QTUNE_INPUT_ERROR("provider: '" + name + "' is neither a kernel family (" + families + "), " +
-                      providers::kMoeProviderName + ", " + providers::kWgmmaMoeProviderName + ", " + baselines::kMoeGroupedBaselineName + " nor a cuBLASLt baseline");
+                      providers::kMoeProviderName + ", " + providers::kWgmmaMoeProviderName + ", " + providers::kTmaMoeProviderName + ", " +
+                      baselines::kMoeGroupedBaselineName + " nor a cuBLASLt baseline");
   }
 }
 

@@ -84,6 +84,17 @@ struct MoeParams {
   int max_rows;    // masked: rows of each expert's slab
 };
 
+// The gather before the tma family's token-indexed MoE GEMM (gemm/tma_moe.cuh): activation rows into layout order.
+struct MoeGatherParams {
+  unsigned long long a;                // activations [MoeParams::input_rows][row_bytes]
+  unsigned long long a_scales;         // f32 [scale_groups][input_rows] (one group: per token), or 0
+  unsigned long long gathered;         // [rows][row_bytes] in layout order
+  unsigned long long gathered_scales;  // f32 [scale_groups][rows], or 0
+  long long row_bytes;                 // bytes of one activation row: a multiple of 16
+  int rows;                            // launch rows
+  int scale_groups;                    // 0: no activation scales
+};
+
 // ---- The bsmma family (gemm/block_scaled_mma.cuh): block-scaled W4A4 on sm_120a ----
 // Its kernel parameter. Pointers are device addresses; unused ones are 0.
 struct BlockScaledParams {

@@ -3,19 +3,10 @@
 // are cut into blocks of BLOCK_M; a block belongs to one expert, its live rows come first and padding after, so a
 // block is an expert, a count of live rows (a prefix) and, per live row, the activation row it reads and the output
 // row it writes. A block with no live rows (past the padded rows, or padding only) computes nothing.
-#include "gemm/abi.cuh"
-#include "gemm/ptx.cuh"
+#include "gemm/moe_block.cuh"
 
 namespace qtune {
 namespace device {
-
-__device__ __forceinline__ int load_int(const int* pointer) { return static_cast<int>(ld_global_32(pointer)); }
-
-// What one block of BLOCK_M launch rows holds.
-struct MoeBlock {
-  int expert;     // -1: nothing to compute
-  int live_rows;  // a prefix of the block
-};
 
 // Fills source[r] (activation row), target[r] (output row) and weight[r] (router weight; 1 unless token-indexed down)
 // for the block's rows in shared memory and returns the block. Every thread of the CTA calls it (it synchronises).
@@ -63,32 +54,11 @@ __device__ __forceinline__ MoeBlock moe_block_rows(const GemmParams& p, const Mo
   return {live_rows > 0 ? expert : -1, live_rows};
 }
 
-// The launch parameters with the weights, scales, zero points and global scale of `expert`.
-__device__ __forceinline__ GemmParams expert_params(const GemmParams& p, const MoeParams& moe, int expert) {
-  GemmParams q = p;
-  q.weights += static_cast<unsigned long long>(expert) * moe.expert_weight_bytes;
-  q.scales += static_cast<unsigned long long>(expert) * moe.expert_scale_bytes;
-  if (q.zeros != 0) q.zeros += static_cast<unsigned long long>(expert) * moe.expert_zero_bytes;
-  q.global_scale += static_cast<unsigned long long>(expert) * 4ull;
-  return q;
-}
-
 // The rows of a dense GEMM: tile row r is row m0 + r of A and of C.
 struct DenseRows {
   static constexpr int LAYOUT = 0;
   static constexpr int PROJECTION = 0;
   static __device__ __forceinline__ const GemmParams& params(const GemmParams& launch, const MoeParams*, int) { return launch; }
-};
-
-// The rows of a MoE GEMM: a block of a layout (MoeLayoutCode, MoeProjectionCode).
-template <int LAYOUT_CODE, int PROJECTION_CODE>
-struct MoeRows {
-  static constexpr int LAYOUT = LAYOUT_CODE;
-  static constexpr int PROJECTION = PROJECTION_CODE;
-  // The block's expert's weights, scales, zero points and global scale.
-  static __device__ __forceinline__ GemmParams params(const GemmParams& launch, const MoeParams* moe, int expert) {
-    return expert_params(launch, *moe, expert);
-  }
 };
 
 // A CTA's MoE row tables in shared memory (after its pipeline's): source row, target row and router weight per row.

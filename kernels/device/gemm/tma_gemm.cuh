@@ -23,8 +23,15 @@
 // (split_k.cuh). With CLUSTER = 2 the two CTAs of a cluster take neighbouring tiles that share one operand, loaded
 // once for both with the copy engine's multicast: the activations (MULTICAST = 1, tiles side by side along N) or the
 // weights (MULTICAST = 2, along M). A slot is then free only when the consumers of both CTAs have released it.
+//
+// The same kernel serves the MoE GEMM (gemm/tma_moe.cuh): with ROWS = MoeRows<...> the activation rows are a MoE
+// layout's rows in layout order (grouped layouts as they are, token-indexed rows gathered first), a unit's BLOCK_M rows
+// are one block of it (gemm/moe_block.cuh), which the producer and every consumer warp find alone (moe_block_of_warp):
+// a block with no live rows is skipped by all of them alike, a live one reads its expert's weights, scales and global
+// scale, and its live rows are stored to their target rows. With DenseUnits every MoE branch is compiled out.
 #include "gemm/async_ptx.cuh"
 #include "gemm/epilogue.cuh"
+#include "gemm/moe_block.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/tile_schedule.cuh"
 #include "gemm/weight_vectors.cuh"
@@ -156,9 +163,11 @@ __device__ __forceinline__ void for_each_cluster_unit(const GemmParams& p, const
   }
 }
 
-template <class F, class T>
-__device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& activation_map) {
+// ROWS: DenseUnits, or MoeRows with `moe` its layout's tables.
+template <class F, class T, class ROWS = DenseUnits>
+__device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& activation_map, const MoeParams* moe = nullptr) {
   using G = TmaGemm<F, T>;
+  constexpr bool IS_MOE = ROWS::LAYOUT != 0;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(sizeof(F) == 0, "the tma family needs sm_90a (wgmma and setmaxnreg are architecture-specific)");
 #endif
@@ -215,6 +224,19 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       int stage = 0;
       u32 phase = 0;
       for_each_cluster_unit<T, BM, BN>(p, schedule, first_unit, clusters, rank, [&](const TileWork& work, int m0, int n0) {
+        // MoE: the block's expert's weights, scales and zero points; a block with no live rows loads nothing.
+        const char* w_unit = w_global;
+        const char* s_unit = s_global;
+        const char* z_unit = z_global;
+        int moe_live_rows = 0;
+        if constexpr (IS_MOE) {
+          const MoeBlock block = moe_block_of_warp<ROWS::LAYOUT, BM>(p, *moe, m0 / BM);
+          if (block.expert < 0) return;
+          w_unit += static_cast<long long>(block.expert) * moe->expert_weight_bytes;
+          s_unit += static_cast<long long>(block.expert) * moe->expert_scale_bytes;
+          z_unit += static_cast<long long>(block.expert) * moe->expert_zero_bytes;
+          moe_live_rows = block.live_rows;
+        }
         for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
           const u32 full = full0 + stage * 8;
           mbarrier_wait(empty0 + stage * 8, phase ^ 1);
@@ -227,7 +249,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
           const u32 sa_dst = z_dst + G::Z_STAGE_BYTES;
           // Weight strips on lanes 0.., activation slabs after them; a shared operand is issued by one CTA per copy.
           for (int i = lane; i < G::STRIPS; i += 32) {
-            const char* source = w_global + ((n0 / 16 + i) * atoms_per_strip + static_cast<long long>(kt) * G::KA) * F::ATOM_BYTES;
+            const char* source = w_unit + ((n0 / 16 + i) * atoms_per_strip + static_cast<long long>(kt) * G::KA) * F::ATOM_BYTES;
             if constexpr (T::MULTICAST == kMulticastWeights) {
               if (i % CLUSTER == static_cast<int>(rank)) bulk_copy_multicast(w_dst + i * G::W_STRIP_BYTES, source, G::W_STRIP_BYTES, full, cluster_mask);
             } else {
@@ -247,19 +269,19 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
           const int first_group = G::GROUP_K > 0 ? kt * BK / G::GROUP_K : 0;
           if constexpr (F::STAGED_SCALES) {
             for (int r = lane; r < G::GROUP_ROWS; r += 32) {
-              bulk_copy(s_dst + r * G::S_ROW_BYTES, s_global + (static_cast<long long>(first_group + r) * p.n + n0) * F::SCALE_BYTES,
+              bulk_copy(s_dst + r * G::S_ROW_BYTES, s_unit + (static_cast<long long>(first_group + r) * p.n + n0) * F::SCALE_BYTES,
                         G::S_ROW_BYTES, full);
             }
           }
           if constexpr (F::STAGED_ZEROS) {
             for (int r = lane; r < G::GROUP_ROWS; r += 32) {
-              bulk_copy(z_dst + r * G::Z_ROW_BYTES, z_global + (static_cast<long long>(first_group + r) * p.n + n0) * 2, G::Z_ROW_BYTES,
+              bulk_copy(z_dst + r * G::Z_ROW_BYTES, z_unit + (static_cast<long long>(first_group + r) * p.n + n0) * 2, G::Z_ROW_BYTES,
                         full);
             }
           }
           if constexpr (F::STAGED_ACT_SCALES) {
-            // Rows past M read nothing and stage 0: their activations are zero, so their partial sums are too.
-            const int rows_valid = min(BM, p.m - m0);
+            // Rows past M (MoE: past the block's live rows) read nothing and stage 0: their partial sums are not stored.
+            const int rows_valid = IS_MOE ? moe_live_rows : min(BM, p.m - m0);
             for (int i = lane; i < G::GROUP_ROWS * BM; i += 32) {
               const int row = i % BM;
               const int source_row = max(0, min(m0 + row, p.m - 1));
@@ -296,8 +318,15 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
     int stage = 0;
     u32 phase = 0;
     for_each_cluster_unit<T, BM, BN>(p, schedule, first_unit, clusters, rank, [&](const TileWork& work, int m0, int n0) {
-      const int rows_valid = min(BM, p.m - m0);
-      const StripVectors<F> channel = channel_vectors<F>(p, n0 + strip * 16 + group * 2);
+      // MoE: the block's live rows and expert (every warp finds them alone); a block with no live rows is skipped.
+      MoeBlock block{0, min(BM, p.m - m0)};
+      if constexpr (IS_MOE) {
+        block = moe_block_of_warp<ROWS::LAYOUT, BM>(p, *moe, m0 / BM);
+        if (block.expert < 0) return;
+      }
+      decltype(auto) q = ROWS::params(p, moe, block.expert);  // the expert's weights, scales and global scale
+      const int rows_valid = block.live_rows;
+      const StripVectors<F> channel = channel_vectors<F>(q, n0 + strip * 16 + group * 2);
       // ---- one batch of wgmmas: the k-steps of a chunk of one slot (a flush group, or the whole slot) ----
       // This warp's A fragments of the chunk's k-steps, from the slot at `base`.
       auto build = [&](u32 base, int chunk, u32 (&fragment)[G::CHUNK_STEPS][4]) {
@@ -484,7 +513,13 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       }
       if (holds_sum) {
         // ---- epilogue: channel, token and global scales, bias, convert, store (C is [M][N]) ----
-        store_swap_ab_tile<F, OCTETS>(p, acc, m0, n0 + strip * 16 + group, quad, global_scale);
+        if constexpr (IS_MOE) {
+          const float expert_scale = ld_global_f32(reinterpret_cast<const void*>(q.global_scale));
+          store_swap_ab_moe_tile<F, OCTETS, ROWS::LAYOUT, ROWS::PROJECTION>(q, *moe, acc, m0, rows_valid, n0 + strip * 16 + group, quad,
+                                                                            expert_scale);
+        } else {
+          store_swap_ab_tile<F, OCTETS>(p, acc, m0, n0 + strip * 16 + group, quad, global_scale);
+        }
       }
       if constexpr (G::FLUSHES) {
 #pragma unroll

@@ -1,8 +1,10 @@
 // NVRTC compiles (no GPU needed) the mma family's MoE GEMM for sm_80 and sm_90a: every layout and projection, the
 // formats of the GPU tests (W4A16 int4 g128, W4A8 int4 x fp8, W8A8 fp8 and int8), two tile shapes, with no spills;
 // the top-k reduction for both output types; the routing's device alignment (gemm/moe_align.cuh) for the block heights
-// and CTA sizes the runtime uses; and the wgmma family's MoE GEMM for sm_90a over every W4A16 format it runs x every
-// layout x both projections, with no spills.
+// and CTA sizes the runtime uses; the wgmma family's MoE GEMM for sm_90a over every W4A16 format it runs x every
+// layout x both projections, with no spills; and the tma family's MoE GEMM for sm_90a (W4A8 int4 x fp8, W8A8 fp8 per
+// channel and DeepSeek's 128x128 blocks) over every layout x both projections, persistent and clustered tiles, and
+// its token-indexed gather, with no spills.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,6 +13,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe.hpp"
 #include "tests/tuner/kernel/kernel_test_support.hpp"
@@ -124,7 +127,72 @@ TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
   EXPECT_THROW(mma_moe::instantiation_source(config, problem_of("w4a8-int4-fp8", MoeLayout::TokenIndexed, MoeProjection::GateUp), "sm_90a"),
                UnsupportedError);
   // A family without a MoE kernel is refused naming the config's family.
-  EXPECT_THROW(mma_moe::kernel_name(KernelConfig::parse(kWgmmaConfigs[0], "tma")), InputError);
+  EXPECT_THROW(mma_moe::kernel_name(KernelConfig::parse(kWgmmaConfigs[0], "bsmma")), InputError);
+}
+
+// The quantized-activation formats of the tma MoE kernel: W4A8 int4 x fp8 (per channel x per token), W8A8 fp8 per
+// channel x per token, and DeepSeek's fp8 128x128 weight blocks with 1x128 activation groups (gathered group scales).
+const char* kTmaFormats[] = {"w4a8-int4-fp8", "w8a8-fp8-ch", "w8a8-fp8-block128x128"};
+// The decode tile with split-K; a persistent tall tile; a cluster of two sharing the activations by multicast.
+const char* kTmaConfigs[] = {
+    "bm=16,bn=64,bk=256,stages=4,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0",
+    "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0",
+    "bm=32,bn=64,bk=128,stages=6,split=1,raster=0,cluster=2,multicast=1,persistent=0,overlap=0,promote=128,pingpong=0"};
+
+TEST(TmaMoeCompile, QuantizedActivationFormatsEveryLayoutAndProjectionOnSm90a) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  for (const char* spec : kTmaFormats) {
+    ASSERT_TRUE(tma_family().supports(FormatSpec::parse(spec), 90).supported) << spec;
+    for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
+      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+        // Every format, layout and projection on the decode tile; the persistent and clustered tiles token-indexed.
+        for (const char* text : kTmaConfigs) {
+          if (text != kTmaConfigs[0] && layout != MoeLayout::TokenIndexed) continue;
+          const KernelConfig config = KernelConfig::parse(text, "tma");
+          MoeProblem problem = problem_of(spec, layout, projection);
+          problem.n = 4096;  // enough units for a persistent grid
+          const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
+          ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
+          EXPECT_EQ(mma_moe::gathers(config, problem), layout == MoeLayout::TokenIndexed);
+          jit::CompileRequest request;
+          request.source = mma_moe::instantiation_source(config, problem, "sm_90a");
+          request.kernel_name = mma_moe::kernel_name(config);
+          request.arch = "sm_90a";
+          EXPECT_EQ(request.kernel_name, "qtune_tma_moe_gemm");
+          requests.push_back(request);
+          labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +
+                           std::string(moe_projection_name(projection)) + " " + text);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(requests.size(), std::size(kTmaFormats) * 10);  // 3 layouts x 2 projections + 2 more tiles x 2 projections
+  for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+    jit::CompileRequest request;
+    request.source = mma_moe::gather_instantiation_source(problem_of("w4a8-int4-fp8", MoeLayout::TokenIndexed, projection), "sm_90a");
+    request.kernel_name = mma_moe::gather_kernel_name();
+    request.arch = "sm_90a";
+    requests.push_back(request);
+    labels.push_back("gather " + std::string(moe_projection_name(projection)));
+  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+    EXPECT_EQ(kernel.resources.spill_load_bytes, 0) << label << " spills";
+  });
+  // The tma family is sm_90a only; a cluster along M (weights multicast) would pair two experts' blocks.
+  const KernelConfig config = KernelConfig::parse(kTmaConfigs[0], "tma");
+  const MoeProblem w4a8 = problem_of("w4a8-int4-fp8", MoeLayout::TokenIndexed, MoeProjection::GateUp);
+  EXPECT_THROW(mma_moe::instantiation_source(config, w4a8, "sm_90"), UnsupportedError);
+  EXPECT_THROW(mma_moe::instantiation_source(config, w4a8, "sm_80"), UnsupportedError);
+  const KernelConfig paired = KernelConfig::parse(
+      "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=2,multicast=2,persistent=0,overlap=0,promote=128,pingpong=0", "tma");
+  EXPECT_EQ(mma_moe::check(paired, w4a8, hopper).rule, "moe-multicast-weights");
+  // Only the tma family's token-indexed GEMM gathers.
+  EXPECT_FALSE(mma_moe::gathers(KernelConfig::parse(kConfigs[0]), w4a8));
+  EXPECT_THROW(mma_moe::pack_gather_arguments(KernelConfig::parse(kConfigs[0]), w4a8, 64, {}), InputError);
 }
 
 // The alignment kernel: every bm of the mma family's MoE tiles, the CTA sizes align_threads picks (1024 threads up to

@@ -1,5 +1,5 @@
-// GPU correctness of the mma and wgmma families' MoE GEMMs against the CPU reference, through the MoE providers (skipped
-// with a reason when there is no GPU; the WgmmaMoeGpu cases also when it is not sm_90):
+// GPU correctness of the mma, wgmma and tma families' MoE GEMMs against the CPU reference, through the MoE providers
+// (skipped with a reason when there is no GPU; the WgmmaMoeGpu and TmaMoeGpu cases also when it is not sm_90):
 // token-indexed and both grouped layouts, gate-up and down (token-indexed down: router-weighted rows, then the top-k
 // reduction), uniform, Zipf-skewed and balanced routing, empty experts, T = 1, 16, 64, 300; W4A16 int4 g128, W4A8
 // int4 x fp8 and W8A8 fp8 (fp8 from sm_89), and more formats (zero points, 128x128 blocks, int8, bf16 output).
@@ -38,7 +38,7 @@ struct MoeCase {
   int64_t n = 256;
   int64_t k = 512;
   std::string config;
-  std::string family = "mma";  // the kernel family whose MoE provider runs the case: mma or wgmma
+  std::string family = "mma";  // the kernel family whose MoE provider runs the case: mma, wgmma or tma
 };
 
 std::string label(const MoeCase& c) {
@@ -201,7 +201,7 @@ TEST(MoeGpu, MoreFormats) {
   do {                                                                                                                   \
     QTUNE_REQUIRE_GPU();                                                                                                 \
     if (gemm::device_limits().sm != 90) {                                                                                \
-      GTEST_SKIP() << "the wgmma MoE kernel needs sm_90 (Hopper), this GPU is sm_" << gemm::device_limits().sm;          \
+      GTEST_SKIP() << "the wgmma and tma MoE kernels need sm_90 (Hopper), this GPU is sm_" << gemm::device_limits().sm;  \
     }                                                                                                                    \
   } while (false)
 
@@ -237,6 +237,96 @@ TEST(WgmmaMoeGpu, EveryTokenTile) {
     }
   }
   run_all(cases);
+}
+
+// ---- the tma MoE kernel (sm_90a): quantized activations through a TMA tensor map, token-indexed rows gathered ----
+
+const FamilyTiles kTmaTiles{
+    "tma", "bm=16,bn=64,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0",
+    "bm=16,bn=64,bk=256,stages=3,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0",
+    "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0"};
+// W4A8 int4 x fp8 and W8A8 fp8 per channel x per token (token scales gathered), DeepSeek's fp8 128x128 blocks with
+// 1x128 activation groups (group scales gathered).
+const std::vector<const char*> kTmaFormats = {"w4a8-int4-fp8", "w8a8-fp8-ch", "w8a8-fp8-block128x128"};
+
+TEST(TmaMoeGpu, TokenIndexedEveryRoutingAndTokenCount) {
+  QTUNE_REQUIRE_HOPPER();
+  run_all(token_indexed_cases(kTmaTiles, kTmaFormats, {"uniform", "zipf:1.5", "balanced"}));
+}
+
+TEST(TmaMoeGpu, GroupedLayoutsEveryRouting) {
+  QTUNE_REQUIRE_HOPPER();
+  run_all(grouped_cases(kTmaTiles, kTmaFormats));
+}
+
+// Split-K on skewed blocks, most experts empty, every layout.
+TEST(TmaMoeGpu, EmptyExpertsAndSplitK) {
+  QTUNE_REQUIRE_HOPPER();
+  run_all(empty_expert_cases(kTmaTiles, kTmaFormats));
+}
+
+// Persistent grids (each CTA walks many units, skipping the empty blocks, the ring running on across units), clusters
+// of two sharing the activations by multicast, every token tile 16 to 128, fp8 never promoting with a wgmma group in
+// flight, int8 and bf16 output: top-8 of 32 experts, Zipf 1.2, T = 256, N = 2048, every layout for the first tiles.
+std::vector<MoeCase> tma_persistent_cases() {
+  const std::string rest = ",raster=0,pingpong=0";
+  struct Tile {
+    const char* spec;
+    std::string config;
+  };
+  std::vector<Tile> tiles;
+  for (int bm : {16, 32, 64, 128}) {
+    tiles.push_back({"w4a8-int4-fp8", "bm=" + std::to_string(bm) + ",bn=128,bk=128,stages=4,split=1,cluster=1,multicast=0,persistent=1,"
+                                      "overlap=0,promote=128" + rest});
+  }
+  tiles.push_back({"w4a8-int4-fp8", "bm=32,bn=64,bk=128,stages=6,split=2,cluster=2,multicast=1,persistent=1,overlap=0,promote=128" + rest});
+  tiles.push_back({"w8a8-fp8-ch", "bm=64,bn=128,bk=128,stages=4,split=1,cluster=1,multicast=0,persistent=1,overlap=1,promote=0" + rest});
+  tiles.push_back({"w8a8-fp8-block128x128", "bm=64,bn=128,bk=128,stages=4,split=1,cluster=2,multicast=1,persistent=1,overlap=0,promote=128" + rest});
+  tiles.push_back({"w8a8-int8-ch", "bm=32,bn=128,bk=128,stages=4,split=1,cluster=1,multicast=0,persistent=1,overlap=1,promote=128" + rest});
+  tiles.push_back({"w4a8-int4-fp8:out=bf16", "bm=16,bn=64,bk=256,stages=4,split=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128" + rest});
+  std::vector<MoeCase> cases;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
+      if (i >= 4 && layout != MoeLayout::TokenIndexed) continue;
+      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+        MoeCase c = routed_case(kTmaTiles, tiles[i].spec, layout, projection, "zipf:1.2", 256);
+        c.experts = 32;
+        c.top_k = 8;
+        c.n = 2048;
+        c.k = 1024;
+        c.config = tiles[i].config;
+        cases.push_back(c);
+      }
+    }
+  }
+  return cases;
+}
+
+TEST(TmaMoeGpu, PersistentClustersAndEveryTokenTile) {
+  QTUNE_REQUIRE_HOPPER();
+  run_all(tma_persistent_cases());
+}
+
+// Without a GPU: every TmaMoeGpu case's configuration passes the MoE rules on an H200's limits (a refused one would
+// only show on the GPU machine), and the token-indexed ones gather.
+TEST(TmaMoeCases, EveryConfigurationPassesTheRulesOnHopper) {
+  std::vector<MoeCase> cases = token_indexed_cases(kTmaTiles, kTmaFormats, {"uniform", "zipf:1.5", "balanced"});
+  for (const std::vector<MoeCase>& more : {grouped_cases(kTmaTiles, kTmaFormats), empty_expert_cases(kTmaTiles, kTmaFormats),
+                                           tma_persistent_cases()}) {
+    cases.insert(cases.end(), more.begin(), more.end());
+  }
+  ArchLimits hopper = ArchLimits::for_sm(90);
+  hopper.sm_count = 132;
+  for (const MoeCase& c : cases) {
+    MoeProblem problem{.format = FormatSpec::parse(c.spec), .experts = c.experts, .top_k = c.top_k, .tokens = c.tokens,
+                       .n = c.n, .k = c.k, .projection = c.projection, .layout = c.layout};
+    problem.routing = RoutingSpec::parse(c.routing, 17);
+    const KernelConfig config = KernelConfig::parse(c.config, c.family);
+    const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
+    EXPECT_TRUE(verdict.valid) << label(c) << ": " << verdict.rule << " " << verdict.detail;
+    EXPECT_EQ(mma_moe::gathers(config, problem), c.layout == MoeLayout::TokenIndexed) << label(c);
+  }
+  EXPECT_EQ(cases.size(), 3u * 2 * 4 * 3 + 3 * 2 * 2 * 3 * 3 + 3 * 3 * 2 + (4 * 3 + 5) * 2);
 }
 
 // The MoE baseline (cuBLAS grouped GEMM, f16 weights dequantized) through the same check: every pair row.

@@ -228,7 +228,8 @@ TEST(MoeProvider, WgmmaSpaceIsSmallTokenTilesOnHopperOnly) {
   EXPECT_EQ(providers::find_moe_provider("wgmma"), &provider);
   EXPECT_EQ(providers::find_moe_provider("wgmma-moe"), &provider);
   EXPECT_EQ(providers::find_moe_provider("mma"), &providers::moe_provider());
-  EXPECT_EQ(providers::find_moe_provider("tma"), nullptr);
+  EXPECT_EQ(providers::find_moe_provider("tma"), &providers::tma_moe_provider());
+  EXPECT_EQ(providers::find_moe_provider("bsmma"), nullptr);
   MoeProblem deepseek = small_problem(1);
   deepseek.experts = 256;
   deepseek.top_k = 8;
@@ -261,17 +262,70 @@ TEST(MoeProvider, WgmmaSpaceIsSmallTokenTilesOnHopperOnly) {
   EXPECT_EQ(none.removed_by_rule.count("format-unsupported-on-arch"), 1u);
 }
 
-// --family picks the MoE providers: auto adds wgmma-moe where the wgmma family runs a format (sm_90, weight-only).
+// The tma MoE provider: the tma family's parameters at the same token tiles and splits as wgmma-moe, no clusters,
+// one CTA per unit or persistent, every configuration passing mma_moe::check (multicast of weights refused by name);
+// nothing off sm_90.
+TEST(MoeProvider, TmaSpaceIsSmallTokenTilesWithoutClustersOnHopperOnly) {
+  const ArchLimits hopper = search::limits_of_profile(search::gpu_profile_by_name("h200"));
+  providers::MoeProvider& provider = providers::tma_moe_provider();
+  EXPECT_EQ(provider.name(), "tma-moe");
+  EXPECT_EQ(providers::find_moe_provider("tma-moe"), &provider);
+  MoeProblem deepseek = small_problem(1);
+  deepseek.format = FormatSpec::parse("w4a8-int4-fp8");
+  deepseek.experts = 256;
+  deepseek.top_k = 8;
+  deepseek.n = 4096;
+  deepseek.k = 7168;
+  const std::map<std::int64_t, std::vector<int>> token_tiles = {{1, {16}}, {256, {16}}, {1024, {16, 32}}, {4096, {64, 128}}};
+  for (const auto& [tokens, tiles] : token_tiles) {
+    MoeProblem problem = deepseek;
+    problem.tokens = tokens;
+    const providers::ProviderSpace space = provider.enumerate(providers::moe_provider_problem(problem), hopper, {}, nullptr);
+    ASSERT_FALSE(space.configurations.empty()) << tokens;
+    std::set<int> seen_tiles, seen_persistent;
+    for (const std::string& text : space.configurations) {
+      const KernelConfig config = KernelConfig::parse(text, "tma");
+      EXPECT_TRUE(config.params.count("promote")) << text << ": a tma configuration";
+      EXPECT_EQ(config.get("cluster"), 1) << text;
+      seen_tiles.insert(config.get("bm"));
+      seen_persistent.insert(config.get("persistent"));
+      const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
+      EXPECT_TRUE(verdict.valid) << tokens << " " << text << ": " << verdict.rule;
+    }
+    EXPECT_EQ(seen_tiles, std::set<int>(tiles.begin(), tiles.end())) << "T = " << tokens;
+    if (tokens >= 1024) {
+      EXPECT_EQ(seen_persistent, (std::set<int>{0, 1})) << "T = " << tokens << ": a grid of many units";
+    }
+  }
+  // A cluster along M pairs two row blocks, which may belong to two experts: refused by name.
+  MoeProblem problem = deepseek;
+  problem.tokens = 1024;
+  const KernelConfig paired = KernelConfig::parse(
+      "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=2,multicast=2,persistent=0,overlap=0,promote=128,pingpong=0", "tma");
+  EXPECT_EQ(mma_moe::check(paired, problem, hopper).rule, "moe-multicast-weights");
+  // Off Hopper the family runs nothing: every configuration is refused, naming the architecture.
+  const ArchLimits ampere = search::limits_of_profile(search::gpu_profile_by_name("a100"));
+  const providers::ProviderSpace none = provider.enumerate(providers::moe_provider_problem(deepseek), ampere, {}, nullptr);
+  EXPECT_TRUE(none.configurations.empty());
+  EXPECT_EQ(none.removed_by_rule.count("format-unsupported-on-arch"), 1u);
+}
+
+// --family picks the MoE providers: auto adds wgmma-moe where the wgmma family runs a format (sm_90, weight-only) and
+// tma-moe where the tma family runs a format with quantized activations (sm_90, W4A8 and W8A8).
 TEST(MoeTune, FamilyPicksTheMoeProviders) {
   const std::vector<FormatSpec> w4a16 = {FormatSpec::parse("w4a16-int4-g128")};
   const std::vector<FormatSpec> w4a8 = {FormatSpec::parse("w4a8-int4-fp8")};
   using Names = std::vector<std::string>;
   EXPECT_EQ(moe_providers_for_families("auto", w4a16, 90), (Names{"mma-moe", "wgmma-moe"}));
   EXPECT_EQ(moe_providers_for_families("auto", w4a16, 80), (Names{"mma-moe"}));
-  EXPECT_EQ(moe_providers_for_families("auto", w4a8, 90), (Names{"mma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("auto", w4a8, 90), (Names{"mma-moe", "tma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("auto", w4a8, 80), (Names{"mma-moe"}));
   EXPECT_EQ(moe_providers_for_families("wgmma", w4a16, 90), (Names{"wgmma-moe"}));
-  EXPECT_EQ(moe_providers_for_families("mma,tma,wgmma", w4a16, 90), (Names{"mma-moe", "wgmma-moe"}));
-  expect_input_error([&] { moe_providers_for_families("tma", w4a16, 90); }, {"--family", "MoE kernel"});
+  EXPECT_EQ(moe_providers_for_families("tma", w4a8, 90), (Names{"tma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("tma", w4a16, 90), (Names{"tma-moe"}));  // by name: weight-only formats too
+  EXPECT_EQ(moe_providers_for_families("mma,tma,wgmma", w4a16, 90), (Names{"mma-moe", "tma-moe", "wgmma-moe"}));
+  expect_input_error([&] { moe_providers_for_families("bsmma", w4a16, 90); }, {"--family", "MoE kernel"});
+  expect_input_error([&] { moe_providers_for_families("tma", w4a8, 80); }, {"--family", "tma", "sm_80"});
   expect_input_error([&] { moe_providers_for_families("wgmma", w4a16, 80); }, {"--family", "wgmma", "sm_80"});
 }
 
@@ -403,8 +457,8 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
   ASSERT_TRUE(again.reports.front().winner.has_value());
   EXPECT_EQ(again.reports.front().winner->family, "wgmma");
   // Only the MoE providers are known.
-  options.providers = {"tma-moe"};
-  expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "tma-moe"});
+  options.providers = {"bsmma-moe"};
+  expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "bsmma-moe"});
 }
 
 // The model strategy measures --budget-evals of the compiled space (not the space capped and spread) per problem and

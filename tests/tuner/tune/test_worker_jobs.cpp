@@ -136,6 +136,7 @@ TEST(WorkerJobs, MoeCandidateJobRoundTripsThroughJson) {
 TEST(WorkerJobs, ProvidersAreFoundByName) {
   EXPECT_EQ(find_provider("mma-moe").name(), "mma-moe");
   EXPECT_EQ(find_provider("wgmma-moe").name(), "wgmma-moe");
+  EXPECT_EQ(find_provider("tma-moe").name(), "tma-moe");
   EXPECT_EQ(find_provider("cublas-grouped-f16").name(), "cublas-grouped-f16");
   EXPECT_EQ(find_provider("mma").name(), "mma");
   EXPECT_EQ(find_provider("tma").name(), "tma");
