@@ -636,7 +636,8 @@ constexpr const Config* select(std::string_view format, std::int64_t m, std::int
   if (!moe.empty()) {
     out << R"(// The configuration of a MoE GEMM with `tokens` tokens: the token range holding it (the smallest tuned T bucket >= T,
 // the largest beyond) of the entry with exactly this key; nullptr when the table has none (no fallback: run the
-// kernel family's heuristic). Like SelectionTable::select_moe and libqtune_runtime's tuned choice.
+// kernel family's heuristic). Like SelectionTable::select_moe and libqtune_runtime's tuned choice. The config's family
+// names the MoE kernel that won (mma, wgmma or tma); libqtune_runtime runs mma's, and wgmma's on sm_90.
 constexpr const Config* select_moe(std::string_view format, int experts, int top_k, std::int64_t n, std::int64_t k,
                                    std::string_view projection, std::string_view layout, std::int64_t tokens) {
   for (const MoeEntry& entry : kMoeEntries) {

@@ -81,6 +81,47 @@ TEST(MoeSelection, WinnersBecomeTokenRanges) {
   EXPECT_TRUE(other_format.moe.empty());
 }
 
+// A winner is stored under its provider's name; the table's config is of that provider's family (the MoE kernel that
+// won), which libqtune_runtime's select_moe reads to launch the right kernel.
+TEST(MoeSelection, WinnersKeepTheirProvidersFamily) {
+  test_support::TempDir dir;
+  db::Store store = db::Store::open(dir / "q.db");
+  db::RunInfo info;
+  info.kind = "tune-moe";
+  info.tool_version = "test";
+  info.git_sha = "test";
+  info.gpu_profile = "h200";
+  const db::RunId run = store.insert_run(info);
+  const auto win = [&](db::MoeProblemKey key, const std::string& provider, const std::string& params) {
+    const db::ConfigId config = store.upsert_config({db::ConfigKind::Kernel, provider, params, provider + params});
+    const db::MoeProblemId problem = db::upsert_moe_problem(store, key);
+    db::insert_moe_result(store, {.run = run, .problem = problem, .config = config, .outcome = "measured", .verified = true,
+                                  .median_us = 10});
+    db::set_moe_winner(store, {run, problem, config, 10, "fastest"});
+  };
+  db::MoeProblemKey down = key_at(1);
+  down.projection = "down";
+  db::MoeProblemKey fp8 = key_at(1);
+  fp8.format = "w4a8-int4-fp8";
+  win(key_at(1), "wgmma-moe", R"({"bm":16,"bn":128,"bk":256,"stages":4,"split":1,"raster":0,"overlap":0})");
+  win(down, "mma-moe", R"({"bm":16,"bn":128})");
+  win(fp8, "tma-moe", R"({"bm":16,"bn":64})");
+  SelectionTable table;
+  table.gpu = "h200";
+  add_moe_rules(table, store, "h200");
+  ASSERT_EQ(table.moe.size(), 3u);
+  const auto family_of = [&](const std::string& format, const std::string& projection) {
+    const KernelConfig* config = table.select_moe(format, 256, 8, 4096, 7168, projection, "token-indexed", 1);
+    return config == nullptr ? std::string("none") : config->family + ":" + config->to_string();
+  };
+  EXPECT_EQ(family_of("w4a16-int4-g128", "gate-up"), "wgmma:bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0");
+  EXPECT_EQ(family_of("w4a16-int4-g128", "down").substr(0, 4), "mma:");
+  EXPECT_EQ(family_of("w4a8-int4-fp8", "gate-up").substr(0, 4), "tma:");
+  // And through the JSON a Runtime reads.
+  const SelectionTable back = SelectionTable::from_json(table.to_json(), "t.json");
+  EXPECT_EQ(back.select_moe("w4a16-int4-g128", 256, 8, 4096, 7168, "gate-up", "token-indexed", 1)->family, "wgmma");
+}
+
 TEST(MoeSelection, JsonRoundTripsAndRefusesMalformedEntries) {
   test_support::TempDir dir;
   db::Store store = db::Store::open(dir / "q.db");

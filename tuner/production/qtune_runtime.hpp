@@ -59,7 +59,7 @@ std::string_view to_string(ConfigSource source);  // "tuned", "fallback", "heuri
 
 // The configuration chosen for one GEMM.
 struct Choice {
-  std::string family;                 // kernel family, "mma"
+  std::string family;                 // kernel family: "mma", "wgmma", "tma", "bsmma"
   std::map<std::string, int> params;  // {"bm": 16, "bn": 128, ...}
   std::string config;                 // canonical text, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0"
   ConfigSource source = ConfigSource::Heuristic;
@@ -133,20 +133,22 @@ struct MoeShape {
   std::string_view projection = "gate-up";  // "gate-up" (or "gate_up") or "down"
 };
 
-// The configuration of a MoE GEMM (always the mma family's MoE kernel) and the launch it sizes.
+// The configuration of a MoE GEMM (the mma family's MoE kernel, or on sm_90 for weight-only formats the wgmma
+// family's: choice.family says which) and the launch it sizes.
 struct MoeChoice {
   Choice choice;                     // source: the table's exact MoE entry, its nearest one, or the heuristic
   std::int64_t block_rows = 0;       // rows per block of the layout (bm): each expert's pairs are padded to a multiple
   std::int64_t launch_rows = 0;      // routing-free bound: round_up(T·top_k + min(E, T·top_k)·(bm − 1), bm)
   std::uint64_t scratch_bytes = 0;   // what moe_gemm needs of the stream's scratch (row tables, down's unreduced rows,
                                      // split-K workspace)
+  std::string arch;                  // the NVRTC target of the GEMM: the Runtime's, or "sm_90a" for the wgmma kernel
 };
 
 // Every expert's weights in the MoE kernel's layout, back to back: expert e's are at e · *_stride bytes. Copy each
 // buffer to the GPU as it is and pass its address to moe_gemm(); `zeros` is empty for formats without zero points.
 struct PackedExperts {
   std::string format;  // canonical spec text
-  std::string family;  // "mma"
+  std::string family;  // "mma": the layout every MoE kernel reads (the wgmma one too)
   int experts = 0;
   std::int64_t n = 0;
   std::int64_t k = 0;
@@ -210,8 +212,11 @@ class Runtime {
   // ---- Mixture of experts (token-indexed) ----
   // The configuration for a MoE GEMM by the dense rules: the table's `moe` entry for (format, experts, top_k, n, k,
   // projection, token-indexed), its token range holding T (tuned); else the nearest entry of the format and projection
-  // in (ln n, ln k, ln experts, ln top_k), its range for T (fallback); else the mma family's heuristic at the expected
-  // rows per expert (heuristic). A table config that fails the MoE kernel's rules here gives way to the heuristic.
+  // in (ln n, ln k, ln experts, ln top_k), its range for T (fallback); else a hand-written config at the expected
+  // rows per expert (heuristic: the wgmma family's on sm_90 for weight-only formats, else the mma family's). A table
+  // config that fails the MoE kernel's rules here gives way to the heuristic, as does one of a family the runtime
+  // does not launch here (wgmma off sm_90 or for quantized activations; tma, whose gather launch and TMA tensor map
+  // the runtime does not have yet).
   // InputError naming "projection", "experts", "top_k" (0 or more than experts), "tokens" (0), "n", "k".
   MoeChoice select_moe(std::string_view format, const MoeShape& shape) const;
   // Packs every expert's quantized weights (one HostQuantizedWeights per expert, each n x k) once (CPU only).

@@ -13,6 +13,7 @@
 
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/quantize.hpp"
 #include "reports/selection_table.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
@@ -93,7 +94,8 @@ struct Runtime::Impl {
     LaunchGeometry gemm_geometry, align_geometry, reduce_geometry;
     std::uint64_t table_bytes = 0;      // rows, then block_experts, then padded_rows (int32 each)
     std::uint64_t unreduced_bytes = 0;  // down: the GEMM's router-weighted [pairs][n] rows
-    std::string gemm_key, align_key, reduce_key;
+    std::string gemm_arch;              // the GEMM's NVRTC target: the Runtime's, or sm_90a for the wgmma kernel
+    std::string gemm_key, align_key, reduce_key;  // gemm_key: format | projection | family:config | gemm_arch
     std::shared_ptr<const MoeKernel> gemm, align, reduce;
   };
   // A stream's MoE scratch: the row tables and down's unreduced rows.
@@ -241,9 +243,12 @@ struct Runtime::Impl {
       plan.reduce_geometry = mma_moe::reduce_launch_geometry(plan.problem);
       plan.unreduced_bytes = static_cast<std::uint64_t>(plan.problem.tokens * plan.problem.top_k * plan.problem.n) * 2;
     }
+    // wgmma is architecture-specific code: select_moe_config takes it only where the target is sm_90, whose devices
+    // run sm_90a cubins whatever suffix the Runtime's arch has.
+    plan.gemm_arch = config.family == wgmma_family().name() ? "sm_90a" : arch;
     const std::string canonical = plan.problem.format.to_string();
-    plan.gemm_key = "moe|" + canonical + "|" + std::string(moe_projection_name(plan.problem.projection)) + "|" + config.to_string() +
-                    "|" + arch;
+    plan.gemm_key = "moe|" + canonical + "|" + std::string(moe_projection_name(plan.problem.projection)) + "|" + config.family +
+                    ":" + config.to_string() + "|" + plan.gemm_arch;
     plan.align_key = "moe-align|bm=" + std::to_string(bm) + ",threads=" + std::to_string(plan.align_threads) + "|" + arch;
     if (down) plan.reduce_key = "moe-reduce|" + qtune::to_string(plan.problem.format.output) + "|" + arch;
     if (moe_plans.size() >= kMaxCachedPlans) moe_plans.clear();
@@ -265,9 +270,9 @@ struct Runtime::Impl {
     if (!plan.gemm) {
       plan.gemm = moe_kernel(plan.gemm_key, [&] {
         jit::CompileRequest request;
-        request.source = mma_moe::instantiation_source(plan.selection.config, plan.problem, arch);
+        request.source = mma_moe::instantiation_source(plan.selection.config, plan.problem, plan.gemm_arch);
         request.kernel_name = mma_moe::kernel_name(plan.selection.config);
-        request.arch = arch;
+        request.arch = plan.gemm_arch;
         return request;
       });
       plan.gemm->kernel.set_max_dynamic_shared_memory(static_cast<int>(plan.gemm_geometry.dynamic_shared_bytes));
@@ -317,7 +322,9 @@ struct Runtime::Impl {
     addresses["padded_rows"] = tables + (rows + rows / static_cast<std::uint64_t>(plan.selection.config.get("bm"))) * 4;
     if (plan.unreduced_bytes > 0) addresses["c"] = grow(scratch.unreduced, plan.unreduced_bytes, stream);
     if (plan.gemm_geometry.workspace_bytes > 0) {
-      const std::string layout = "moe|" + plan.selection.config.to_string() + "|" + std::to_string(plan.gemm_geometry.workspace_bytes);
+      const KernelConfig& config = plan.selection.config;
+      const std::string layout =
+          "moe|" + config.family + ":" + config.to_string() + "|" + std::to_string(plan.gemm_geometry.workspace_bytes);
       addresses["workspace"] = workspace(stream, layout, plan.gemm_geometry.workspace_bytes);
     }
     return addresses;
@@ -433,7 +440,7 @@ void Runtime::gemm(std::string_view format, std::int64_t m, std::int64_t n, std:
       {"bias", address(arguments.bias)},     {"c", address(arguments.c)}};
   const LaunchGeometry geometry = family.launch_geometry(config, plan.problem);
   if (geometry.workspace_bytes > 0) {
-    const std::string layout = config.to_string() + "|" + std::to_string(geometry.workspace_bytes);
+    const std::string layout = config.family + ":" + config.to_string() + "|" + std::to_string(geometry.workspace_bytes);
     addresses["workspace"] = impl_->workspace(stream, layout, geometry.workspace_bytes);
   }
   gemm::launch_gemm(family, config, plan.problem, kernel.kernel(), addresses, stream);
@@ -447,6 +454,7 @@ MoeChoice Runtime::select_moe(std::string_view format, const MoeShape& shape) co
   choice.block_rows = plan.selection.config.get("bm");
   choice.launch_rows = plan.launch_rows;
   choice.scratch_bytes = plan.table_bytes + plan.unreduced_bytes + plan.gemm_geometry.workspace_bytes;
+  choice.arch = plan.gemm_arch;
   return choice;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,8 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/tma_family.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/input_file.hpp"
 
 namespace qtune::production {
@@ -133,50 +136,77 @@ const reports::MRange& moe_range_for(const reports::MoeRules& rules, std::int64_
 
 double log_distance(double a, double b) { return std::log(a / b) * std::log(a / b); }
 
+// The wgmma-moe provider's curated split-K (tuner/providers/moe_provider.cpp): up to 4 while blocks hold at most 64
+// rows, 2 beyond.
+int wgmma_moe_max_split(std::int64_t rows_per_expert) { return rows_per_expert <= 64 ? 4 : 2; }
+
 }  // namespace
 
+const KernelFamily* runtime_moe_family(const KernelConfig& config, const FormatSpec& format, int sm, std::string* why_not) {
+  std::string reason;
+  if (config.family == mma_family().name()) return &mma_family();
+  if (config.family == wgmma_family().name()) {
+    const ArchSupport support = wgmma_family().supports(format, sm);
+    if (support.supported) return &wgmma_family();
+    reason = "the config is of family 'wgmma': " + support.reason;
+  } else if (config.family == tma_family().name()) {
+    reason = "the config is of family 'tma': the tma MoE kernel reads the token-indexed rows gathered into layout order "
+             "through a TMA tensor map, and the runtime has neither that gather launch nor the tensor map yet (it runs "
+             "the mma MoE kernel, and the wgmma one on sm_90)";
+  } else {
+    reason = "the config is of family '" + config.family + "': the runtime runs the mma MoE kernel, and the wgmma one on sm_90";
+  }
+  if (why_not != nullptr) *why_not = std::move(reason);
+  return nullptr;
+}
+
 KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& limits) {
-  const MmaFamily& family = mma_family();
-  const ArchSupport support = family.supports(problem.format, limits.sm);
+  const MmaFamily& mma = mma_family();
+  const ArchSupport support = mma.supports(problem.format, limits.sm);
   if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
   const std::int64_t rows = expected_rows_per_expert(problem);
   const std::int64_t pairs = problem.tokens * problem.top_k;
   const std::int64_t touched = std::max<std::int64_t>(1, (pairs + rows - 1) / rows);
   std::vector<KernelConfig> candidates;
-  try {
-    KernelConfig config = family.default_config(Problem{problem.format, rows, problem.n, problem.k}, limits);
-    // The dense rule splits K to fill the GPU with one expert's tiles; a MoE launch has every touched expert's.
-    const std::int64_t bm = config.get("bm"), bn = config.get("bn");
-    const std::int64_t tiles = (problem.n / bn) * touched * ((rows + bm - 1) / bm);
-    int split = config.get("split");
-    while (split > 1 && 2 * tiles * (split / 2) >= 3 * std::int64_t{limits.sm_count}) split /= 2;
-    config.params["split"] = split;
-    candidates.push_back(config);
-    config.params["split"] = 1;
-    candidates.push_back(config);
-  } catch (const UnsupportedError&) {
-    // No dense shape fits N and K: the small tiles below may.
-  }
+  // A dense family's hand-written config at the rows per expert, with its K split lowered for the MoE launch, then split 1.
+  auto add_dense_config = [&](const MmaFamily& family, int max_split) {
+    try {
+      KernelConfig config = family.default_config(Problem{problem.format, rows, problem.n, problem.k}, limits);
+      // The dense rule splits K to fill the GPU with one expert's tiles; a MoE launch has every touched expert's.
+      const std::int64_t bm = config.get("bm"), bn = config.get("bn");
+      const std::int64_t tiles = (problem.n / bn) * touched * ((rows + bm - 1) / bm);
+      int split = std::min(config.get("split"), max_split);
+      while (split > 1 && 2 * tiles * (split / 2) >= 3 * std::int64_t{limits.sm_count}) split /= 2;
+      config.params["split"] = split;
+      candidates.push_back(config);
+      config.params["split"] = 1;
+      candidates.push_back(config);
+    } catch (const UnsupportedError&) {
+      // No dense shape fits N and K: the next family's, or the small tiles below, may.
+    }
+  };
+  // wgmma won every DeepSeek-V3 MoE problem measured on the H200 (docs/perf.md, eleventh session) and wins dense from M = 16.
+  if (wgmma_family().supports(problem.format, limits.sm).supported) add_dense_config(wgmma_family(), wgmma_moe_max_split(rows));
+  add_dense_config(mma, std::numeric_limits<int>::max());
   for (const char* text : {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0",
                            "bm=16,bn=64,bk=128,wm=1,wn=2,wk=1,stages=4,split=1,raster=0",
                            "bm=16,bn=32,bk=128,wm=1,wn=2,wk=1,stages=4,split=1,raster=0"}) {
-    candidates.push_back(KernelConfig::parse(text, family.name()));
+    candidates.push_back(KernelConfig::parse(text, mma.name()));
   }
   std::string failures;
   for (const KernelConfig& config : candidates) {
     const RuleVerdict verdict = mma_moe::check(config, problem, limits);
     if (verdict.valid) return config;
-    failures += (failures.empty() ? "" : "; ") + config.to_string() + ": " + verdict.rule;
+    failures += (failures.empty() ? "" : "; ") + config.family + ":" + config.to_string() + ": " + verdict.rule;
   }
-  QTUNE_THROW(UnsupportedError, "no mma MoE configuration runs " + problem.to_string() + " here (" + failures + ")");
+  QTUNE_THROW(UnsupportedError, "no MoE configuration runs " + problem.to_string() + " here (" + failures + ")");
 }
 
 Selection select_moe_config(const reports::SelectionTable* table, const MoeProblem& problem, const ArchLimits& limits) {
-  const MmaFamily& family = mma_family();
-  const ArchSupport support = family.supports(problem.format, limits.sm);
+  // Every MoE kernel reads the mma family's layout: where that family cannot run the format, none can.
+  const ArchSupport support = mma_family().supports(problem.format, limits.sm);
   if (!support.supported) QTUNE_THROW(UnsupportedError, support.reason);
   Selection selection;
-  selection.family = &family;
   std::string why_not_table = "no table";
   if (table != nullptr) {
     const std::string format = problem.format.to_string();
@@ -209,21 +239,23 @@ Selection select_moe_config(const reports::SelectionTable* table, const MoeProbl
       // T only sizes the launch: check the config where it was tuned (its range's largest bucket), as for dense M.
       MoeProblem checked = problem;
       if (!range.buckets.empty()) checked.tokens = std::max(problem.tokens, range.buckets.back().m);
-      const RuleVerdict verdict = range.config.family != family.name()
-                                      ? RuleVerdict::fail("family", "the MoE kernel takes mma configs, the table's is '" +
-                                                                        range.config.family + "'")
-                                      : mma_moe::check(range.config, checked, limits);
+      std::string why_not_family;
+      const KernelFamily* config_family = runtime_moe_family(range.config, problem.format, limits.sm, &why_not_family);
+      const RuleVerdict verdict = config_family == nullptr ? RuleVerdict::fail("family", why_not_family)
+                                                           : mma_moe::check(range.config, checked, limits);
       if (verdict.valid) {
+        selection.family = config_family;
         selection.config = range.config;
         selection.source = exact ? runtime_api::ConfigSource::Tuned : runtime_api::ConfigSource::Fallback;
         selection.detail = origin;
         return selection;
       }
-      why_not_table = "the table's config " + range.config.to_string() + " (" + origin + ") fails rule '" + verdict.rule +
-                      "' here: " + verdict.detail;
+      why_not_table = "the table's config " + range.config.family + ":" + range.config.to_string() + " (" + origin +
+                      ") fails rule '" + verdict.rule + "' here: " + verdict.detail;
     }
   }
   selection.config = moe_heuristic_config(problem, limits);
+  selection.family = runtime_moe_family(selection.config, problem.format, limits.sm);
   selection.source = runtime_api::ConfigSource::Heuristic;
   selection.detail = why_not_table;
   return selection;

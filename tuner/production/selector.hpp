@@ -46,16 +46,25 @@ MoeProblem make_moe_problem(const FormatSpec& format, int experts, int top_k, st
 // The expected rows per touched expert under uniform routing: pairs / (E · (1 − (1 − top_k/E)^T)), at least 1.
 std::int64_t expected_rows_per_expert(const MoeProblem& problem);
 
-// The mma family's configuration for a token-indexed MoE problem, by the dense rules: the table's `moe` entry of the
-// exact key (format, experts, top_k, n, k, projection, token-indexed), its token range holding T; else the nearest
-// entry of the format and projection in (ln n, ln k, ln experts, ln top_k), its range for T; else the heuristic
-// (moe_heuristic_config). A table config that fails mma_moe::check at the largest token count tuned in its range (or
-// T when larger) gives way to the heuristic. UnsupportedError when the mma family cannot run the format on limits.sm.
+// The family of a MoE config that the runtime launches on `sm`: mma, or wgmma where that family runs the format (sm_90,
+// weight-only formats). nullptr otherwise, with why in *why_not: a wgmma config elsewhere; a tma config (its
+// token-indexed kernel needs a gather launch and a TMA tensor map, which the runtime does not have yet); any other.
+const KernelFamily* runtime_moe_family(const KernelConfig& config, const FormatSpec& format, int sm, std::string* why_not = nullptr);
+
+// The configuration for a token-indexed MoE problem, by the dense rules: the table's `moe` entry of the exact key
+// (format, experts, top_k, n, k, projection, token-indexed), its token range holding T; else the nearest entry of the
+// format and projection in (ln n, ln k, ln experts, ln top_k), its range for T; else the heuristic
+// (moe_heuristic_config). A table config gives way to the heuristic, with rule "family", when the runtime does not
+// launch its family here (runtime_moe_family), or when it fails mma_moe::check at the largest token count tuned in
+// its range (or T when larger). Selection::family is the config's (mma or wgmma). UnsupportedError when the mma
+// family cannot run the format on limits.sm (every MoE kernel reads its layout).
 Selection select_moe_config(const reports::SelectionTable* table, const MoeProblem& problem, const ArchLimits& limits);
 
-// The mma family's hand-written config at the expected rows per expert, with the K split lowered while the MoE
-// launch's live tiles (N tiles × expected blocks) already give 1.5 CTAs per SM; the first that passes mma_moe::check
-// of it, split 1, and three small streaming tiles. UnsupportedError when none passes.
+// A hand-written config at the expected rows per expert: on sm_90 for weight-only formats first the wgmma family's
+// dense config (split-K at most the wgmma-moe space's: 4 up to 64 rows per expert, 2 beyond), then the mma family's;
+// each with its K split lowered while the MoE launch's live tiles (N tiles × expected blocks) already give 1.5 CTAs
+// per SM, then with split 1; then three small mma streaming tiles. The first that passes mma_moe::check.
+// UnsupportedError when none passes.
 KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& limits);
 
 }  // namespace qtune::production

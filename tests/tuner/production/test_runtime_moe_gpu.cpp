@@ -1,7 +1,8 @@
 // libqtune_runtime's MoE entry point on a GPU (skipped with the reason when there is none): Runtime::moe_gemm (device
 // alignment of the routing, the MoE GEMM, the down projection's top-k sum) against the CPU reference (kernels/
 // moe_reference.hpp), W4A16 int4 g128 and W4A8 int4 x fp8 (and W8A8 fp8), gate-up and down, uniform, Zipf-skewed and
-// empty-expert routings, heuristic and tuned (split-K) configs. Every expert is prepacked once by prepack_moe; the
+// empty-expert routings, heuristic and tuned (split-K) configs, of the mma MoE kernel and, on Hopper, of the wgmma one
+// (the heuristic's for W4A16, and a table's wgmma winners). Every expert is prepacked once by prepack_moe; the
 // output is poisoned with NaN before each call; every row that reaches the output is checked with the MoE tests'
 // tolerance. A call captured into a CUDA graph proves there is no host synchronisation and no allocation in it.
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe.hpp"
 #include "kernels/moe_reference.hpp"
 #include "tests/tuner/production/production_test_support.hpp"
@@ -123,12 +125,17 @@ std::vector<std::uint16_t> run(Runtime& runtime, DeviceCase& device, const Case&
   return device.output();
 }
 
-void run_cases(Runtime& runtime, const std::vector<Case>& cases, ConfigSource expected_source) {
+// Runs every case whose format the expected family (else the mma family, whose layout every MoE kernel reads) runs
+// on this GPU; the selection must come from `expected_source` and, when one is given, `expected_family`.
+void run_cases(Runtime& runtime, const std::vector<Case>& cases, ConfigSource expected_source,
+               const std::string& expected_family = "") {
   const runtime::Stream stream;
   const int sm = gemm::device_limits().sm;
+  const KernelFamily* family = expected_family.empty() ? &mma_family() : family_named(expected_family);
+  ASSERT_NE(family, nullptr) << expected_family;
   int ran = 0, failed = 0;
   for (const Case& c : cases) {
-    if (!mma_family().supports(FormatSpec::parse(c.format), sm).supported) continue;
+    if (!family->supports(FormatSpec::parse(c.format), sm).supported) continue;
     ++ran;
     std::string outcome;
     try {
@@ -136,13 +143,16 @@ void run_cases(Runtime& runtime, const std::vector<Case>& cases, ConfigSource ex
       const runtime_api::MoeChoice choice = runtime.select_moe(c.format, shape);
       if (choice.choice.source != expected_source) {
         outcome = "selected from " + std::string(runtime_api::to_string(choice.choice.source)) + ": " + choice.choice.detail;
+      } else if (!expected_family.empty() && choice.choice.family != expected_family) {
+        outcome = "selected a config of family " + choice.choice.family + ": " + choice.choice.detail;
       } else {
         DeviceCase device = upload(runtime, c);
         const std::vector<std::uint16_t> first = run(runtime, device, c, stream);
         outcome = check_output(device, first);
         // The same call again (tables rebuilt, split-K counters reused): the same bits.
         if (outcome.empty() && run(runtime, device, c, stream) != first) outcome = "a second call gave different bits";
-        std::printf("[ runtime moe ] %-90s %s %s\n", label(c).c_str(), choice.choice.config.c_str(), outcome.empty() ? "PASS" : "FAIL");
+        std::printf("[ runtime moe ] %-90s %s:%s %s\n", label(c).c_str(), choice.choice.family.c_str(), choice.choice.config.c_str(),
+                    outcome.empty() ? "PASS" : "FAIL");
       }
     } catch (const std::exception& error) {
       outcome = std::string("error: ") + error.what();
@@ -171,22 +181,23 @@ std::vector<Case> routed_cases() {
   return cases;
 }
 
+// On Hopper the W4A16 cases run the wgmma MoE kernel (the heuristic's family there), the others the mma one.
 TEST(RuntimeMoeGpu, HeuristicMoeGemmMatchesTheReference) {
   QTUNE_REQUIRE_GPU();
   test_support::TempDir dir;
   Runtime runtime({.cache_directory = dir / "cache"});
   run_cases(runtime, routed_cases(), ConfigSource::Heuristic);
+  const int sm = gemm::device_limits().sm;
+  const runtime_api::MoeChoice w4a16 =
+      runtime.select_moe("w4a16-int4-g128", {.experts = 16, .top_k = 4, .n = 256, .k = 512, .tokens = 16, .projection = "gate-up"});
+  EXPECT_EQ(w4a16.choice.family, wgmma_family().supports(FormatSpec::parse("w4a16-int4-g128"), sm).supported ? "wgmma" : "mma");
 }
 
-// The table's configs: a split-K tile for T <= 16 and a 64-row tile beyond, so the runtime's split-K workspace and
-// both block heights (their own alignment kernels) are exercised.
-TEST(RuntimeMoeGpu, TunedConfigsFromTheTableMatchTheReference) {
-  QTUNE_REQUIRE_GPU();
-  test_support::TempDir dir;
-  reports::SelectionTable table;
-  table.gpu = "h200";
-  std::vector<Case> cases;
-  for (const char* format : {"w4a16-int4-g128", "w4a8-int4-fp8"}) {
+// Table entries for each format and projection (E = 64, top-2, 256 x 1024): `split_tile` for T <= 16 and `tall_tile`
+// beyond ("family:params"), and the cases that reach both ranges (T = 3, 16, 200), uniform and Zipf-skewed.
+void add_tuned_entries(reports::SelectionTable& table, std::vector<Case>& cases, const std::vector<const char*>& formats,
+                       const char* split_tile, const char* tall_tile) {
+  for (const char* format : formats) {
     for (const char* projection : {"gate-up", "down"}) {
       reports::MoeRules rules;
       rules.format = FormatSpec::parse(format).to_string();
@@ -200,10 +211,10 @@ TEST(RuntimeMoeGpu, TunedConfigsFromTheTableMatchTheReference) {
       reports::MRange small, large;
       small.m_min = 1;
       small.m_max = 16;
-      small.config = KernelConfig::parse("bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0", "mma");
+      small.config = KernelConfig::parse(split_tile, "mma");
       small.buckets = {{16, 5.0}};
       large.m_min = 17;
-      large.config = KernelConfig::parse("bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0", "mma");
+      large.config = KernelConfig::parse(tall_tile, "mma");
       large.buckets = {{256, 9.0}};
       rules.ranges = {small, large};
       table.moe.push_back(rules);
@@ -215,9 +226,32 @@ TEST(RuntimeMoeGpu, TunedConfigsFromTheTableMatchTheReference) {
       }
     }
   }
+}
+
+// The table's configs: a split-K tile for T <= 16 and a 64-row tile beyond, so the runtime's split-K workspace and
+// both block heights (their own alignment kernels) are exercised; mma's, and on Hopper wgmma's (the winners a
+// `qtune export` of a --family auto tune writes for weight-only formats there) for two more W4A16 formats.
+TEST(RuntimeMoeGpu, TunedConfigsFromTheTableMatchTheReference) {
+  QTUNE_REQUIRE_GPU();
+  test_support::TempDir dir;
+  reports::SelectionTable table;
+  table.gpu = "h200";
+  std::vector<Case> mma_cases, wgmma_cases;
+  add_tuned_entries(table, mma_cases, {"w4a16-int4-g128", "w4a8-int4-fp8"},
+                    "mma:bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0",
+                    "mma:bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0");
+  const bool hopper = wgmma_family().supports(FormatSpec::parse("w4a16-int4-g128"), gemm::device_limits().sm).supported;
+  if (hopper) {
+    add_tuned_entries(table, wgmma_cases, {"w4a16-int4-g128-zp", "w4a16-int4-ch"},
+                      "wgmma:bm=16,bn=64,bk=256,stages=3,split=2,raster=0,overlap=0",
+                      "wgmma:bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1");
+  } else {
+    std::printf("[ runtime moe ] not sm_90: the table's wgmma configs are not run\n");
+  }
   std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
   Runtime runtime({.table = testing::write_table(dir / "table.json", table), .cache_directory = dir / "cache"});
-  run_cases(runtime, cases, ConfigSource::Tuned);
+  run_cases(runtime, mma_cases, ConfigSource::Tuned, "mma");
+  if (hopper) run_cases(runtime, wgmma_cases, ConfigSource::Tuned, "wgmma");
 }
 
 // After load_moe, a call allocates nothing and never waits for the stream: it can be captured into a CUDA graph (global

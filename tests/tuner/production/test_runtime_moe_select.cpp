@@ -1,22 +1,33 @@
 // libqtune_runtime's MoE entry point without a GPU (a Runtime for sm_90a): which configuration select_moe picks (the
 // table's exact MoE entry and its token ranges, the nearest entry, the heuristic, a table config the MoE rules refuse),
-// the launch it sizes, prepack_moe against the family's packing, and one-line InputErrors naming the field.
+// which family's kernel (a wgmma winner on sm_90, refused on sm_80 and for quantized activations; a tma winner refused
+// by name; the heuristic's wgmma config on Hopper inside the wgmma-moe provider's curated space), the launch it sizes,
+// prepack_moe against the family's packing, and one-line InputErrors naming the field; NVRTC compiles the wgmma MoE
+// GEMMs the Runtime selects for sm_90a.
 #include <gtest/gtest.h>
 
 #include "tests/common/temp_dir.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/error.hpp"
+#include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe.hpp"
 #include "kernels/moe_reference.hpp"
+#include "tests/tuner/kernel/kernel_test_support.hpp"
 #include "tests/tuner/production/production_test_support.hpp"
+#include "tuner/jit/compiler.hpp"
 #include "tuner/production/qtune_runtime.hpp"
 #include "tuner/production/selector.hpp"
+#include "tuner/providers/moe_provider.hpp"
 
 namespace qtune::production {
 namespace {
@@ -34,9 +45,10 @@ constexpr const char* kPrefillTile = "bm=64,bn=128,bk=128,wm=2,wn=2,wk=1,stages=
 constexpr const char* kDownTile = "bm=32,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0";
 
 reports::MoeRules moe_rules(int experts, int top_k, std::int64_t n, std::int64_t k, const char* projection,
-                            const std::vector<RangeSpec>& ranges, const char* layout = "token-indexed") {
+                            const std::vector<RangeSpec>& ranges, const char* layout = "token-indexed",
+                            const char* format = kMoeFormat) {
   reports::MoeRules rules;
-  rules.format = FormatSpec::parse(kMoeFormat).to_string();
+  rules.format = FormatSpec::parse(format).to_string();
   rules.experts = experts;
   rules.top_k = top_k;
   rules.n = n;
@@ -141,7 +153,8 @@ TEST_F(RuntimeMoeSelect, FormatWithoutEntriesAndAConfigTheRulesRefuseTakeTheHeur
   EXPECT_EQ(narrow.choice.source, ConfigSource::Heuristic);
   EXPECT_NE(narrow.choice.detail.find("fails rule"), std::string::npos) << narrow.choice.detail;
   const MoeProblem problem = make_moe_problem(FormatSpec::parse(kMoeFormat), 256, 8, 192, 7168, 4, "gate-up");
-  EXPECT_TRUE(mma_moe::check(KernelConfig::parse(narrow.choice.config), problem, ArchLimits::for_sm(90)).valid) << narrow.choice.config;
+  EXPECT_TRUE(mma_moe::check(KernelConfig::parse(narrow.choice.config, narrow.choice.family), problem, ArchLimits::for_sm(90)).valid)
+      << narrow.choice.family << ":" << narrow.choice.config;
 }
 
 TEST(RuntimeMoeSelectWithoutTable, HeuristicPassesTheMoeRulesFromDecodeToPrefill) {
@@ -155,8 +168,10 @@ TEST(RuntimeMoeSelectWithoutTable, HeuristicPassesTheMoeRulesFromDecodeToPrefill
         EXPECT_EQ(choice.choice.detail, "no table");
         const MoeProblem problem =
             make_moe_problem(FormatSpec::parse(format), shape.experts, shape.top_k, shape.n, shape.k, tokens, projection);
-        const RuleVerdict verdict = mma_moe::check(KernelConfig::parse(choice.choice.config), problem, ArchLimits::for_sm(90));
-        EXPECT_TRUE(verdict.valid) << format << " T=" << tokens << " " << choice.choice.config << ": " << verdict.rule;
+        const KernelConfig config = KernelConfig::parse(choice.choice.config, choice.choice.family);
+        const RuleVerdict verdict = mma_moe::check(config, problem, ArchLimits::for_sm(90));
+        EXPECT_TRUE(verdict.valid) << format << " T=" << tokens << " " << choice.choice.family << ":" << choice.choice.config << ": "
+                                   << verdict.rule;
         EXPECT_EQ(choice.launch_rows % choice.block_rows, 0);
       }
     }
@@ -166,6 +181,170 @@ TEST(RuntimeMoeSelectWithoutTable, HeuristicPassesTheMoeRulesFromDecodeToPrefill
   EXPECT_GE(runtime.select_moe(kMoeFormat, deepseek(4096)).block_rows, 64);
   // At T = 1 the 8 touched experts' tiles are few: the K split stays; at T = 4096 there are plenty: no split.
   EXPECT_EQ(runtime.select_moe(kMoeFormat, deepseek(4096)).choice.params.at("split"), 1);
+}
+
+// ---- which family's MoE kernel: mma everywhere, wgmma on sm_90 for weight-only formats, tma not yet ----
+
+// The H200's wgmma winners of DeepSeek-V3 at T = 1 (docs/perf.md, eleventh session) and a tall tile beyond 16 tokens.
+constexpr const char* kWgmmaDecode = "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0";
+constexpr const char* kWgmmaPrefill = "bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1";
+constexpr const char* kWgmmaDown = "bm=16,bn=64,bk=128,stages=3,split=1,raster=0,overlap=0";
+constexpr const char* kTmaDecode =
+    "bm=16,bn=64,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0";
+
+std::string prefixed(const char* family, const char* config) { return std::string(family) + ":" + config; }
+
+// wgmma winners of w4a16-int4-g128 (gate-up with two token ranges, down), a tma winner of W4A8 gate-up, and a wgmma
+// config of W8A8 down (which the wgmma family cannot run: quantized activations).
+reports::SelectionTable family_table() {
+  reports::SelectionTable table = sample_table();
+  table.moe = {moe_rules(256, 8, 4096, 7168, "gate-up",
+                         {{1, 16, prefixed("wgmma", kWgmmaDecode)}, {17, std::nullopt, prefixed("wgmma", kWgmmaPrefill)}}),
+               moe_rules(256, 8, 7168, 2048, "down", {{1, std::nullopt, prefixed("wgmma", kWgmmaDown)}}),
+               moe_rules(256, 8, 4096, 7168, "gate-up", {{1, std::nullopt, prefixed("tma", kTmaDecode)}}, "token-indexed",
+                         "w4a8-int4-fp8"),
+               moe_rules(256, 8, 7168, 2048, "down", {{1, std::nullopt, prefixed("wgmma", kWgmmaDown)}}, "token-indexed",
+                         "w8a8-fp8-ch")};
+  std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
+  return table;
+}
+
+class RuntimeMoeSelectFamilies : public ::testing::Test {
+ protected:
+  std::unique_ptr<Runtime> runtime_for(const char* arch) {
+    return std::make_unique<Runtime>(RuntimeOptions{.table = table_, .arch = arch});
+  }
+  TempDir dir_;
+  std::filesystem::path table_ = write_table(dir_ / "table.json", family_table());
+};
+
+TEST_F(RuntimeMoeSelectFamilies, WgmmaWinnerIsTunedOnHopper) {
+  for (const char* arch : {"sm_90a", "sm_90"}) {
+    const auto runtime = runtime_for(arch);
+    for (const auto& [tokens, config, rows] : std::vector<std::tuple<std::int64_t, const char*, int>>{
+             {1, kWgmmaDecode, 16}, {16, kWgmmaDecode, 16}, {17, kWgmmaPrefill, 64}, {4096, kWgmmaPrefill, 64}}) {
+      const runtime_api::MoeChoice choice = runtime->select_moe(kMoeFormat, deepseek(tokens));
+      EXPECT_EQ(choice.choice.source, ConfigSource::Tuned) << arch << " T=" << tokens << ": " << choice.choice.detail;
+      EXPECT_EQ(choice.choice.family, "wgmma") << arch << " T=" << tokens;
+      EXPECT_EQ(choice.choice.config, config) << arch << " T=" << tokens;
+      EXPECT_EQ(choice.block_rows, rows);
+      // wgmma is sm_90a code: a Runtime for plain sm_90 compiles it for sm_90a too (the only sm_90 devices run it).
+      EXPECT_EQ(choice.arch, "sm_90a") << arch;
+    }
+    const runtime_api::MoeChoice down = runtime->select_moe(kMoeFormat, deepseek(1, "down"));
+    EXPECT_EQ(down.choice.source, ConfigSource::Tuned) << down.choice.detail;
+    EXPECT_EQ(down.choice.family, "wgmma");
+    EXPECT_EQ(down.choice.config, kWgmmaDown);
+  }
+  // The selector's family is the config's: its kernel, launch geometry and shared memory are wgmma's.
+  const reports::SelectionTable table = family_table();
+  const MoeProblem problem = make_moe_problem(FormatSpec::parse(kMoeFormat), 256, 8, 4096, 7168, 1, "gate-up");
+  const Selection selection = select_moe_config(&table, problem, ArchLimits::for_sm(90));
+  EXPECT_EQ(selection.family, &wgmma_family());
+  EXPECT_EQ(mma_moe::kernel_name(selection.config), "qtune_wgmma_moe_gemm");
+  const std::int64_t launch_rows = mma_moe::launch_rows(problem, 16, MoeRowMap{});
+  EXPECT_EQ(mma_moe::launch_geometry(selection.config, problem, launch_rows).block[0],
+            static_cast<unsigned>(WgmmaFamily::threads(selection.config)));
+}
+
+TEST_F(RuntimeMoeSelectFamilies, WgmmaWinnerIsRefusedOnAmpereWithTheFamilyReason) {
+  const auto ampere = runtime_for("sm_80");
+  const runtime_api::MoeChoice choice = ampere->select_moe(kMoeFormat, deepseek(1));
+  EXPECT_EQ(choice.choice.source, ConfigSource::Heuristic);
+  EXPECT_EQ(choice.choice.family, "mma");
+  EXPECT_EQ(choice.arch, "sm_80");
+  EXPECT_NE(choice.choice.detail.find("fails rule 'family'"), std::string::npos) << choice.choice.detail;
+  EXPECT_NE(choice.choice.detail.find("wgmma exists only on sm_90"), std::string::npos) << choice.choice.detail;
+  const MoeProblem problem = make_moe_problem(FormatSpec::parse(kMoeFormat), 256, 8, 4096, 7168, 1, "gate-up");
+  const reports::SelectionTable table = family_table();
+  EXPECT_EQ(select_moe_config(&table, problem, ArchLimits::for_sm(80)).family, &mma_family());
+  // On Hopper, a wgmma config of a format with quantized activations is refused too (the wgmma family's reason).
+  const runtime_api::MoeChoice fp8 = runtime_for("sm_90a")->select_moe("w8a8-fp8-ch", deepseek(1, "down"));
+  EXPECT_EQ(fp8.choice.source, ConfigSource::Heuristic);
+  EXPECT_EQ(fp8.choice.family, "mma");
+  EXPECT_NE(fp8.choice.detail.find("fails rule 'family'"), std::string::npos) << fp8.choice.detail;
+  EXPECT_NE(fp8.choice.detail.find("weight-only"), std::string::npos) << fp8.choice.detail;
+}
+
+TEST_F(RuntimeMoeSelectFamilies, TmaWinnerIsRefusedNamingWhatTheRuntimeLacks) {
+  const runtime_api::MoeChoice choice = runtime_for("sm_90a")->select_moe("w4a8-int4-fp8", deepseek(1));
+  EXPECT_EQ(choice.choice.source, ConfigSource::Heuristic);
+  EXPECT_EQ(choice.choice.family, "mma");
+  for (const char* words : {"fails rule 'family'", "family 'tma'", "gather", "TMA tensor map"}) {
+    EXPECT_NE(choice.choice.detail.find(words), std::string::npos) << words << " in: " << choice.choice.detail;
+  }
+  // Any other family is refused naming it.
+  std::string why_not;
+  EXPECT_EQ(runtime_moe_family(KernelConfig::parse("bm=16", "bsmma"), FormatSpec::parse(kMoeFormat), 90, &why_not), nullptr);
+  EXPECT_NE(why_not.find("'bsmma'"), std::string::npos) << why_not;
+}
+
+// On sm_90 a weight-only format's heuristic is the wgmma family's dense config at the expected rows per expert, one of
+// the points of the wgmma-moe provider's curated space (what a tune of that provider measures); quantized
+// activations, and any format on sm_80, take the mma family's.
+TEST(RuntimeMoeSelectWithoutTable, HopperWeightOnlyHeuristicIsWgmmaInsideTheCuratedSpace) {
+  Runtime hopper({.arch = "sm_90a"});
+  Runtime ampere({.arch = "sm_80"});
+  for (const char* format : {"w4a16-int4-g128", "w4a16-int4-g128-zp", "w4a16-int4-ch"}) {
+    for (const std::int64_t tokens : {1, 16, 64, 256, 1024, 4096}) {
+      for (const char* projection : {"gate-up", "down"}) {
+        const MoeShape shape = deepseek(tokens, projection);
+        const std::string label = std::string(format) + " " + projection + " T=" + std::to_string(tokens);
+        const runtime_api::MoeChoice choice = hopper.select_moe(format, shape);
+        ASSERT_EQ(choice.choice.family, "wgmma") << label << ": " << choice.choice.config;
+        EXPECT_EQ(choice.arch, "sm_90a");
+        const MoeProblem problem =
+            make_moe_problem(FormatSpec::parse(format), shape.experts, shape.top_k, shape.n, shape.k, tokens, projection);
+        // The provider's curated space at the uniform routing's rows per expert, every point of it.
+        const providers::ProviderSpace space = providers::wgmma_moe_provider().enumerate(
+            providers::moe_provider_problem(problem), ArchLimits::for_sm(90), providers::SpaceRequest{}, nullptr);
+        EXPECT_NE(std::find(space.configurations.begin(), space.configurations.end(), choice.choice.config),
+                  space.configurations.end())
+            << label << ": " << choice.choice.config << " is not in the wgmma-moe curated space (" << space.configurations.size()
+            << " configs)";
+        EXPECT_EQ(ampere.select_moe(format, shape).choice.family, "mma") << label;
+      }
+    }
+  }
+  EXPECT_EQ(hopper.select_moe("w4a8-int4-fp8", deepseek(16)).choice.family, "mma");
+  EXPECT_EQ(hopper.select_moe("w8a8-fp8-ch", deepseek(16)).choice.family, "mma");
+  // DeepSeek-V3 gate-up at T = 1: 8 experts x 32 column tiles already fill the GPU, so no K split (the H200's winner
+  // had none either).
+  EXPECT_EQ(hopper.select_moe(kMoeFormat, deepseek(1)).choice.params.at("split"), 1);
+}
+
+// What the Runtime compiles for a wgmma choice (mma_moe::instantiation_source of the choice's config for its arch,
+// as load_moe does) compiles with NVRTC for sm_90a without spills: tuned and heuristic, gate-up and down.
+TEST(RuntimeMoeCompile, WgmmaGemmsTheRuntimeSelectsCompileForSm90a) {
+  TempDir dir;
+  Runtime runtime({.table = write_table(dir / "table.json", family_table()), .arch = "sm_90"});
+  Runtime untuned({.arch = "sm_90a"});
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  auto add = [&](const Runtime& from, const char* format, const MoeShape& shape) {
+    const runtime_api::MoeChoice choice = from.select_moe(format, shape);
+    ASSERT_EQ(choice.choice.family, "wgmma") << choice.choice.detail;
+    const MoeProblem problem =
+        make_moe_problem(FormatSpec::parse(format), shape.experts, shape.top_k, shape.n, shape.k, shape.tokens, shape.projection);
+    const KernelConfig config = KernelConfig::parse(choice.choice.config, choice.choice.family);
+    jit::CompileRequest request;
+    request.source = mma_moe::instantiation_source(config, problem, choice.arch);
+    request.kernel_name = mma_moe::kernel_name(config);
+    request.arch = choice.arch;
+    requests.push_back(request);
+    labels.push_back(std::string(format) + " " + std::string(shape.projection) + " T=" + std::to_string(shape.tokens) + " " +
+                     std::string(runtime_api::to_string(choice.choice.source)) + " " + choice.choice.config);
+  };
+  add(runtime, kMoeFormat, deepseek(1));
+  add(runtime, kMoeFormat, deepseek(256));
+  add(runtime, kMoeFormat, deepseek(1, "down"));
+  add(untuned, "w4a16-int4-g128-zp", deepseek(16));
+  add(untuned, "w4a16-int4-ch", deepseek(4096, "down"));
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.arch, "sm_90a") << label;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+  });
 }
 
 TEST(RuntimeMoeSelectWithoutTable, ExpectedRowsPerExpertFollowUniformRouting) {
