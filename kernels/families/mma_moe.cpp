@@ -479,35 +479,61 @@ ExpertStrides expert_strides(const FormatSpec& format, int64_t n, int64_t k) {
   return strides;
 }
 
-PackedBuffers prepack_experts(const std::vector<QuantizedWeights>& experts, const FormatSpec& format, int64_t n, int64_t k) {
-  const DeviceFormat device = mma::device_format(format);
+namespace {
+
+std::map<std::string, uint64_t> expert_buffer_strides(const FormatSpec& format, int64_t n, int64_t k) {
   const ExpertStrides strides = expert_strides(format, n, k);
-  const std::map<std::string, uint64_t> stride_of = {
-      {"weights", strides.weights}, {"scales", strides.scales}, {"zeros", strides.zeros}, {"global_scale", 4}};
-  PackedBuffers packed;
-  for (const auto& [name, stride] : stride_of) {
-    if (name == "zeros" && !device.has_zero()) continue;
-    packed[name].assign(stride * experts.size(), 0xFF);
+  std::map<std::string, uint64_t> stride_of = {{"weights", strides.weights}, {"scales", strides.scales}, {"global_scale", 4}};
+  if (mma::device_format(format).has_zero()) stride_of["zeros"] = strides.zeros;
+  return stride_of;
+}
+
+}  // namespace
+
+PackedBuffers prepack_expert(const QuantizedWeights& weights, const FormatSpec& format, int64_t n, int64_t k, size_t index) {
+  if (weights.n != n || weights.k != k || weights.format != format) {
+    QTUNE_INPUT_ERROR("experts[" + std::to_string(index) + "]: weights " + std::to_string(weights.n) + " x " +
+                      std::to_string(weights.k) + " in " + weights.format.to_string() + ", expected " + std::to_string(n) +
+                      " x " + std::to_string(k) + " in " + format.to_string());
   }
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const QuantizedWeights& weights = experts[e];
-    if (weights.n == 0) continue;  // no pair routes to it: left as 0xFF
-    if (weights.n != n || weights.k != k || weights.format != format) {
-      QTUNE_INPUT_ERROR("experts[" + std::to_string(e) + "]: weights " + std::to_string(weights.n) + " x " +
-                        std::to_string(weights.k) + " in " + weights.format.to_string() + ", expected " + std::to_string(n) +
-                        " x " + std::to_string(k) + " in " + format.to_string());
+  PackedBuffers one = mma::prepack_weights(weights, mma::device_format(format));
+  for (const auto& [name, stride] : expert_buffer_strides(format, n, k)) {
+    const auto found = one.find(name);
+    if (found == one.end() || found->second.size() != stride) {
+      QTUNE_THROW(Error, "prepack_expert: expert buffer '" + name + "' is not " + std::to_string(stride) + " bytes");
     }
-    const PackedBuffers one = mma::prepack_weights(weights, device);
+  }
+  return one;
+}
+
+PackedBuffers place_experts(const std::vector<const PackedBuffers*>& experts, const FormatSpec& format, int64_t n, int64_t k) {
+  const std::map<std::string, uint64_t> stride_of = expert_buffer_strides(format, n, k);
+  PackedBuffers packed;
+  for (const auto& [name, stride] : stride_of) packed[name].assign(stride * experts.size(), 0xFF);
+  for (size_t e = 0; e < experts.size(); ++e) {
+    if (experts[e] == nullptr) continue;  // no pair routes to it: left as 0xFF
     for (auto& [name, bytes] : packed) {
-      const auto found = one.find(name);
+      const auto found = experts[e]->find(name);
       const uint64_t stride = stride_of.at(name);
-      if (found == one.end() || found->second.size() != stride) {
-        QTUNE_THROW(Error, "prepack_experts: expert buffer '" + name + "' is not " + std::to_string(stride) + " bytes");
+      if (found == experts[e]->end() || found->second.size() != stride) {
+        QTUNE_THROW(Error, "place_experts: expert " + std::to_string(e) + "'s buffer '" + name + "' is not " +
+                               std::to_string(stride) + " bytes");
       }
       std::copy(found->second.begin(), found->second.end(), bytes.begin() + static_cast<int64_t>(e * stride));
     }
   }
   return packed;
+}
+
+PackedBuffers prepack_experts(const std::vector<QuantizedWeights>& experts, const FormatSpec& format, int64_t n, int64_t k) {
+  std::vector<PackedBuffers> each(experts.size());
+  std::vector<const PackedBuffers*> placed(experts.size(), nullptr);
+  for (size_t e = 0; e < experts.size(); ++e) {
+    if (experts[e].n == 0) continue;
+    each[e] = prepack_expert(experts[e], format, n, k, e);
+    placed[e] = &each[e];
+  }
+  return place_experts(placed, format, n, k);
 }
 
 PackedBuffers pack_layout(MoeLayout layout, const Routing& routing, int bm) {

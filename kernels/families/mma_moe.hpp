@@ -77,6 +77,10 @@ KernelArguments pack_gather_arguments(const KernelConfig& config, const MoeProbl
 // Every expert's prepacked weights back to back, each expert_bytes(...) apart. An expert with no weights (n = 0:
 // no pair routes to it) is filled with 0xFF bytes: NaN scales, so a kernel that read it would show NaN.
 PackedBuffers prepack_experts(const std::vector<QuantizedWeights>& experts, const FormatSpec& format, int64_t n, int64_t k);
+// Its two steps, for a caller that keeps packed experts between problems of the same format, N and K: one expert's
+// buffers (InputError if its shape or format differs), and the experts' buffers placed back to back (nullptr: 0xFF).
+PackedBuffers prepack_expert(const QuantizedWeights& weights, const FormatSpec& format, int64_t n, int64_t k, size_t index);
+PackedBuffers place_experts(const std::vector<const PackedBuffers*>& experts, const FormatSpec& format, int64_t n, int64_t k);
 struct ExpertStrides {
   uint64_t weights = 0, scales = 0, zeros = 0;
 };

@@ -496,6 +496,28 @@ TEST(MmaMoe, ExpertsArePackedBackToBackAndEmptyOnesPoisoned) {
   expect_input_error([&] { mma_moe::prepack_experts(wrong, problem.format, problem.n, problem.k); }, {"experts[3]"});
 }
 
+// The two steps a caller that keeps packed experts between buckets uses give prepack_experts' bytes exactly.
+TEST(MmaMoe, ExpertsPackedOneByOneAndPlacedEqualPrepackExperts) {
+  const MoeProblem problem = small_problem("w4a16-int4-g128-zp", MoeLayout::TokenIndexed, MoeProjection::GateUp);
+  const MoeOperands operands = make_moe_operands(problem, routing_with_empty_experts(), 3);
+  std::vector<PackedBuffers> each(operands.experts.size());
+  std::vector<const PackedBuffers*> placed(operands.experts.size(), nullptr);
+  for (size_t e = 0; e < operands.experts.size(); ++e) {
+    if (operands.experts[e].n == 0) continue;
+    each[e] = mma_moe::prepack_expert(operands.experts[e], problem.format, problem.n, problem.k, e);
+    placed[e] = &each[e];
+  }
+  ASSERT_EQ(std::count(placed.begin(), placed.end(), nullptr), 6) << "experts 1, 2, 4, 5, 6 and 8 get no pair";
+  EXPECT_EQ(mma_moe::place_experts(placed, problem.format, problem.n, problem.k),
+            mma_moe::prepack_experts(operands.experts, problem.format, problem.n, problem.k));
+  const QuantizedWeights wrong = quantize_weights(problem.format, random_normal(64 * 256, 1), 64, 256);
+  expect_input_error([&] { mma_moe::prepack_expert(wrong, problem.format, problem.n, problem.k, 7); }, {"experts[7]"});
+  PackedBuffers short_scales = each[0];
+  short_scales.at("scales").pop_back();
+  placed[0] = &short_scales;
+  EXPECT_THROW(mma_moe::place_experts(placed, problem.format, problem.n, problem.k), Error);
+}
+
 TEST(MmaMoe, LayoutTablesBuffersAndArguments) {
   const Routing routing = routing_with_empty_experts();
   const KernelConfig config = KernelConfig::parse("bm=16,bn=64,bk=128,wm=1,wn=2,wk=1,stages=3,split=2,raster=0");

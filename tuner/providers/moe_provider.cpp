@@ -324,6 +324,7 @@ struct MoeProvider::Cache {
   std::mutex mutex;
   std::string experts_key;  // format|NxK|seed: the experts do not depend on the token count or the routing
   std::vector<QuantizedWeights> experts;  // [E]; n = 0 until an expert is first routed to
+  std::vector<PackedBuffers> packed;      // [E]: experts[e] prepacked (empty until then); every bucket reuses them
   LoadCompiler compiler;
 };
 
@@ -414,6 +415,7 @@ std::unique_ptr<Operands> MoeProvider::prepare(const ProviderProblem& provider_p
   if (cache_->experts_key != experts_key || cache_->experts.size() != static_cast<size_t>(problem.experts)) {
     cache_->experts_key.clear();
     cache_->experts.assign(static_cast<size_t>(problem.experts), QuantizedWeights{});
+    cache_->packed.assign(static_cast<size_t>(problem.experts), PackedBuffers{});
     cache_->experts_key = experts_key;
   }
   // Operands of the routed experts only: the others stay empty here (0xFF on the device), so a kernel reading one fails.
@@ -440,7 +442,16 @@ std::unique_ptr<Operands> MoeProvider::prepare(const ProviderProblem& provider_p
   } give_back{host.experts, cache_->experts};
 
   operands->reference = reference_moe(problem, host);
-  for (auto& [name, bytes] : mma_moe::prepack_experts(host.experts, problem.format, problem.n, problem.k)) {
+  // Prepacking is the host's slowest step after the draw (256 experts of 4096 x 7168 take seconds): once per expert.
+  std::vector<const PackedBuffers*> placed(static_cast<size_t>(problem.experts), nullptr);
+  for (int e = 0; e < problem.experts; ++e) {
+    const QuantizedWeights& weights = host.experts[static_cast<size_t>(e)];
+    if (weights.n == 0) continue;
+    PackedBuffers& packed = cache_->packed[static_cast<size_t>(e)];
+    if (packed.empty()) packed = mma_moe::prepack_expert(weights, problem.format, problem.n, problem.k, static_cast<size_t>(e));
+    placed[static_cast<size_t>(e)] = &packed;
+  }
+  for (auto& [name, bytes] : mma_moe::place_experts(placed, problem.format, problem.n, problem.k)) {
     runtime::DeviceBuffer buffer(bytes.size());
     buffer.upload(bytes.data(), bytes.size());
     operands->experts.emplace(name, std::move(buffer));

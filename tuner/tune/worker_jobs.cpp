@@ -43,8 +43,10 @@ std::string CandidateJob::operands_key() const {
   const std::string verify = std::to_string(prepare.seed) + "|v" + std::to_string(prepare.full_verify_max_m) + "," +
                              std::to_string(prepare.verify_rows);
   if (problem.kind == providers::ProblemKind::Moe) {
-    // The problem's text names the routing but not its seed.
-    return provider + "|" + problem.moe.to_string() + "|routing seed " + std::to_string(problem.moe.routing.seed) + "|" + verify;
+    // The problem's text names the routing but not its seed. qtune's MoE providers prepare the same operands (the
+    // families share the experts' packed layout), so the mma, wgmma and tma candidates of a problem share one prepare.
+    const std::string owner = providers::find_moe_provider(provider) != nullptr ? std::string("qtune-moe") : provider;
+    return owner + "|" + problem.moe.to_string() + "|routing seed " + std::to_string(problem.moe.routing.seed) + "|" + verify;
   }
   const Problem& gemm = problem.gemm;
   return provider + "|" + gemm.format.to_string() + "|" + std::to_string(gemm.n) + "x" + std::to_string(gemm.k) + "|" +

@@ -122,6 +122,15 @@ TEST(WorkerJobs, MoeCandidateJobRoundTripsThroughJson) {
   other.problem.moe.layout = MoeLayout::TokenIndexed;
   EXPECT_NE(other.operands_key(), job.operands_key());
 
+  // qtune's MoE providers share one prepare per problem (the same experts' layout); a baseline prepares its own.
+  other = job;
+  other.provider = "wgmma-moe";
+  EXPECT_EQ(other.operands_key(), job.operands_key());
+  other.provider = "tma-moe";
+  EXPECT_EQ(other.operands_key(), job.operands_key());
+  other.provider = "cublas-grouped-f16";
+  EXPECT_NE(other.operands_key(), job.operands_key());
+
   nlohmann::json bad = json;
   bad["kind"] = "sparse";
   test_support::expect_input_error([&] { bad.get<CandidateJob>(); }, {"kind", "sparse"});
