@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -159,7 +160,9 @@ struct qtune_peer_problem {
     std::lock_guard lock(cache.mutex);
     if (cache.key != experts_key(*moe, seed) || cache.experts.size() != moe_operands.experts.size()) return;
     for (size_t e = 0; e < cache.experts.size(); ++e) {
-      if (moe_operands.experts[e].n != 0 && cache.experts[e].n == 0) cache.experts[e] = std::move(moe_operands.experts[e]);
+      if (moe_operands.experts[e].n != 0 && cache.experts[e].n == 0) {
+        cache.experts[e] = std::exchange(moe_operands.experts[e], qtune::QuantizedWeights{});
+      }
     }
   }
 
@@ -350,7 +353,9 @@ qtune_peer_problem* make_moe_problem(const nlohmann::json& request) {
       cache.experts.assign(operands.experts.size(), qtune::QuantizedWeights{});
     }
     for (const int32_t e : problem->touched) {
-      if (cache.experts[static_cast<size_t>(e)].n != 0) operands.experts[static_cast<size_t>(e)] = std::move(cache.experts[static_cast<size_t>(e)]);
+      // exchange, not move: a moved-from QuantizedWeights keeps its n, and the cache would lend that husk next time.
+      qtune::QuantizedWeights& cached = cache.experts[static_cast<size_t>(e)];
+      if (cached.n != 0) operands.experts[static_cast<size_t>(e)] = std::exchange(cached, qtune::QuantizedWeights{});
     }
   }
   std::vector<int32_t> missing;

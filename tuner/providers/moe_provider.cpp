@@ -428,7 +428,7 @@ std::unique_ptr<Operands> MoeProvider::prepare(const ProviderProblem& provider_p
     if (counts[static_cast<size_t>(e)] == 0) continue;
     QuantizedWeights& cached = cache_->experts[static_cast<size_t>(e)];
     if (cached.n == 0) cached = make_expert_weights(problem, e, options.seed);
-    host.experts[static_cast<size_t>(e)] = std::move(cached);
+    host.experts[static_cast<size_t>(e)] = std::exchange(cached, QuantizedWeights{});  // a moved-from one keeps its n
   }
   // Give the experts back to the cache whatever happens below.
   struct ReturnExperts {
@@ -436,7 +436,7 @@ std::unique_ptr<Operands> MoeProvider::prepare(const ProviderProblem& provider_p
     std::vector<QuantizedWeights>& to;
     ~ReturnExperts() {
       for (size_t e = 0; e < from.size(); ++e) {
-        if (from[e].n != 0) to[e] = std::move(from[e]);
+        if (from[e].n != 0) to[e] = std::exchange(from[e], QuantizedWeights{});
       }
     }
   } give_back{host.experts, cache_->experts};

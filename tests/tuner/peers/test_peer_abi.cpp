@@ -291,6 +291,22 @@ TEST_F(PeerAbi, AMoeProblemExposesItsRoutingActivationsAndTheTouchedExpertsOnly)
   QTUNE_ABI(library_, qtune_peer_problem_destroy)(down);
 }
 
+// The expert cache lends each expert to one live problem and takes it back: problem after problem of the same shape
+// (a tune's token buckets, a gate-up and a down of the same N and K) sees the same weights, never a moved-from husk.
+TEST_F(PeerAbi, MoeProblemsOfOneShapeInTurnSeeTheSameExperts) {
+  for (int round = 0; round < 4; ++round) {
+    qtune_peer_problem* made = problem(moe_request(round % 2 == 0 ? "gate-up" : "down", 5));
+    ASSERT_NE(made, nullptr) << library_.last_error();
+    const nlohmann::json description = describe(made);
+    const MoeProblem moe = MoeProblem::from_json(description.at("moe"));
+    for (const int32_t e : description.at("experts_touched").get<std::vector<int32_t>>()) {
+      const std::string codes = "expert" + std::to_string(e) + ".weight_codes";
+      EXPECT_EQ(buffer_of<uint8_t>(made, codes.c_str()), make_expert_weights(moe, e, 3).codes) << "round " << round << " " << codes;
+    }
+    QTUNE_ABI(library_, qtune_peer_problem_destroy)(made);
+  }
+}
+
 TEST_F(PeerAbi, AMoeOutputIsCheckedAsDefinedAndWrongOnesFail) {
   for (const std::string projection : {"gate-up", "down"}) {
     qtune_peer_problem* made = problem(moe_request(projection, 4));
