@@ -340,7 +340,8 @@ std::string MoeProvider::name() const { return family_.name() + "-moe"; }
 
 ParameterRanges MoeProvider::curated_ranges(std::int64_t rows_per_expert) const {
   ParameterRanges ranges = family_.curated_ranges(rows_per_expert);
-  if (&family_ == &wgmma_family()) {
+  const bool swap_ab = &family_ == &wgmma_family() || &family_ == &tma_family();
+  if (swap_ab) {
     // Experts get fewer rows than the mean under skewed routing: the token tile at the mean and the one below it.
     // The grid is touched experts x N tiles: split-K while blocks are small and few.
     ranges["bm"] = rows_per_expert <= 16   ? std::vector<int>{16}
@@ -351,14 +352,8 @@ ParameterRanges MoeProvider::curated_ranges(std::int64_t rows_per_expert) const 
     ranges["raster"] = {0};
   }
   if (&family_ == &tma_family()) {
-    // The same token tiles and splits; the dense family's depths, slots, persistence, overlap and promotion at that
-    // M. No clusters: multicast of weights would pair two experts' blocks, and of activations needs N tiles in pairs.
-    ranges["bm"] = rows_per_expert <= 16   ? std::vector<int>{16}
-                   : rows_per_expert <= 32 ? std::vector<int>{16, 32}
-                   : rows_per_expert <= 64 ? std::vector<int>{32, 64}
-                                           : std::vector<int>{64, 128};
-    ranges["split"] = rows_per_expert <= 64 ? std::vector<int>{1, 2, 4} : std::vector<int>{1, 2};
-    ranges["raster"] = {0};
+    // The dense family's depths, slots, persistence, overlap and promotion at that M. No clusters: multicast of
+    // weights would pair two experts' blocks, and of activations needs N tiles in pairs.
     ranges["cluster"] = {1};
     ranges["multicast"] = {0};
     ranges["persistent"] = {0, 1};
