@@ -133,22 +133,23 @@ struct MoeShape {
   std::string_view projection = "gate-up";  // "gate-up" (or "gate_up") or "down"
 };
 
-// The configuration of a MoE GEMM (the mma family's MoE kernel, or on sm_90 for weight-only formats the wgmma
-// family's: choice.family says which) and the launch it sizes.
+// The configuration of a MoE GEMM (the mma family's MoE kernel; on sm_90 also the wgmma family's for weight-only
+// formats and the tma family's, which W4A8 and W8A8 tables pick there: choice.family says which) and the launch it
+// sizes.
 struct MoeChoice {
   Choice choice;                     // source: the table's exact MoE entry, its nearest one, or the heuristic
   std::int64_t block_rows = 0;       // rows per block of the layout (bm): each expert's pairs are padded to a multiple
   std::int64_t launch_rows = 0;      // routing-free bound: round_up(T·top_k + min(E, T·top_k)·(bm − 1), bm)
   std::uint64_t scratch_bytes = 0;   // what moe_gemm needs of the stream's scratch (row tables, down's unreduced rows,
-                                     // split-K workspace)
-  std::string arch;                  // the NVRTC target of the GEMM: the Runtime's, or "sm_90a" for the wgmma kernel
+                                     // split-K workspace, tma's activation rows gathered into layout order)
+  std::string arch;                  // the NVRTC target of the GEMM: the Runtime's, or "sm_90a" for wgmma and tma
 };
 
 // Every expert's weights in the MoE kernel's layout, back to back: expert e's are at e · *_stride bytes. Copy each
 // buffer to the GPU as it is and pass its address to moe_gemm(); `zeros` is empty for formats without zero points.
 struct PackedExperts {
   std::string format;  // canonical spec text
-  std::string family;  // "mma": the layout every MoE kernel reads (the wgmma one too)
+  std::string family;  // "mma": the layout every MoE kernel reads (the wgmma and tma ones too)
   int experts = 0;
   std::int64_t n = 0;
   std::int64_t k = 0;
@@ -215,8 +216,7 @@ class Runtime {
   // in (ln n, ln k, ln experts, ln top_k), its range for T (fallback); else a hand-written config at the expected
   // rows per expert (heuristic: the wgmma family's on sm_90 for weight-only formats, else the mma family's). A table
   // config that fails the MoE kernel's rules here gives way to the heuristic, as does one of a family the runtime
-  // does not launch here (wgmma off sm_90 or for quantized activations; tma, whose gather launch and TMA tensor map
-  // the runtime does not have yet).
+  // does not launch here (wgmma off sm_90 or for quantized activations; tma off sm_90 or for 4-bit compute).
   // InputError naming "projection", "experts", "top_k" (0 or more than experts), "tokens" (0), "n", "k".
   MoeChoice select_moe(std::string_view format, const MoeShape& shape) const;
   // Packs every expert's quantized weights (one HostQuantizedWeights per expert, each n x k) once (CPU only).
@@ -227,9 +227,11 @@ class Runtime {
   // smaller one) neither compiles nor allocates.
   void load_moe(std::string_view format, const MoeShape& shape, CUstream_st* stream);
   // Enqueues on `stream`, without any host synchronisation: the routing's alignment into the layout's row tables (a
-  // one-CTA kernel reading topk_ids), the MoE GEMM over the routing-free launch bound (blocks past the padded rows
-  // and experts without tokens return at once), and for "down" the router-weighted top-k sum into c. The row tables,
-  // down's unreduced [T · top_k][N] rows and the split-K workspace are the Runtime's scratch, one per stream; it grows
+  // one-CTA kernel reading topk_ids), for a tma config the gather of the pairs' activation rows (and scales) into
+  // layout order, the MoE GEMM over the routing-free launch bound (blocks past the padded rows and experts without
+  // tokens return at once; tma's reads the gathered rows through a TMA tensor map encoded on the host), and for
+  // "down" the router-weighted top-k sum into c. The row tables, down's unreduced [T · top_k][N] rows, the split-K
+  // workspace and tma's gathered rows are the Runtime's scratch, one per stream; it grows
   // when a call needs more than any before on the stream (that once waits for the stream's work in flight: size it
   // ahead with load_moe). InputError for bad sizes or a missing required pointer.
   void moe_gemm(std::string_view format, const MoeShape& shape, const MoeGemmArguments& arguments, CUstream_st* stream);

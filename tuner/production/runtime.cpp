@@ -13,6 +13,7 @@
 
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/quantize.hpp"
 #include "reports/selection_table.hpp"
@@ -61,7 +62,7 @@ runtime::LaunchConfig launch_config(const LaunchGeometry& geometry) {
   return launch;
 }
 
-// A MoE kernel (GEMM, alignment or reduction) compiled by the JIT and loaded.
+// A MoE kernel (GEMM, alignment, gather or reduction) compiled by the JIT and loaded.
 struct MoeKernel {
   runtime::Module module;
   runtime::Kernel kernel;
@@ -91,16 +92,20 @@ struct Runtime::Impl {
     production::Selection selection;
     std::int64_t launch_rows = 0;
     int align_threads = 0;
-    LaunchGeometry gemm_geometry, align_geometry, reduce_geometry;
+    LaunchGeometry gemm_geometry, align_geometry, reduce_geometry, gather_geometry;
     std::uint64_t table_bytes = 0;      // rows, then block_experts, then padded_rows (int32 each)
     std::uint64_t unreduced_bytes = 0;  // down: the GEMM's router-weighted [pairs][n] rows
-    std::string gemm_arch;              // the GEMM's NVRTC target: the Runtime's, or sm_90a for the wgmma kernel
-    std::string gemm_key, align_key, reduce_key;  // gemm_key: format | projection | family:config | gemm_arch
-    std::shared_ptr<const MoeKernel> gemm, align, reduce;
+    // tma: the pairs' activation rows gathered into layout order ([launch_rows][k]), then their scales at
+    // gathered_scales_offset (mma_moe::buffers' "gathered" and "gathered_scales").
+    std::uint64_t gathered_bytes = 0, gathered_scales_offset = 0;
+    std::string gemm_arch;  // the GEMM's (and gather's) NVRTC target: the Runtime's, or sm_90a for wgmma and tma
+    std::string gemm_key, align_key, reduce_key, gather_key;  // gemm_key: format | projection | family:config | gemm_arch
+    std::shared_ptr<const MoeKernel> gemm, align, reduce, gather;
+    runtime::LaunchConfig gemm_launch;  // once the GEMM is loaded: persistent grids capped to the device
   };
-  // A stream's MoE scratch: the row tables and down's unreduced rows.
+  // A stream's MoE scratch: the row tables, down's unreduced rows and tma's gathered rows.
   struct MoeScratch {
-    runtime::DeviceBuffer tables, unreduced;
+    runtime::DeviceBuffer tables, unreduced, gathered;
   };
 
   RuntimeOptions options;
@@ -243,9 +248,22 @@ struct Runtime::Impl {
       plan.reduce_geometry = mma_moe::reduce_launch_geometry(plan.problem);
       plan.unreduced_bytes = static_cast<std::uint64_t>(plan.problem.tokens * plan.problem.top_k * plan.problem.n) * 2;
     }
-    // wgmma is architecture-specific code: select_moe_config takes it only where the target is sm_90, whose devices
-    // run sm_90a cubins whatever suffix the Runtime's arch has.
-    plan.gemm_arch = config.family == wgmma_family().name() ? "sm_90a" : arch;
+    // wgmma and tma are architecture-specific code: select_moe_config takes them only where the target is sm_90,
+    // whose devices run sm_90a cubins whatever suffix the Runtime's arch has.
+    const bool hopper_only = config.family == wgmma_family().name() || config.family == tma_family().name();
+    plan.gemm_arch = hopper_only ? "sm_90a" : arch;
+    if (mma_moe::gathers(config, plan.problem)) {
+      plan.gather_geometry = mma_moe::gather_launch_geometry(plan.launch_rows);
+      std::uint64_t scales = 0;
+      for (const BufferSpec& spec : mma_moe::buffers(config, plan.problem, plan.launch_rows)) {
+        if (spec.name == "gathered") plan.gathered_bytes = spec.bytes;
+        if (spec.name == "gathered_scales") scales = spec.bytes;
+      }
+      // The tensor map needs a 16-byte aligned base; 256 keeps the scales as aligned as an allocation's start.
+      plan.gathered_scales_offset = round_up_bytes(plan.gathered_bytes, 256);
+      plan.gathered_bytes = plan.gathered_scales_offset + scales;
+      plan.gather_key = "moe-gather|" + std::string(moe_projection_name(plan.problem.projection)) + "|" + plan.gemm_arch;
+    }
     const std::string canonical = plan.problem.format.to_string();
     plan.gemm_key = "moe|" + canonical + "|" + std::string(moe_projection_name(plan.problem.projection)) + "|" + config.family +
                     ":" + config.to_string() + "|" + plan.gemm_arch;
@@ -275,7 +293,17 @@ struct Runtime::Impl {
         request.arch = plan.gemm_arch;
         return request;
       });
-      plan.gemm->kernel.set_max_dynamic_shared_memory(static_cast<int>(plan.gemm_geometry.dynamic_shared_bytes));
+      // Opts in to the shared memory and caps a persistent grid to the device's SMs, once per plan.
+      plan.gemm_launch = gemm::launch_config(plan.gemm_geometry, plan.gemm->kernel);
+    }
+    if (!plan.gather_key.empty() && !plan.gather) {
+      plan.gather = moe_kernel(plan.gather_key, [&] {
+        jit::CompileRequest request;
+        request.source = mma_moe::gather_instantiation_source(plan.problem, plan.gemm_arch);
+        request.kernel_name = mma_moe::gather_kernel_name();
+        request.arch = plan.gemm_arch;
+        return request;
+      });
     }
     if (!plan.align) {
       plan.align = moe_kernel(plan.align_key, [&] {
@@ -311,7 +339,7 @@ struct Runtime::Impl {
   }
 
   // The device addresses of a MoE call's scratch on `stream`: "rows", "block_experts", "padded_rows", down's "c" (the
-  // unreduced rows) and the split-K "workspace".
+  // unreduced rows), the split-K "workspace" and tma's "gathered" and "gathered_scales".
   std::map<std::string, std::uint64_t> moe_scratch_addresses(const MoePlan& plan, CUstream stream) {
     MoeScratch& scratch = moe_scratch[stream];
     std::map<std::string, std::uint64_t> addresses;
@@ -321,6 +349,12 @@ struct Runtime::Impl {
     addresses["block_experts"] = tables + rows * 4;
     addresses["padded_rows"] = tables + (rows + rows / static_cast<std::uint64_t>(plan.selection.config.get("bm"))) * 4;
     if (plan.unreduced_bytes > 0) addresses["c"] = grow(scratch.unreduced, plan.unreduced_bytes, stream);
+    if (plan.gathered_bytes > 0) {
+      // The gather writes every row the GEMM reads (padding rows as zeros) on each call: nothing to clear.
+      const CUdeviceptr gathered = grow(scratch.gathered, plan.gathered_bytes, stream);
+      addresses["gathered"] = gathered;
+      if (plan.gathered_bytes > plan.gathered_scales_offset) addresses["gathered_scales"] = gathered + plan.gathered_scales_offset;
+    }
     if (plan.gemm_geometry.workspace_bytes > 0) {
       const KernelConfig& config = plan.selection.config;
       const std::string layout =
@@ -453,7 +487,7 @@ MoeChoice Runtime::select_moe(std::string_view format, const MoeShape& shape) co
   choice.choice = plan.selection.choice();
   choice.block_rows = plan.selection.config.get("bm");
   choice.launch_rows = plan.launch_rows;
-  choice.scratch_bytes = plan.table_bytes + plan.unreduced_bytes + plan.gemm_geometry.workspace_bytes;
+  choice.scratch_bytes = plan.table_bytes + plan.unreduced_bytes + plan.gemm_geometry.workspace_bytes + plan.gathered_bytes;
   choice.arch = plan.gemm_arch;
   return choice;
 }
@@ -532,15 +566,23 @@ void Runtime::moe_gemm(std::string_view format, const MoeShape& shape, const Moe
   // Every argument is packed (and a missing one refused) before anything is enqueued.
   KernelArguments align = mma_moe::pack_align_arguments(problem, plan.launch_rows, addresses);
   KernelArguments gemm = mma_moe::pack_arguments(plan.selection.config, problem, plan.launch_rows, addresses);
-  std::optional<KernelArguments> reduce;
+  // tma: the driver encodes the activation map over the gathered rows on the host (no stream work, so capturable).
+  gemm::encode_tensor_maps(gemm);
+  std::optional<KernelArguments> gather, reduce;
+  if (plan.gather) gather = mma_moe::pack_gather_arguments(plan.selection.config, problem, plan.launch_rows, addresses);
   if (down) reduce = mma_moe::pack_reduce_arguments(problem, addresses);
 
-  // Stream order is the only synchronisation: the GEMM reads the tables the alignment writes, the reduction the rows
-  // the GEMM writes, and the next call's alignment runs after this call's GEMM has read them.
+  // Stream order is the only synchronisation: the gather and the GEMM read the tables the alignment writes, the GEMM
+  // the rows the gather writes, the reduction the rows the GEMM writes, and the next call's alignment and gather run
+  // after this call's GEMM has read them.
   std::vector<void*> align_pointers = align.pointers();
   plan.align->kernel.launch(launch_config(plan.align_geometry), stream, align_pointers.data());
+  if (gather) {
+    std::vector<void*> gather_pointers = gather->pointers();
+    plan.gather->kernel.launch(launch_config(plan.gather_geometry), stream, gather_pointers.data());
+  }
   std::vector<void*> gemm_pointers = gemm.pointers();
-  plan.gemm->kernel.launch(launch_config(plan.gemm_geometry), stream, gemm_pointers.data());
+  plan.gemm->kernel.launch(plan.gemm_launch, stream, gemm_pointers.data());
   if (reduce) {
     std::vector<void*> reduce_pointers = reduce->pointers();
     plan.reduce->kernel.launch(launch_config(plan.reduce_geometry), stream, reduce_pointers.data());

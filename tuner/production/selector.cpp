@@ -150,11 +150,13 @@ const KernelFamily* runtime_moe_family(const KernelConfig& config, const FormatS
     if (support.supported) return &wgmma_family();
     reason = "the config is of family 'wgmma': " + support.reason;
   } else if (config.family == tma_family().name()) {
-    reason = "the config is of family 'tma': the tma MoE kernel reads the token-indexed rows gathered into layout order "
-             "through a TMA tensor map, and the runtime has neither that gather launch nor the tensor map yet (it runs "
-             "the mma MoE kernel, and the wgmma one on sm_90)";
+    // sm_90 only, and no 4-bit compute (wgmma has none): the tma family's own reasons otherwise.
+    const ArchSupport support = tma_family().supports(format, sm);
+    if (support.supported) return &tma_family();
+    reason = "the config is of family 'tma': " + support.reason;
   } else {
-    reason = "the config is of family '" + config.family + "': the runtime runs the mma MoE kernel, and the wgmma one on sm_90";
+    reason = "the config is of family '" + config.family + "': the runtime runs the mma MoE kernel, and the wgmma and tma ones "
+             "on sm_90";
   }
   if (why_not != nullptr) *why_not = std::move(reason);
   return nullptr;

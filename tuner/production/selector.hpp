@@ -46,9 +46,10 @@ MoeProblem make_moe_problem(const FormatSpec& format, int experts, int top_k, st
 // The expected rows per touched expert under uniform routing: pairs / (E · (1 − (1 − top_k/E)^T)), at least 1.
 std::int64_t expected_rows_per_expert(const MoeProblem& problem);
 
-// The family of a MoE config that the runtime launches on `sm`: mma, or wgmma where that family runs the format (sm_90,
-// weight-only formats). nullptr otherwise, with why in *why_not: a wgmma config elsewhere; a tma config (its
-// token-indexed kernel needs a gather launch and a TMA tensor map, which the runtime does not have yet); any other.
+// The family of a MoE config that the runtime launches on `sm`: mma; wgmma where that family runs the format (sm_90,
+// weight-only formats); tma where that family runs it (sm_90, no 4-bit compute: W4A8, W8A8 fp8/int8, weight-only; its
+// token-indexed kernel reads rows a gather kernel copied into layout order through a TMA tensor map). nullptr
+// otherwise, with why in *why_not: the wgmma or tma family's reason elsewhere; any other family, named.
 const KernelFamily* runtime_moe_family(const KernelConfig& config, const FormatSpec& format, int sm, std::string* why_not = nullptr);
 
 // The configuration for a token-indexed MoE problem, by the dense rules: the table's `moe` entry of the exact key
@@ -56,7 +57,7 @@ const KernelFamily* runtime_moe_family(const KernelConfig& config, const FormatS
 // format and projection in (ln n, ln k, ln experts, ln top_k), its range for T; else the heuristic
 // (moe_heuristic_config). A table config gives way to the heuristic, with rule "family", when the runtime does not
 // launch its family here (runtime_moe_family), or when it fails mma_moe::check at the largest token count tuned in
-// its range (or T when larger). Selection::family is the config's (mma or wgmma). UnsupportedError when the mma
+// its range (or T when larger). Selection::family is the config's (mma, wgmma or tma). UnsupportedError when the mma
 // family cannot run the format on limits.sm (every MoE kernel reads its layout).
 Selection select_moe_config(const reports::SelectionTable* table, const MoeProblem& problem, const ArchLimits& limits);
 

@@ -2,9 +2,11 @@
 // alignment of the routing, the MoE GEMM, the down projection's top-k sum) against the CPU reference (kernels/
 // moe_reference.hpp), W4A16 int4 g128 and W4A8 int4 x fp8 (and W8A8 fp8), gate-up and down, uniform, Zipf-skewed and
 // empty-expert routings, heuristic and tuned (split-K) configs, of the mma MoE kernel and, on Hopper, of the wgmma one
-// (the heuristic's for W4A16, and a table's wgmma winners). Every expert is prepacked once by prepack_moe; the
-// output is poisoned with NaN before each call; every row that reaches the output is checked with the MoE tests'
-// tolerance. A call captured into a CUDA graph proves there is no host synchronisation and no allocation in it.
+// (the heuristic's for W4A16, and a table's wgmma winners) and the tma one (a table's W4A8 and W8A8 fp8 winners: gather,
+// TMA-fed GEMM, persistent grid). Every expert is prepacked once by prepack_moe; the output is poisoned with NaN
+// before each call; every row that reaches the output is checked with the MoE tests' tolerance. A call captured into
+// a CUDA graph (the heuristic's, and on Hopper a tma config's) proves there is no host synchronisation and no
+// allocation in it.
 #include <gtest/gtest.h>
 
 #include "tests/common/temp_dir.hpp"
@@ -18,6 +20,7 @@
 
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_layout.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe.hpp"
 #include "kernels/moe_reference.hpp"
@@ -193,18 +196,26 @@ TEST(RuntimeMoeGpu, HeuristicMoeGemmMatchesTheReference) {
   EXPECT_EQ(w4a16.choice.family, wgmma_family().supports(FormatSpec::parse("w4a16-int4-g128"), sm).supported ? "wgmma" : "mma");
 }
 
-// Table entries for each format and projection (E = 64, top-2, 256 x 1024): `split_tile` for T <= 16 and `tall_tile`
-// beyond ("family:params"), and the cases that reach both ranges (T = 3, 16, 200), uniform and Zipf-skewed.
+// The MoE shape of a table entry and its cases.
+struct EntryShape {
+  int experts = 64;
+  int top_k = 2;
+  std::int64_t n = 256;
+  std::int64_t k = 1024;
+};
+
+// Table entries for each format and projection (by default E = 64, top-2, 256 x 1024): `split_tile` for T <= 16 and
+// `tall_tile` beyond ("family:params"), and the cases that reach both ranges (T = 3, 16, 200), uniform and Zipf-skewed.
 void add_tuned_entries(reports::SelectionTable& table, std::vector<Case>& cases, const std::vector<const char*>& formats,
-                       const char* split_tile, const char* tall_tile) {
+                       const char* split_tile, const char* tall_tile, const EntryShape& shape = {}) {
   for (const char* format : formats) {
     for (const char* projection : {"gate-up", "down"}) {
       reports::MoeRules rules;
       rules.format = FormatSpec::parse(format).to_string();
-      rules.experts = 64;
-      rules.top_k = 2;
-      rules.n = 256;
-      rules.k = 1024;
+      rules.experts = shape.experts;
+      rules.top_k = shape.top_k;
+      rules.n = shape.n;
+      rules.k = shape.k;
       rules.projection = projection;
       rules.layout = "token-indexed";
       rules.routing = "uniform";
@@ -220,23 +231,32 @@ void add_tuned_entries(reports::SelectionTable& table, std::vector<Case>& cases,
       table.moe.push_back(rules);
       for (std::int64_t tokens : {std::int64_t{3}, std::int64_t{16}, std::int64_t{200}}) {
         for (const char* routing : {"uniform", "zipf:3"}) {
-          cases.push_back({.format = format, .projection = projection, .routing = routing, .experts = 64, .top_k = 2,
-                           .tokens = tokens, .k = 1024});
+          cases.push_back({.format = format, .projection = projection, .routing = routing, .experts = shape.experts,
+                           .top_k = shape.top_k, .tokens = tokens, .n = shape.n, .k = shape.k});
         }
       }
     }
   }
 }
 
+// The tma MoE kernel's tiles (tests/tuner/kernel/test_moe_gpu.cpp's): split-K 16-row blocks, and persistent 64-row
+// blocks whose grid the runtime caps to the device.
+constexpr const char* kTmaSplitTile =
+    "tma:bm=16,bn=64,bk=256,stages=3,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0";
+constexpr const char* kTmaPersistentTile =
+    "tma:bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0";
+
 // The table's configs: a split-K tile for T <= 16 and a 64-row tile beyond, so the runtime's split-K workspace and
 // both block heights (their own alignment kernels) are exercised; mma's, and on Hopper wgmma's (the winners a
-// `qtune export` of a --family auto tune writes for weight-only formats there) for two more W4A16 formats.
+// `qtune export` of a --family auto tune writes for weight-only formats there) for two more W4A16 formats and tma's
+// (the H200's W4A8 winners up to T = 256) for W4A8 int4 x fp8 and W8A8 fp8 at another shape (E = 32, top-4,
+// 512 x 2048: the mma entries hold W4A8's default one; 192 tiles at T = 256, so the persistent grid is capped).
 TEST(RuntimeMoeGpu, TunedConfigsFromTheTableMatchTheReference) {
   QTUNE_REQUIRE_GPU();
   test_support::TempDir dir;
   reports::SelectionTable table;
   table.gpu = "h200";
-  std::vector<Case> mma_cases, wgmma_cases;
+  std::vector<Case> mma_cases, wgmma_cases, tma_cases;
   add_tuned_entries(table, mma_cases, {"w4a16-int4-g128", "w4a8-int4-fp8"},
                     "mma:bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0",
                     "mma:bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0");
@@ -245,47 +265,83 @@ TEST(RuntimeMoeGpu, TunedConfigsFromTheTableMatchTheReference) {
     add_tuned_entries(table, wgmma_cases, {"w4a16-int4-g128-zp", "w4a16-int4-ch"},
                       "wgmma:bm=16,bn=64,bk=256,stages=3,split=2,raster=0,overlap=0",
                       "wgmma:bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1");
+    add_tuned_entries(table, tma_cases, {"w4a8-int4-fp8", "w8a8-fp8-ch"}, kTmaSplitTile, kTmaPersistentTile,
+                      {.experts = 32, .top_k = 4, .n = 512, .k = 2048});
   } else {
-    std::printf("[ runtime moe ] not sm_90: the table's wgmma configs are not run\n");
+    std::printf("[ runtime moe ] not sm_90: the table's wgmma and tma configs are not run\n");
   }
   std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
   Runtime runtime({.table = testing::write_table(dir / "table.json", table), .cache_directory = dir / "cache"});
   run_cases(runtime, mma_cases, ConfigSource::Tuned, "mma");
-  if (hopper) run_cases(runtime, wgmma_cases, ConfigSource::Tuned, "wgmma");
+  if (hopper) {
+    run_cases(runtime, wgmma_cases, ConfigSource::Tuned, "wgmma");
+    run_cases(runtime, tma_cases, ConfigSource::Tuned, "tma");
+  }
+}
+
+// Captures one moe_gemm call of `c` (after load_moe) into a CUDA graph, replays it and checks the output; "" when all
+// went well, else why not.
+std::string capture_and_replay(Runtime& runtime, const Case& c, const std::string& expected_family) {
+  const MoeShape shape{.experts = c.experts, .top_k = c.top_k, .n = c.n, .k = c.k, .tokens = c.tokens, .projection = c.projection};
+  const runtime_api::MoeChoice choice = runtime.select_moe(c.format, shape);
+  if (choice.choice.family != expected_family) return "selected family " + choice.choice.family + ": " + choice.choice.detail;
+  DeviceCase device = upload(runtime, c);
+  const runtime::Stream stream;
+  runtime.load_moe(c.format, shape, stream.get());
+  device.c.fill_bytes(0xFF);
+  runtime::Device::get().synchronize();
+  QTUNE_CU(cuStreamBeginCapture, stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL);
+  std::string failure;
+  try {
+    runtime.moe_gemm(c.format, shape, device.arguments(), stream.get());
+  } catch (const std::exception& error) {
+    failure = error.what();
+  }
+  CUgraph graph = nullptr;
+  QTUNE_CU(cuStreamEndCapture, stream.get(), &graph);
+  if (!failure.empty()) return "moe_gemm is not capturable: " + failure;
+  if (graph == nullptr) return "no graph was captured";
+  CUgraphExec executable = nullptr;
+  QTUNE_CU(cuGraphInstantiateWithFlags, &executable, graph, 0);
+  QTUNE_CU(cuGraphLaunch, executable, stream.get());
+  stream.synchronize();
+  const std::string outcome = check_output(device, device.output());
+  QTUNE_CU(cuGraphExecDestroy, executable);
+  QTUNE_CU(cuGraphDestroy, graph);
+  return outcome.empty() ? "" : "replayed from a graph: " + outcome;
 }
 
 // After load_moe, a call allocates nothing and never waits for the stream: it can be captured into a CUDA graph (global
-// capture mode refuses synchronisation and allocation), and the replayed graph computes the same output.
+// capture mode refuses synchronisation and allocation), and the replayed graph computes the same output. On Hopper a
+// table's tma config too: its gather, host-encoded tensor map and persistent GEMM.
 TEST(RuntimeMoeGpu, CallCapturesIntoACudaGraph) {
   QTUNE_REQUIRE_GPU();
   test_support::TempDir dir;
   Runtime runtime({.cache_directory = dir / "cache"});
+  const int sm = gemm::device_limits().sm;
+  const char* heuristic_family =
+      wgmma_family().supports(FormatSpec::parse("w4a16-int4-g128"), sm).supported ? "wgmma" : "mma";
   for (const char* projection : {"gate-up", "down"}) {
     const Case c{.format = "w4a16-int4-g128", .projection = projection, .routing = "zipf:1.5", .tokens = 64};
-    const MoeShape shape{.experts = c.experts, .top_k = c.top_k, .n = c.n, .k = c.k, .tokens = c.tokens, .projection = c.projection};
-    DeviceCase device = upload(runtime, c);
-    const runtime::Stream stream;
-    runtime.load_moe(c.format, shape, stream.get());
-    device.c.fill_bytes(0xFF);
-    runtime::Device::get().synchronize();
-    QTUNE_CU(cuStreamBeginCapture, stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL);
-    std::string failure;
-    try {
-      runtime.moe_gemm(c.format, shape, device.arguments(), stream.get());
-    } catch (const std::exception& error) {
-      failure = error.what();
+    EXPECT_EQ(capture_and_replay(runtime, c, heuristic_family), "") << projection;
+  }
+  if (!tma_family().supports(FormatSpec::parse("w4a8-int4-fp8"), sm).supported) {
+    std::printf("[ runtime moe ] not sm_90: no tma config is captured\n");
+    return;
+  }
+  reports::SelectionTable table;
+  table.gpu = "h200";
+  std::vector<Case> unused;
+  // N = 1024: more 64 x 128 tiles than SMs, which a persistent tile needs to pass the rules.
+  add_tuned_entries(table, unused, {"w4a8-int4-fp8"}, kTmaSplitTile, kTmaPersistentTile,
+                    {.experts = 16, .top_k = 4, .n = 1024, .k = 512});
+  std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
+  Runtime tuned({.table = testing::write_table(dir / "table.json", table), .cache_directory = dir / "cache"});
+  for (const char* projection : {"gate-up", "down"}) {
+    for (const std::int64_t tokens : {std::int64_t{8}, std::int64_t{64}}) {  // the split tile, then the persistent one
+      const Case c{.format = "w4a8-int4-fp8", .projection = projection, .routing = "zipf:1.5", .tokens = tokens, .n = 1024};
+      EXPECT_EQ(capture_and_replay(tuned, c, "tma"), "") << projection << " T=" << tokens;
     }
-    CUgraph graph = nullptr;
-    QTUNE_CU(cuStreamEndCapture, stream.get(), &graph);
-    ASSERT_EQ(failure, "") << projection << ": moe_gemm is not capturable";
-    ASSERT_NE(graph, nullptr);
-    CUgraphExec executable = nullptr;
-    QTUNE_CU(cuGraphInstantiateWithFlags, &executable, graph, 0);
-    QTUNE_CU(cuGraphLaunch, executable, stream.get());
-    stream.synchronize();
-    EXPECT_EQ(check_output(device, device.output()), "") << projection << " replayed from a graph";
-    QTUNE_CU(cuGraphExecDestroy, executable);
-    QTUNE_CU(cuGraphDestroy, graph);
   }
 }
 

@@ -1,9 +1,10 @@
 // libqtune_runtime's MoE entry point without a GPU (a Runtime for sm_90a): which configuration select_moe picks (the
 // table's exact MoE entry and its token ranges, the nearest entry, the heuristic, a table config the MoE rules refuse),
-// which family's kernel (a wgmma winner on sm_90, refused on sm_80 and for quantized activations; a tma winner refused
-// by name; the heuristic's wgmma config on Hopper inside the wgmma-moe provider's curated space), the launch it sizes,
-// prepack_moe against the family's packing, and one-line InputErrors naming the field; NVRTC compiles the wgmma MoE
-// GEMMs the Runtime selects for sm_90a.
+// which family's kernel (a wgmma winner on sm_90, refused on sm_80 and for quantized activations; a W4A8 tma winner on
+// sm_90 with its gathered rows in the scratch, refused on sm_80; the heuristic's wgmma config on Hopper inside the
+// wgmma-moe provider's curated space), the launch it sizes, prepack_moe against the family's packing, and one-line
+// InputErrors naming the field; NVRTC compiles the wgmma MoE GEMMs, and the tma MoE GEMMs with their gather kernels,
+// that the Runtime selects for sm_90a.
 #include <gtest/gtest.h>
 
 #include "tests/common/temp_dir.hpp"
@@ -19,6 +20,7 @@
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/moe.hpp"
 #include "kernels/moe_reference.hpp"
@@ -183,7 +185,7 @@ TEST(RuntimeMoeSelectWithoutTable, HeuristicPassesTheMoeRulesFromDecodeToPrefill
   EXPECT_EQ(runtime.select_moe(kMoeFormat, deepseek(4096)).choice.params.at("split"), 1);
 }
 
-// ---- which family's MoE kernel: mma everywhere, wgmma on sm_90 for weight-only formats, tma not yet ----
+// ---- which family's MoE kernel: mma everywhere, on sm_90 wgmma for weight-only formats and tma ----
 
 // The H200's wgmma winners of DeepSeek-V3 at T = 1 (docs/perf.md, eleventh session) and a tall tile beyond 16 tokens.
 constexpr const char* kWgmmaDecode = "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0";
@@ -266,15 +268,61 @@ TEST_F(RuntimeMoeSelectFamilies, WgmmaWinnerIsRefusedOnAmpereWithTheFamilyReason
   EXPECT_NE(fp8.choice.detail.find("weight-only"), std::string::npos) << fp8.choice.detail;
 }
 
-TEST_F(RuntimeMoeSelectFamilies, TmaWinnerIsRefusedNamingWhatTheRuntimeLacks) {
-  const runtime_api::MoeChoice choice = runtime_for("sm_90a")->select_moe("w4a8-int4-fp8", deepseek(1));
+TEST_F(RuntimeMoeSelectFamilies, TmaWinnerIsTunedOnHopperWithItsGatheredRowsInTheScratch) {
+  for (const char* arch : {"sm_90a", "sm_90"}) {
+    const runtime_api::MoeChoice choice = runtime_for(arch)->select_moe("w4a8-int4-fp8", deepseek(1));
+    EXPECT_EQ(choice.choice.source, ConfigSource::Tuned) << arch << ": " << choice.choice.detail;
+    EXPECT_EQ(choice.choice.family, "tma") << arch;
+    EXPECT_EQ(choice.choice.config, kTmaDecode) << arch;
+    EXPECT_EQ(choice.block_rows, 16);
+    // tma is sm_90a code, as wgmma: a Runtime for plain sm_90 compiles it for sm_90a too.
+    EXPECT_EQ(choice.arch, "sm_90a") << arch;
+    // T = 1, top-8: 8 pairs on 8 experts, 15 padding rows each, in 16-row blocks.
+    EXPECT_EQ(choice.launch_rows, 128);
+    // Row tables, then the gathered fp8 rows (K bytes each, 7168 · 128 is a multiple of 256) and one f32 token scale
+    // per row; no split-K, no unreduced rows for gate-up.
+    const std::uint64_t tables = (128 + 128 / 16 + 1) * 4;
+    EXPECT_EQ(choice.scratch_bytes, tables + 128u * 7168 + 128u * 4) << arch;
+  }
+  const reports::SelectionTable table = family_table();
+  const MoeProblem problem = make_moe_problem(FormatSpec::parse("w4a8-int4-fp8"), 256, 8, 4096, 7168, 1, "gate-up");
+  const Selection selection = select_moe_config(&table, problem, ArchLimits::for_sm(90));
+  EXPECT_EQ(selection.family, &tma_family());
+  EXPECT_EQ(mma_moe::kernel_name(selection.config), "qtune_tma_moe_gemm");
+  EXPECT_TRUE(mma_moe::gathers(selection.config, problem));
+  // The scratch the runtime sizes is what the tuner's launch of the same config declares.
+  std::uint64_t gathered = 0;
+  for (const BufferSpec& spec : mma_moe::buffers(selection.config, problem, 128)) {
+    if (spec.name == "gathered" || spec.name == "gathered_scales") gathered += spec.bytes;
+  }
+  EXPECT_EQ(gathered, 128u * 7168 + 128u * 4);
+}
+
+// Off Hopper the W4A8 winner gives way to the mma heuristic on Ada (fp8 from sm_89); on Ampere no MoE kernel runs
+// fp8 activations at all, which select_moe says as the format's UnsupportedError.
+TEST_F(RuntimeMoeSelectFamilies, TmaWinnerIsRefusedOffHopperWithTheFamilyReason) {
+  const auto ada = runtime_for("sm_89");
+  const runtime_api::MoeChoice choice = ada->select_moe("w4a8-int4-fp8", deepseek(1));
   EXPECT_EQ(choice.choice.source, ConfigSource::Heuristic);
   EXPECT_EQ(choice.choice.family, "mma");
-  for (const char* words : {"fails rule 'family'", "family 'tma'", "gather", "TMA tensor map"}) {
+  EXPECT_EQ(choice.arch, "sm_89");
+  for (const char* words : {"fails rule 'family'", "family 'tma'", "only on sm_90"}) {
     EXPECT_NE(choice.choice.detail.find(words), std::string::npos) << words << " in: " << choice.choice.detail;
   }
-  // Any other family is refused naming it.
+  const reports::SelectionTable table = family_table();
+  const MoeProblem problem = make_moe_problem(FormatSpec::parse("w4a8-int4-fp8"), 256, 8, 4096, 7168, 1, "gate-up");
+  EXPECT_EQ(select_moe_config(&table, problem, ArchLimits::for_sm(89)).family, &mma_family());
+  EXPECT_THROW(runtime_for("sm_80")->select_moe("w4a8-int4-fp8", deepseek(1)), UnsupportedError);
+  EXPECT_THROW(select_moe_config(&table, problem, ArchLimits::for_sm(80)), UnsupportedError);
+  // The family rule itself refuses a tma config on sm_80 for a format the mma kernel runs there.
   std::string why_not;
+  EXPECT_EQ(runtime_moe_family(KernelConfig::parse(kTmaDecode, "tma"), FormatSpec::parse(kMoeFormat), 80, &why_not), nullptr);
+  EXPECT_NE(why_not.find("family 'tma'"), std::string::npos) << why_not;
+  EXPECT_NE(why_not.find("only on sm_90"), std::string::npos) << why_not;
+  // On Hopper too, a format with 4-bit compute has no tma kernel (wgmma has no 4-bit operands).
+  EXPECT_EQ(runtime_moe_family(KernelConfig::parse(kTmaDecode, "tma"), FormatSpec::parse("w4a4-nvfp4"), 90, &why_not), nullptr);
+  EXPECT_NE(why_not.find("family 'tma'"), std::string::npos) << why_not;
+  // Any other family is refused naming it.
   EXPECT_EQ(runtime_moe_family(KernelConfig::parse("bm=16", "bsmma"), FormatSpec::parse(kMoeFormat), 90, &why_not), nullptr);
   EXPECT_NE(why_not.find("'bsmma'"), std::string::npos) << why_not;
 }
@@ -340,6 +388,100 @@ TEST(RuntimeMoeCompile, WgmmaGemmsTheRuntimeSelectsCompileForSm90a) {
   add(runtime, kMoeFormat, deepseek(1, "down"));
   add(untuned, "w4a16-int4-g128-zp", deepseek(16));
   add(untuned, "w4a16-int4-ch", deepseek(4096, "down"));
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.arch, "sm_90a") << label;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+  });
+}
+
+// tma winners (the H200's W4A8 DeepSeek-V3 MoE winners are all tma up to T = 256, docs/perf.md, thirteenth session):
+// a split-K 16-row tile up to T = 16 and a persistent 64-row tile beyond, for W4A8 int4 x fp8 and W8A8 fp8 per
+// channel, gate-up and down (the kernel tests' tma tiles, tests/tuner/kernel/test_moe_gpu.cpp).
+constexpr const char* kTmaSplitTile =
+    "bm=16,bn=64,bk=256,stages=3,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0";
+constexpr const char* kTmaPersistentTile =
+    "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0";
+
+reports::SelectionTable tma_table() {
+  reports::SelectionTable table = sample_table();
+  for (const char* format : {"w4a8-int4-fp8", "w8a8-fp8-ch"}) {
+    table.moe.push_back(moe_rules(256, 8, 4096, 7168, "gate-up",
+                                  {{1, 16, prefixed("tma", kTmaSplitTile)}, {17, std::nullopt, prefixed("tma", kTmaPersistentTile)}},
+                                  "token-indexed", format));
+    table.moe.push_back(moe_rules(256, 8, 7168, 2048, "down",
+                                  {{1, 16, prefixed("tma", kTmaSplitTile)}, {17, std::nullopt, prefixed("tma", kTmaPersistentTile)}},
+                                  "token-indexed", format));
+  }
+  std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
+  return table;
+}
+
+// The GPU tests' tma table entries (test_runtime_moe_gpu.cpp: E = 32 top-4 512 x 2048, and the graph capture's E = 16
+// top-4 1024 x 512) pass the MoE rules on Hopper at the token counts their ranges were tuned at, so there they are
+// selected as tuned rather than giving way to the heuristic (a persistent tile needs more than one wave of tiles).
+TEST(RuntimeMoeSelectFixture, GpuTestsTmaEntriesPassTheMoeRulesOnHopper) {
+  for (const char* format : {"w4a8-int4-fp8", "w8a8-fp8-ch"}) {
+    for (const auto& [experts, n, k] : std::vector<std::tuple<int, std::int64_t, std::int64_t>>{{32, 512, 2048}, {16, 1024, 512}}) {
+      for (const char* projection : {"gate-up", "down"}) {
+        for (const auto& [config, tokens] : std::vector<std::pair<const char*, std::int64_t>>{{kTmaSplitTile, 16},
+                                                                                            {kTmaPersistentTile, 256}}) {
+          const MoeProblem problem = make_moe_problem(FormatSpec::parse(format), experts, 4, n, k, tokens, projection);
+          const KernelConfig parsed = KernelConfig::parse(config, "tma");
+          EXPECT_EQ(runtime_moe_family(parsed, problem.format, 90), &tma_family()) << format;
+          const RuleVerdict verdict = mma_moe::check(parsed, problem, ArchLimits::for_sm(90));
+          EXPECT_TRUE(verdict.valid) << format << " E=" << experts << " n=" << n << " k=" << k << " " << projection << " " << config << ": "
+                                     << verdict.rule << " " << verdict.detail;
+        }
+      }
+    }
+  }
+}
+
+// What the Runtime compiles for a tma choice (load_moe: the GEMM and the gather of its projection, both for the
+// choice's arch) compiles with NVRTC for sm_90a without spills: both tiles, both formats, gate-up and down.
+TEST(RuntimeMoeCompile, TmaGemmsAndGathersTheRuntimeSelectsCompileForSm90a) {
+  TempDir dir;
+  Runtime runtime({.table = write_table(dir / "table.json", tma_table()), .arch = "sm_90"});
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  std::vector<std::string> gathers_added;
+  auto add = [&](const char* format, const MoeShape& shape, const char* expected_config) {
+    const runtime_api::MoeChoice choice = runtime.select_moe(format, shape);
+    ASSERT_EQ(choice.choice.source, ConfigSource::Tuned) << choice.choice.detail;
+    ASSERT_EQ(choice.choice.family, "tma") << choice.choice.detail;
+    EXPECT_EQ(choice.choice.config, expected_config);
+    ASSERT_EQ(choice.arch, "sm_90a");
+    const MoeProblem problem =
+        make_moe_problem(FormatSpec::parse(format), shape.experts, shape.top_k, shape.n, shape.k, shape.tokens, shape.projection);
+    const KernelConfig config = KernelConfig::parse(choice.choice.config, choice.choice.family);
+    ASSERT_TRUE(mma_moe::gathers(config, problem));
+    const std::string label = std::string(format) + " " + std::string(shape.projection) + " T=" + std::to_string(shape.tokens) +
+                              " " + choice.choice.config;
+    jit::CompileRequest gemm;
+    gemm.source = mma_moe::instantiation_source(config, problem, choice.arch);
+    gemm.kernel_name = mma_moe::kernel_name(config);
+    gemm.arch = choice.arch;
+    requests.push_back(gemm);
+    labels.push_back(label);
+    // The gather's source depends on the projection only (the Runtime keys it so).
+    const std::string gather_key(shape.projection);
+    if (std::find(gathers_added.begin(), gathers_added.end(), gather_key) == gathers_added.end()) {
+      gathers_added.push_back(gather_key);
+      jit::CompileRequest gather;
+      gather.source = mma_moe::gather_instantiation_source(problem, choice.arch);
+      gather.kernel_name = mma_moe::gather_kernel_name();
+      gather.arch = choice.arch;
+      requests.push_back(gather);
+      labels.push_back("gather " + gather_key);
+    }
+  };
+  add("w4a8-int4-fp8", deepseek(1), kTmaSplitTile);
+  add("w4a8-int4-fp8", deepseek(256), kTmaPersistentTile);
+  add("w4a8-int4-fp8", deepseek(16, "down"), kTmaSplitTile);
+  add("w8a8-fp8-ch", deepseek(64), kTmaPersistentTile);
+  add("w8a8-fp8-ch", deepseek(256, "down"), kTmaPersistentTile);
+  ASSERT_EQ(gathers_added.size(), 2u);
   test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
     EXPECT_FALSE(kernel.cubin.empty()) << label;
     EXPECT_EQ(kernel.arch, "sm_90a") << label;
