@@ -11,6 +11,7 @@ namespace qtune::search {
 
 namespace {
 
+
 // The parameters in canonical order; Point holds them as plain ints so that the full space is walked without maps.
 constexpr std::array<std::string_view, 15> kParameterNames = {
     "bm", "bn", "bk", "warps_m", "wn", "wk", "stages", "stream_k", "warp_spec", "tma",
@@ -125,7 +126,8 @@ RuleVerdict check_point(const Point& p, const HummingLayer& layer, int64_t m, co
   if (p.bm() > std::max<int64_t>(round_up(m, granule), granule)) {
     return fail("bm-exceeds-m", "bm=" + to_text(p.bm()) + " computes only padding beyond M=" + std::to_string(m));
   }
-  if (layer.n % p.bn() != 0) return fail("bn-divides-n", "bn=" + to_text(p.bn()) + " does not divide N");
+  // No bn-divides-N rule: a last, partial N tile is Humming's own practice (its sm90 rules run bn = 128 on DeepSeek-V3's
+  // N = 576; N itself is aligned by the format's shape rules), and each candidate is verified like any other.
   if (layer.k % p.bk() != 0) return fail("bk-divides-k", "bk=" + to_text(p.bk()) + " does not divide K");
   if (!contains(allowed_warp_n(layer.a_bits), p.wn()) || !contains(allowed_warp_k(layer.a_bits), p.wk())) {
     return fail("warp-shape-for-activation", "wn=" + to_text(p.wn()) + ", wk=" + to_text(p.wk()) +
@@ -157,7 +159,7 @@ RuleVerdict check_point(const Point& p, const HummingLayer& layer, int64_t m, co
     if (p.multicast_a() > 1 && p.multicast_b() > 1) return fail("multicast", "only one of A and B may be multicast");
     if (p.tma() == 0) return fail("multicast", "multicast needs TMA");
   }
-  if (layer.n % (int64_t{p.bn()} * p.multicast_a()) != 0) {
+  if (p.multicast_a() > 1 && layer.n % (int64_t{p.bn()} * p.multicast_a()) != 0) {  // the cluster's CTAs pair whole tiles
     return fail("multicast-divides-n", "N must be a multiple of bn x multicast_a");
   }
   if (p.ctas_per_sm() < 1 || p.ctas_per_sm() > 4) return fail("ctas-per-sm", "ctas_per_sm must be in [1, 4]");

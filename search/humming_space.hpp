@@ -76,7 +76,7 @@ class HummingSpace {
   static std::map<std::string, std::vector<int>> curated_values(const Problem& problem, int sm);
 
   // Every rule in one place, first failing rule reported. Rule names: "format-unsupported", "format-unsupported-on-arch",
-  // "missing-parameter", "block-shape", "warp-shape", "bm-exceeds-m", "bn-divides-n", "bk-divides-k",
+  // "missing-parameter", "block-shape", "warp-shape", "bm-exceeds-m", "bk-divides-k",
   // "warp-shape-for-activation", "mma-shape", "wgmma-bn-4x-wn", "threads-per-block", "wgmma-warpgroup", "stages",
   // "sm90-feature", "warp-spec-stages", "multicast", "multicast-divides-n", "multicast-cluster", "write-splits",
   // "ctas-per-sm", "sms", "smem-per-block", "smem-per-sm".
