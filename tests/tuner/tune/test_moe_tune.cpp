@@ -235,7 +235,7 @@ TEST(MoeProvider, WgmmaSpaceIsSmallTokenTilesOnHopperOnly) {
   deepseek.top_k = 8;
   deepseek.n = 4096;
   deepseek.k = 7168;
-  const std::map<std::int64_t, std::vector<int>> token_tiles = {{1, {16}}, {64, {16}}, {256, {16}}, {1024, {16, 32}}, {4096, {64, 128}}};
+  const std::map<std::int64_t, std::vector<int>> token_tiles = {{1, {16}}, {64, {16}}, {256, {16}}, {1024, {16, 32, 64}}, {4096, {64, 128}}};
   for (const auto& [tokens, tiles] : token_tiles) {
     MoeProblem problem = deepseek;
     problem.tokens = tokens;
@@ -276,7 +276,7 @@ TEST(MoeProvider, TmaSpaceIsSmallTokenTilesWithoutClustersOnHopperOnly) {
   deepseek.top_k = 8;
   deepseek.n = 4096;
   deepseek.k = 7168;
-  const std::map<std::int64_t, std::vector<int>> token_tiles = {{1, {16}}, {256, {16}}, {1024, {16, 32}}, {4096, {64, 128}}};
+  const std::map<std::int64_t, std::vector<int>> token_tiles = {{1, {16}}, {256, {16}}, {1024, {16, 32, 64}}, {4096, {64, 128}}};
   for (const auto& [tokens, tiles] : token_tiles) {
     MoeProblem problem = deepseek;
     problem.tokens = tokens;
