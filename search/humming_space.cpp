@@ -11,7 +11,6 @@ namespace qtune::search {
 
 namespace {
 
-
 // The parameters in canonical order; Point holds them as plain ints so that the full space is walked without maps.
 constexpr std::array<std::string_view, 15> kParameterNames = {
     "bm", "bn", "bk", "warps_m", "wn", "wk", "stages", "stream_k", "warp_spec", "tma",

@@ -470,6 +470,18 @@ KernelArguments pack_reduce_arguments(const MoeProblem& problem, const std::map<
   return arguments;
 }
 
+std::vector<int> swap_ab_token_tiles(int64_t rows_per_expert) {
+  return rows_per_expert <= 8    ? std::vector<int>{16}
+         : rows_per_expert <= 16 ? std::vector<int>{16, 32}
+         : rows_per_expert <= 32 ? std::vector<int>{16, 32, 64}
+         : rows_per_expert <= 64 ? std::vector<int>{32, 64, 128}
+                                 : std::vector<int>{64, 128};
+}
+
+std::vector<int> swap_ab_splits(int64_t rows_per_expert) {
+  return rows_per_expert <= 64 ? std::vector<int>{1, 2, 4} : std::vector<int>{1, 2};
+}
+
 ExpertStrides expert_strides(const FormatSpec& format, int64_t n, int64_t k) {
   const DeviceFormat device = mma::device_format(format);
   ExpertStrides strides;

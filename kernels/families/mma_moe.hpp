@@ -29,6 +29,14 @@ std::string reduce_kernel_name();  // "qtune_moe_reduce_top_k"
 // the layout's rows (contiguous: its rows; masked: E · max_rows).
 int64_t launch_rows(const MoeProblem& problem, int bm, const MoeRowMap& map);
 
+// The token tiles and K splits the swap-AB MoE kernels (wgmma, tma) are tuned over at a routing's rows per expert:
+// the tile at the mean, the one below it (skewed routing leaves many experts below the mean) and the one above it,
+// which holds most experts' rows in one block so each expert's weights are read once (at T = 1024 on the H200,
+// 32 +- 6 rows per expert in 32-row blocks read them about twice: 34% of copy); split-K while blocks are small and
+// few (the grid is touched experts x N tiles). The tuner's curated spaces and the runtime's heuristic both use them.
+std::vector<int> swap_ab_token_tiles(int64_t rows_per_expert);
+std::vector<int> swap_ab_splits(int64_t rows_per_expert);
+
 // The config's dense family's rules on an N x K expert (with M = the launch rows), plus the MoE kernel's own:
 // one thread per row of a block (threads >= bm) and the row tables' shared memory. RuleVerdict names the rule.
 RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const ArchLimits& limits);

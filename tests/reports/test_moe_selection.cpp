@@ -26,14 +26,19 @@ db::MoeProblemKey key_at(std::int64_t tokens, const std::string& routing = "unif
           .projection = "gate-up", .layout = "token-indexed", .routing = routing, .seed = 1};
 }
 
-// A store with MoE winners at T = 1, 16 (bm 16) and 64 (bm 64) on h200, and a zipf-routed winner at T = 1.
-void fill(db::Store& store) {
+// A tune-moe run on h200, the run every winner below belongs to.
+db::RunId insert_tune_moe_run(db::Store& store) {
   db::RunInfo info;
   info.kind = "tune-moe";
   info.tool_version = "test";
   info.git_sha = "test";
   info.gpu_profile = "h200";
-  const db::RunId run = store.insert_run(info);
+  return store.insert_run(info);
+}
+
+// A store with MoE winners at T = 1, 16 (bm 16) and 64 (bm 64) on h200, and a zipf-routed winner at T = 1.
+void fill(db::Store& store) {
+  const db::RunId run = insert_tune_moe_run(store);
   const db::ConfigId small = store.upsert_config({db::ConfigKind::Kernel, "mma-moe", R"({"bm":16,"bn":128})", "h"});
   const db::ConfigId tall = store.upsert_config({db::ConfigKind::Kernel, "mma-moe", R"({"bm":64,"bn":128})", "h"});
   const auto win = [&](const db::MoeProblemKey& key, db::ConfigId config, double us) {
@@ -86,12 +91,7 @@ TEST(MoeSelection, WinnersBecomeTokenRanges) {
 TEST(MoeSelection, WinnersKeepTheirProvidersFamily) {
   test_support::TempDir dir;
   db::Store store = db::Store::open(dir / "q.db");
-  db::RunInfo info;
-  info.kind = "tune-moe";
-  info.tool_version = "test";
-  info.git_sha = "test";
-  info.gpu_profile = "h200";
-  const db::RunId run = store.insert_run(info);
+  const db::RunId run = insert_tune_moe_run(store);
   const auto win = [&](db::MoeProblemKey key, const std::string& provider, const std::string& params) {
     const db::ConfigId config = store.upsert_config({db::ConfigKind::Kernel, provider, params, provider + params});
     const db::MoeProblemId problem = db::upsert_moe_problem(store, key);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 
@@ -136,29 +137,22 @@ const reports::MRange& moe_range_for(const reports::MoeRules& rules, std::int64_
 
 double log_distance(double a, double b) { return std::log(a / b) * std::log(a / b); }
 
-// The wgmma-moe provider's curated split-K (tuner/providers/moe_provider.cpp): up to 4 while blocks hold at most 64
-// rows, 2 beyond.
-int wgmma_moe_max_split(std::int64_t rows_per_expert) { return rows_per_expert <= 64 ? 4 : 2; }
-
 }  // namespace
 
 const KernelFamily* runtime_moe_family(const KernelConfig& config, const FormatSpec& format, int sm, std::string* why_not) {
-  std::string reason;
   if (config.family == mma_family().name()) return &mma_family();
-  if (config.family == wgmma_family().name()) {
-    const ArchSupport support = wgmma_family().supports(format, sm);
-    if (support.supported) return &wgmma_family();
-    reason = "the config is of family 'wgmma': " + support.reason;
-  } else if (config.family == tma_family().name()) {
-    // sm_90 only, and no 4-bit compute (wgmma has none): the tma family's own reasons otherwise.
-    const ArchSupport support = tma_family().supports(format, sm);
-    if (support.supported) return &tma_family();
-    reason = "the config is of family 'tma': " + support.reason;
-  } else {
-    reason = "the config is of family '" + config.family + "': the runtime runs the mma MoE kernel, and the wgmma and tma ones "
-             "on sm_90";
+  // wgmma and tma: sm_90 only, and tma no 4-bit compute; the family's own reason otherwise.
+  for (const MmaFamily* family : std::initializer_list<const MmaFamily*>{&wgmma_family(), &tma_family()}) {
+    if (config.family != family->name()) continue;
+    const ArchSupport support = family->supports(format, sm);
+    if (support.supported) return family;
+    if (why_not != nullptr) *why_not = "the config is of family '" + config.family + "': " + support.reason;
+    return nullptr;
   }
-  if (why_not != nullptr) *why_not = std::move(reason);
+  if (why_not != nullptr) {
+    *why_not = "the config is of family '" + config.family + "': the runtime runs the mma MoE kernel, and the wgmma and tma "
+               "ones on sm_90";
+  }
   return nullptr;
 }
 
@@ -188,7 +182,7 @@ KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& l
     }
   };
   // wgmma won every DeepSeek-V3 MoE problem measured on the H200 (docs/perf.md, eleventh session) and wins dense from M = 16.
-  if (wgmma_family().supports(problem.format, limits.sm).supported) add_dense_config(wgmma_family(), wgmma_moe_max_split(rows));
+  if (wgmma_family().supports(problem.format, limits.sm).supported) add_dense_config(wgmma_family(), mma_moe::swap_ab_splits(rows).back());
   add_dense_config(mma, std::numeric_limits<int>::max());
   for (const char* text : {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0",
                            "bm=16,bn=64,bk=128,wm=1,wn=2,wk=1,stages=4,split=1,raster=0",

@@ -340,18 +340,9 @@ std::string MoeProvider::name() const { return family_.name() + "-moe"; }
 
 ParameterRanges MoeProvider::curated_ranges(std::int64_t rows_per_expert) const {
   ParameterRanges ranges = family_.curated_ranges(rows_per_expert);
-  const bool swap_ab = &family_ == &wgmma_family() || &family_ == &tma_family();
-  if (swap_ab) {
-    // The token tile at the mean, the one below it (skewed routing leaves many experts below the mean) and the one
-    // above it, which holds most experts' rows in one block so each expert's weights are read once (at T = 1024 on
-    // the H200, 32 +- 6 rows per expert in 32-row blocks read them about twice: 34% of copy). The grid is touched
-    // experts x N tiles: split-K while blocks are small and few.
-    ranges["bm"] = rows_per_expert <= 8    ? std::vector<int>{16}
-                   : rows_per_expert <= 16 ? std::vector<int>{16, 32}
-                   : rows_per_expert <= 32 ? std::vector<int>{16, 32, 64}
-                   : rows_per_expert <= 64 ? std::vector<int>{32, 64, 128}
-                                           : std::vector<int>{64, 128};
-    ranges["split"] = rows_per_expert <= 64 ? std::vector<int>{1, 2, 4} : std::vector<int>{1, 2};
+  if (&family_ == &wgmma_family() || &family_ == &tma_family()) {
+    ranges["bm"] = mma_moe::swap_ab_token_tiles(rows_per_expert);
+    ranges["split"] = mma_moe::swap_ab_splits(rows_per_expert);
     ranges["raster"] = {0};
   }
   if (&family_ == &tma_family()) {
