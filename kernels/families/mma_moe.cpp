@@ -208,14 +208,14 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
           std::string(moe_projection_name(problem.projection)) + " " + config.to_string() + " for " + arch,
       wgmma ? "wgmma_moe.cuh" : "mma_moe.cuh", device, "Tiles",
       wgmma ? WgmmaFamily::tiles_template_arguments(config) : TileShape::from(config).template_arguments());
-  const std::string gemm = wgmma ? "qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + std::to_string(WgmmaFamily::in_flight(config)) + ">"
+  const std::string gemm = wgmma ? "qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ">"
                                  : "qd::MmaGemm<QtuneFormat, QtuneTiles>";
   source += "static_assert(" + gemm + "::SHARED_BYTES + " + gemm + "::MOE_TABLE_BYTES == " + std::to_string(tiles.dynamic_bytes()) +
             ", \"host and device disagree on the shared memory size\");\n";
   source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + kernel_name(config) +
             "(const qd::GemmParams params, const qd::MoeParams moe) {\n";
   if (wgmma) {
-    source += "  qd::wgmma_moe_gemm<QtuneFormat, QtuneTiles, " + std::to_string(WgmmaFamily::in_flight(config)) + ", " + layout +
+    source += "  qd::wgmma_moe_gemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ", " + layout +
               ", " + projection + ">(params, moe);\n";
   } else {
     source += "  qd::mma_moe_gemm<QtuneFormat, QtuneTiles, " + layout + ", " + projection + ">(params, moe);\n";

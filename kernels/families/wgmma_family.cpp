@@ -19,11 +19,12 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 constexpr int kSplitFlagBytes = WgmmaFamily::kStaticSharedBytes;
 
-// Configs recorded before "overlap" existed ran without a stage in flight.
+// Configs recorded before "overlap" existed ran without a stage in flight, and before "gscale" scaled the weights.
 constexpr int kOverlapWhenAbsent = 0;
+constexpr int kGroupScaleWhenAbsent = 0;
 
 struct WgmmaTiles {
-  int bm, bn, bk, stages, split, raster, overlap;
+  int bm, bn, bk, stages, split, raster, overlap, gscale;
 
   static WgmmaTiles from(const KernelConfig& config) {
     auto get = [&](const char* name) {
@@ -31,9 +32,17 @@ struct WgmmaTiles {
       if (found == config.params.end()) QTUNE_INPUT_ERROR(std::string("config: the wgmma family needs '") + name + "'");
       return found->second;
     };
-    const auto overlap = config.params.find("overlap");
-    return {get("bm"), get("bn"), get("bk"), get("stages"), get("split"), get("raster"),
-            overlap == config.params.end() ? kOverlapWhenAbsent : overlap->second};
+    auto optional = [&](const char* name, int absent) {
+      const auto found = config.params.find(name);
+      return found == config.params.end() ? absent : found->second;
+    };
+    return {get("bm"),    get("bn"), get("bk"), get("stages"), get("split"), get("raster"), optional("overlap", kOverlapWhenAbsent),
+            optional("gscale", kGroupScaleWhenAbsent)};
+  }
+  // Partial-sum sets of gscale = 1 (device::WgmmaGemm::PARTIAL_SETS): one per scale group of a stage.
+  int partial_sets(const DeviceFormat& device) const {
+    const int group = device.stage_group_k();
+    return gscale == 0 ? 0 : group > 0 && group < bk ? bk / group : 1;
   }
   int threads() const { return 2 * bn; }  // one warp per 16-column strip
   // device::Tiles<BM, BN, BK, WARPS_M, WARPS_N, WARPS_K, STAGES, SPLIT, RASTER>
@@ -60,6 +69,9 @@ std::vector<ParameterDomain> WgmmaFamily::parameter_space() const {
       {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
       {"overlap", {0, 1}, "IN_FLIGHT: wgmma groups left running while the next stage is dequantized (1 needs stages >= 3)",
        kOverlapWhenAbsent},
+      {"gscale", {0, 1}, "SCALE_AFTER: K-group scales multiply the dequantized weights (0) or each group's f32 partial sums (1; "
+                         "formats with K-group scales and no zero point, overlap = 0)",
+       kGroupScaleWhenAbsent},
   };
 }
 
@@ -107,7 +119,10 @@ int WgmmaFamily::estimated_registers(const KernelConfig& config) {
 
 int WgmmaFamily::threads(const KernelConfig& config) { return WgmmaTiles::from(config).threads(); }
 std::string WgmmaFamily::tiles_template_arguments(const KernelConfig& config) { return WgmmaTiles::from(config).template_arguments(); }
-int WgmmaFamily::in_flight(const KernelConfig& config) { return WgmmaTiles::from(config).overlap; }
+std::string WgmmaFamily::gemm_options(const KernelConfig& config) {
+  const WgmmaTiles t = WgmmaTiles::from(config);
+  return std::to_string(t.overlap) + ", " + std::to_string(t.gscale);
+}
 
 RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
   if (const RuleVerdict shared = check_config_and_shape(config, problem, limits); !shared.valid) return shared;
@@ -122,6 +137,20 @@ RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& proble
   }
   if (t.overlap != 0 && t.overlap != 1) {
     return RuleVerdict::fail("overlap-range", "overlap=" + std::to_string(t.overlap) + ": expected 0 or 1");
+  }
+  if (t.gscale != 0 && t.gscale != 1) {
+    return RuleVerdict::fail("gscale-range", "gscale=" + std::to_string(t.gscale) + ": expected 0 or 1");
+  }
+  if (t.gscale == 1) {
+    if (!device.staged_scales() || device.scale_mode != dv::kScaleDequant || device.has_zero()) {
+      return RuleVerdict::fail("gscale-needs-groups", "gscale=1 scales K groups' partial sums: " + problem.format.to_string() +
+                                                          " has no K-group scales, or has zero points");
+    }
+    if (t.overlap != 0) return RuleVerdict::fail("gscale-needs-overlap-0", "gscale=1 flushes after every stage's wgmmas end: overlap must be 0");
+    if (t.partial_sets(device) * t.bm / 2 > 64) {
+      return RuleVerdict::fail("gscale-registers", "gscale=1 keeps " + std::to_string(t.partial_sets(device)) + " partial-sum sets of " +
+                                                       std::to_string(t.bm / 2) + " registers: more than 64");
+    }
   }
   if (t.overlap == 1 && t.stages < 3) {
     return RuleVerdict::fail("overlap-needs-stages", "overlap=1 needs stages >= 3 (the loads run stages - 2 ahead), got stages=" +
@@ -153,11 +182,11 @@ std::string WgmmaFamily::instantiation_source(const KernelConfig& config, const 
   std::string source = mma::instantiation_preamble(
       "wgmma family: " + format.to_string() + " " + config.to_string() + " for " + arch, "wgmma_gemm.cuh", device, "Tiles",
       tiles.template_arguments());
-  source += "static_assert(qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + std::to_string(tiles.overlap) + ">::SHARED_BYTES == " +
+  source += "static_assert(qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + gemm_options(config) + ">::SHARED_BYTES == " +
             std::to_string(shared_bytes(config, format)) + ", \"host and device disagree on the shared memory size\");\n";
   source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +
             "(const qd::GemmParams params) {\n";
-  source += "  qd::wgmma_gemm<QtuneFormat, QtuneTiles, " + std::to_string(tiles.overlap) + ">(params);\n";
+  source += "  qd::wgmma_gemm<QtuneFormat, QtuneTiles, " + gemm_options(config) + ">(params);\n";
   source += "}\n";
   return source;
 }
@@ -186,7 +215,8 @@ KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimit
         const int overlap = m > 64 && stages >= 3 ? 1 : 0;
         KernelConfig config;
         config.family = name();
-        config.params = {{"bm", bm}, {"bn", bn}, {"bk", bk}, {"stages", stages}, {"split", 1}, {"raster", 0}, {"overlap", overlap}};
+        config.params = {{"bm", bm},         {"bn", bn},   {"bk", bk}, {"stages", stages}, {"split", 1}, {"raster", 0},
+                         {"overlap", overlap}, {"gscale", 0}};
         const RuleVerdict verdict = check(config, problem, limits);
         if (!verdict.valid) {
           last_failure = verdict.rule + ": " + verdict.detail;
@@ -222,7 +252,10 @@ ParameterRanges WgmmaFamily::curated_ranges(int64_t m) const {
           {"split", m <= 64 ? std::vector<int>{1, 2, 4} : m <= 256 ? std::vector<int>{1, 2} : std::vector<int>{1}},
           {"raster", m <= 128 ? std::vector<int>{0} : std::vector<int>{0, 2}},
           // A stage of wgmmas in flight won at M = 256 and 1024 and lost at 16 and 64 (docs/perf.md, 2026-11-30).
-          {"overlap", {m <= 64 ? 0 : 1}}};
+          {"overlap", {m <= 64 ? 0 : 1}},
+          // Group scales on the partial sums while the tile is bound by the dequantization's issue rate (decode);
+          // formats without K-group scales keep 0 (the rule removes 1).
+          {"gscale", m <= 64 ? std::vector<int>{0, 1} : std::vector<int>{0}}};
 }
 
 const WgmmaFamily& wgmma_family() {

@@ -32,10 +32,11 @@ class WgmmaFamily final : public MmaFamily {
   // The number of registers per thread check() assumes (calibrated on ptxas reports of sm_90a builds).
   static int estimated_registers(const KernelConfig& config);
   // Threads of a configuration's block (one warp per 16-column weight strip), the template arguments of its
-  // device::Tiles, and its IN_FLIGHT ("overlap"): what the MoE kernel (kernels/families/mma_moe.hpp) instantiates too.
+  // device::Tiles, and its kernel options after them, "IN_FLIGHT, SCALE_AFTER" ("overlap", "gscale"): what the MoE
+  // kernel (kernels/families/mma_moe.hpp) instantiates too.
   static int threads(const KernelConfig& config);
   static std::string tiles_template_arguments(const KernelConfig& config);
-  static int in_flight(const KernelConfig& config);
+  static std::string gemm_options(const KernelConfig& config);
   // Static shared memory of the kernel (the split-K flag).
   static constexpr int kStaticSharedBytes = 16;
 };

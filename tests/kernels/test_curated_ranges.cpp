@@ -36,6 +36,8 @@ TEST(CuratedRanges, NarrowTheSpaceByM) {
   const KernelFamily& wgmma = find_family("wgmma");
   EXPECT_EQ(wgmma.curated_ranges(16).at("overlap"), (std::vector<int>{0}));
   EXPECT_EQ(wgmma.curated_ranges(256).at("overlap"), (std::vector<int>{1}));
+  EXPECT_EQ(wgmma.curated_ranges(16).at("gscale"), (std::vector<int>{0, 1}));  // decode: the rule keeps 1 for K-group formats only
+  EXPECT_EQ(wgmma.curated_ranges(256).at("gscale"), (std::vector<int>{0}));
   EXPECT_EQ(wgmma.curated_ranges(1024).at("bm"), (std::vector<int>{64, 128}));
 }
 

@@ -263,7 +263,26 @@ TEST(WgmmaFamilyRules, RulesNameWhatIsWrong) {
     const std::string new_source = wgmma_family().instantiation_source(
         KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=0", "wgmma"), problem.format, "sm_90a");
     EXPECT_EQ(old_source.substr(old_source.find('\n')), new_source.substr(new_source.find('\n')));
-    EXPECT_NE(old_source.find("QtuneTiles, 0>(params)"), std::string::npos);
+    EXPECT_NE(old_source.find("QtuneTiles, 0, 0>(params)"), std::string::npos);
+  }
+  {  // gscale=1: K-group scales without zero points, no stage in flight, at most 64 registers of partial sums
+    const Problem g128{FormatSpec::parse("w4a16-int4-g128"), 16, 4096, 7168, false};
+    const Problem g32{FormatSpec::parse("w4a16-int4-g32"), 16, 4096, 7168, false};
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1", g128), "");
+    EXPECT_NE(wgmma_family()
+                  .instantiation_source(KernelConfig::parse("bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1", "wgmma"),
+                                        g128.format, "sm_90a")
+                  .find("QtuneTiles, 0, 1>(params)"),
+              std::string::npos);
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=64,stages=4,split=3,raster=0,overlap=0,gscale=1", g128), "");  // a group over 2 stages
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1", g32), "");   // 8 sets of 8
+    EXPECT_EQ(verdict("bm=32,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1", g32), "gscale-registers");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1,gscale=1", g128), "gscale-needs-overlap-0");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,gscale=1", problem), "gscale-needs-groups");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,gscale=1",
+                      Problem{FormatSpec::parse("w4a16-int4-g128-zp"), 16, 4096, 7168, false}),
+              "gscale-needs-groups");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,gscale=2", g128), "parameter-domain");
   }
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=2,split=2,raster=0,overlap=1", problem), "overlap-needs-stages");
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=2", problem), "parameter-domain");
@@ -298,7 +317,7 @@ TEST(WgmmaFamilyRules, DefaultSplitsWithinOneWaveOfResidentBlocks) {
   const ArchLimits hopper = ArchLimits::for_sm(90);
   const FormatSpec format = FormatSpec::parse("w4a16-int4-ch");
   auto default_for = [&](int64_t m, int64_t n) { return wgmma_family().default_config(Problem{format, m, n, 8192, false}, hopper); };
-  EXPECT_EQ(default_for(256, 8192).to_string(), "bm=128,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1");
+  EXPECT_EQ(default_for(256, 8192).to_string(), "bm=128,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1,gscale=0");
   EXPECT_EQ(default_for(128, 8192).get("split"), 2);  // 64 tiles: two splits still fit 132 SMs
   EXPECT_EQ(default_for(16, 8192).get("split"), 4);
   EXPECT_EQ(default_for(16, 8192).get("overlap"), 0);

@@ -83,12 +83,13 @@ __device__ __forceinline__ void load_staged_vectors(StripVectors<F>& v, u32 s_sm
 }
 
 // Register slot `slot` and `slot + 1` of a strip's n8 half as compute-type pairs: dequantized, then scaled when the
-// scale is applied in the dequantization (f16/bf16 activations).
-template <class F>
+// scale is applied in the dequantization (f16/bf16 activations) and the kernel does not scale the partial sums instead
+// (SCALED = false: the wgmma family's GROUP_SCALE_AFTER).
+template <class F, bool SCALED = true>
 __device__ __forceinline__ void dequant_pair(u32& b0, u32& b1, const u32* words, int slot, const StripVectors<F>& v, int half) {
   b0 = dequant_slot<F>(words, slot, v.zero[half]);
   b1 = dequant_slot<F>(words, slot + 1, v.zero[half]);
-  if constexpr (F::SCALES == kScaleDequant) {
+  if constexpr (F::SCALES == kScaleDequant && SCALED) {
     b0 = apply_scale<F>(b0, v.scale[half], v.zero_raw[half]);
     b1 = apply_scale<F>(b1, v.scale[half], v.zero_raw[half]);
   }

@@ -25,7 +25,11 @@ namespace device {
 // IN_FLIGHT: wgmma groups left running while the next stage is dequantized (0 or 1). With 1 the fragments alternate
 // between two register sets, and a shared-memory slot is refilled two stages after its compute instead of one, so the
 // loads run STAGES - 2 stages ahead.
-template <class F, class T, int IN_FLIGHT_ = 0>
+// SCALE_AFTER (0 or 1), for K-group scales without zero points: each group's weights enter the wgmma unscaled, into
+// partial sums of their own, and the group's scale multiplies those (one FMA per accumulator and group) instead of
+// every dequantized pair (one packed multiply per two weights): decode tiles are bound by the dequantization's issue
+// rate, not by memory (Nsight Compute, DeepSeek-V3 MoE gate-up on the H200: 75% issue-active, DRAM at 46%).
+template <class F, class T, int IN_FLIGHT_ = 0, int SCALE_AFTER_ = 0>
 struct WgmmaGemm {
   static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
   static constexpr int THREADS = T::THREADS;
@@ -48,6 +52,12 @@ struct WgmmaGemm {
   static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
   static constexpr int ACCUMULATORS = BM / 2;   // m64nBM f32 accumulators per thread
   static constexpr int IN_FLIGHT = IN_FLIGHT_;
+  static constexpr bool SCALE_AFTER = SCALE_AFTER_ != 0;
+  // SCALE_AFTER: partial-sum sets per stage (one per K group of a stage, or one spanning stages), the k16 steps of
+  // each, and the stages one group spans.
+  static constexpr int PARTIAL_SETS = SCALE_AFTER ? (GROUP_K > 0 && GROUP_K < BK ? BK / GROUP_K : 1) : 0;
+  static constexpr int SET_STEPS = PARTIAL_SETS > 1 ? KSTEPS / PARTIAL_SETS : KSTEPS;
+  static constexpr int STAGES_PER_GROUP = SCALE_AFTER && GROUP_K > BK ? GROUP_K / BK : 1;
   // A MoE GEMM keeps its row tables after the window: source row, target row (int) and router weight (f32) per row.
   static constexpr int MOE_TABLE_BYTES = BM * 12;
 
@@ -60,6 +70,11 @@ struct WgmmaGemm {
   static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
   static_assert(IN_FLIGHT == 0 || IN_FLIGHT == 1, "IN_FLIGHT (wgmma groups kept running) must be 0 or 1");
   static_assert(T::STAGES - 1 - IN_FLIGHT >= 1, "a wgmma group in flight needs STAGES >= 3 (the loads run STAGES - 2 ahead)");
+  static_assert(SCALE_AFTER_ == 0 || SCALE_AFTER_ == 1, "SCALE_AFTER (group scales on the partial sums) must be 0 or 1");
+  static_assert(!SCALE_AFTER || (F::SCALES == kScaleDequant && F::STAGED_SCALES && !F::HAS_ZERO),
+                "SCALE_AFTER needs K-group weight scales and no zero points (a zero point is subtracted before the scale)");
+  static_assert(!SCALE_AFTER || IN_FLIGHT == 0, "SCALE_AFTER flushes the partial sums after each stage's wgmmas end: IN_FLIGHT must be 0");
+  static_assert(!SCALE_AFTER || PARTIAL_SETS * ACCUMULATORS <= 64, "SCALE_AFTER's partial sums (sets x BLOCK_M / 2 registers) must stay within 64 registers");
 };
 
 // Descriptor of a K-major, 128-byte-swizzled B tile: 8-row core groups 1024 bytes apart (SBO); LBO is unused.
@@ -68,9 +83,9 @@ __device__ __forceinline__ u64 swizzled_tile_descriptor(u32 shared) {
 }
 
 // ROWS: DenseRows, or MoeRows with `moe` its layout's tables.
-template <class F, class T, int IN_FLIGHT = 0, class ROWS = DenseRows>
+template <class F, class T, int IN_FLIGHT = 0, int SCALE_AFTER = 0, class ROWS = DenseRows>
 __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoeParams* moe = nullptr) {
-  using G = WgmmaGemm<F, T, IN_FLIGHT>;
+  using G = WgmmaGemm<F, T, IN_FLIGHT, SCALE_AFTER>;
   constexpr bool IS_MOE = ROWS::LAYOUT != 0;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(sizeof(F) == 0, "wgmma needs sm_90a (compile for the architecture-specific target)");
@@ -168,6 +183,8 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
   float acc[G::ACCUMULATORS];
 #pragma unroll
   for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
+  // SCALE_AFTER: the running K groups' unscaled sums (the wgmma's accumulators; acc then only takes the flushes).
+  [[maybe_unused]] float partial[G::SCALE_AFTER ? G::PARTIAL_SETS : 1][G::SCALE_AFTER ? G::ACCUMULATORS : 1];
 
   // Dequantizes this warp's strip of one K tile into the A fragments of its k16 steps.
   auto dequantize_stage = [&](int stage, u32 (&fragment)[G::KSTEPS][4]) {
@@ -181,7 +198,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
       StripVectors<F> vectors = channel;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0) {
+        if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0 && !G::SCALE_AFTER) {
           const bool reload = ks == 0 || (GROUP_K < F::ATOM_K && (ks * F::KSTEP) % GROUP_K == 0);
           if (reload) {
             const int row = GROUP_K >= BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
@@ -191,7 +208,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
         u32 b[2][2];  // [n8 tile of the strip = fragment row half][register]
 #pragma unroll
         for (int nsub = 0; nsub < 2; ++nsub) {
-          dequant_pair<F>(b[nsub][0], b[nsub][1], words, (ks * 2 + nsub) * 2, vectors, nsub);
+          dequant_pair<F, !G::SCALE_AFTER>(b[nsub][0], b[nsub][1], words, (ks * 2 + nsub) * 2, vectors, nsub);
         }
         u32* target = fragment[atom * 4 + ks];
         target[0] = b[0][0];
@@ -201,9 +218,27 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
       }
     }
   };
+  // SCALE_AFTER: whether tile `it` of this CTA's K range starts / ends a K group that spans stages (a split's range
+  // may start or end inside one).
+  auto starts_group = [&](int it) { return G::STAGES_PER_GROUP == 1 || it == 0 || (kt_begin + it) % G::STAGES_PER_GROUP == 0; };
+  auto ends_group = [&](int it) {
+    return G::STAGES_PER_GROUP == 1 || it == tile_count - 1 || (kt_begin + it + 1) % G::STAGES_PER_GROUP == 0;
+  };
+  auto fence_accumulators = [&] {
+    if constexpr (G::SCALE_AFTER) {
+#pragma unroll
+      for (int set = 0; set < G::PARTIAL_SETS; ++set) {
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(partial[set][i]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
+    }
+  };
   // Issues all of a stage's k16 steps as one wgmma group: issued per k-step (a fence each) they measured no faster
-  // (call P).
-  auto issue_stage = [&](int stage, const u32 (&fragment)[G::KSTEPS][4]) {
+  // (call P). SCALE_AFTER: each K group's steps into its partial-sum set, the group's first step overwriting it.
+  auto issue_stage = [&](int it, int stage, const u32 (&fragment)[G::KSTEPS][4]) {
     const u32 a_smem = smem + stage * G::STAGE_BYTES;
     u64 descriptor[G::KSTEPS];
 #pragma unroll
@@ -211,14 +246,45 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
       // k16 step s reads 32 bytes at offset (s % 4) * 32 of every 128-byte row of slab s / 4.
       descriptor[step] = swizzled_tile_descriptor(a_smem + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
     }
-#pragma unroll
-    for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
+    fence_accumulators();
     wgmma_fence();
+    if constexpr (G::SCALE_AFTER) {
+      const int continue_group = starts_group(it) ? 0 : 1;
 #pragma unroll
-    for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(acc, fragment[step], descriptor[step], 1);
+      for (int step = 0; step < G::KSTEPS; ++step) {
+        const int scale_d = step % G::SET_STEPS == 0 ? continue_group : 1;
+        WgmmaRs<BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(partial[step / G::SET_STEPS], fragment[step], descriptor[step], scale_d);
+      }
+    } else {
+#pragma unroll
+      for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(acc, fragment[step], descriptor[step], 1);
+    }
     wgmma_commit();
+    fence_accumulators();
+  };
+  // SCALE_AFTER, once a stage's wgmmas have ended: the groups that end with it, times their scales, into acc. The scale
+  // row is the stage's staged one (its slot is refilled only after the next stage's barrier).
+  auto flush_groups = [&](int it, int stage) {
+    if constexpr (G::SCALE_AFTER) {
+      if (!ends_group(it)) return;
+      const u32 s_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
 #pragma unroll
-    for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
+      for (int set = 0; set < G::PARTIAL_SETS; ++set) {
+        u32 word;
+        ld_shared_32(&word, s_smem + set * G::S_ROW_BYTES + (warp * 16 + group * 2) * 2);
+        float scale[2];
+        if constexpr (F::COMPUTE_TYPE == kElementF16) {
+          scale[0] = f16_to_f32(static_cast<unsigned short>(word & 0xFFFFu));
+          scale[1] = f16_to_f32(static_cast<unsigned short>(word >> 16));
+        } else {
+          scale[0] = bf16_to_f32(static_cast<unsigned short>(word & 0xFFFFu));
+          scale[1] = bf16_to_f32(static_cast<unsigned short>(word >> 16));
+        }
+        // partial[set][4 j + e] is column warp * 16 + group + 8 (e / 2): scale[e / 2].
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = fmaf(partial[set][i], scale[(i % 4) / 2], acc[i]);
+      }
+    }
   };
 
   // ---- the pipeline ----
@@ -239,8 +305,9 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
     if (next < tile_count) load_stage(next % T::STAGES, kt_begin + next);
     cp_async_commit();
     dequantize_stage(it % T::STAGES, fragment);
-    issue_stage(it % T::STAGES, fragment);
+    issue_stage(it, it % T::STAGES, fragment);
     wgmma_wait<G::IN_FLIGHT>();  // the older group's fragments and shared memory are reused next
+    flush_groups(it, it % T::STAGES);
   };
   if constexpr (G::IN_FLIGHT == 0) {
     for (int it = 0; it < tile_count; ++it) run_stage(it, fragment_even);

@@ -11,13 +11,13 @@
 namespace qtune {
 namespace device {
 
-template <class F, class T, int IN_FLIGHT, int LAYOUT, int PROJECTION>
+template <class F, class T, int IN_FLIGHT, int SCALE_AFTER, int LAYOUT, int PROJECTION>
 __device__ __forceinline__ void wgmma_moe_gemm(const GemmParams& p, const MoeParams& moe) {
   static_assert(LAYOUT == kMoeTokenIndexed || LAYOUT == kMoeContiguous || LAYOUT == kMoeMasked,
                 "LAYOUT is kMoeTokenIndexed, kMoeContiguous or kMoeMasked");
   static_assert(PROJECTION == kMoeGateUp || PROJECTION == kMoeDown, "PROJECTION is kMoeGateUp or kMoeDown");
   static_assert(T::THREADS >= T::BLOCK_M, "a MoE block's row table is filled by one thread per row: THREADS >= BLOCK_M");
-  wgmma_gemm<F, T, IN_FLIGHT, MoeRows<LAYOUT, PROJECTION>>(p, &moe);
+  wgmma_gemm<F, T, IN_FLIGHT, SCALE_AFTER, MoeRows<LAYOUT, PROJECTION>>(p, &moe);
 }
 
 }  // namespace device

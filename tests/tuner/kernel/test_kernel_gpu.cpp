@@ -217,6 +217,37 @@ TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {
   expect_all_pass(run_cases(cases, wgmma_family()));
 }
 
+// The wgmma family's K-group scales on the partial sums (gscale=1): every group size and weight type that has them
+// (no zero points), groups inside a stage (up to 8 sets at g32, bk = 256), one group over two or four stages with
+// split-K ranges starting and ending inside a group, token tiles 16 to 64, bias.
+TEST(WgmmaGpu, GroupScalesOnPartialSums) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  if (!wgmma_family().supports(FormatSpec::parse("w4a16-int4-g128"), limits.sm).supported) {
+    GTEST_SKIP() << "sm_" << limits.sm << " has no wgmma (the family runs on sm_90 only)";
+  }
+  std::vector<Case> cases;
+  int refused = 0;
+  for (const char* spec : {"w4a16-int4-g128", "w4a16-int4-g128-bf16", "w4a16-int4-g128:out=bf16", "w2a16-int2-g64", "w3a16-int3-g32",
+                           "w8a16-int8-g128-bf16", "w4a16-e2m1-g32", "w4a16-int4-g64:scale=f32", "w4a16-int4-block64x128"}) {
+    for (const char* config : {"bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1",
+                               "bm=16,bn=64,bk=64,stages=4,split=3,raster=0,overlap=0,gscale=1",
+                               "bm=32,bn=128,bk=128,stages=3,split=2,raster=0,overlap=0,gscale=1",
+                               "bm=64,bn=64,bk=128,stages=4,split=1,raster=1,overlap=0,gscale=1"}) {
+      for (const Case& c : {Case{spec, 1, 1024, 2048, config}, Case{spec, 77, 2048, 4096, config, true}}) {
+        const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
+        if (wgmma_family().check(KernelConfig::parse(c.config, "wgmma"), problem, limits).valid) {
+          cases.push_back(c);
+        } else {
+          ++refused;  // 8 sets of 32 registers at bm = 32, or a group the tile's depth does not divide
+        }
+      }
+    }
+  }
+  EXPECT_GE(cases.size(), 60u) << refused << " refused by the rules";
+  expect_all_pass(run_cases(cases, wgmma_family()));
+}
+
 // The tma family (sm_90a only): W8A8 fp8 (e4m3, e5m2; tensor, channel x token, 128x128 blocks), W8A8 int8, W4A8
 // (int4 and fp4 weights converted in registers) and weight-only formats; token counts inside and across tiles, split-K
 // with flushes that span splits, persistence, clusters with multicast of either operand (a pair's second tile past M

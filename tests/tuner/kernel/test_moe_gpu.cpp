@@ -221,6 +221,22 @@ TEST(WgmmaMoeGpu, EmptyExpertsAndSplitK) {
   run_all(empty_expert_cases(kWgmmaTiles, kWgmmaFormats));
 }
 
+// K-group scales on the partial sums (gscale=1): two groups per stage (bk = 256), one group over two stages with split-K
+// ranges that start and end inside a group (k = 1024: 16 tiles of 64 in ranges of 6, 5 and 5), and a 64-row tile;
+// every layout, skewed routing and empty experts, f16 and bf16.
+TEST(WgmmaMoeGpu, GroupScalesOnPartialSums) {
+  QTUNE_REQUIRE_HOPPER();
+  const FamilyTiles tiles{"wgmma", "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1",
+                          "bm=16,bn=64,bk=64,stages=3,split=3,raster=0,overlap=0,gscale=1",
+                          "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,gscale=1"};
+  const std::vector<const char*> formats = {"w4a16-int4-g128", "w4a16-int4-g128-bf16"};
+  std::vector<MoeCase> cases = token_indexed_cases(tiles, formats, {"uniform", "zipf:1.5"});
+  for (const std::vector<MoeCase>& more : {grouped_cases(tiles, formats), empty_expert_cases(tiles, formats)}) {
+    cases.insert(cases.end(), more.begin(), more.end());
+  }
+  run_all(cases);
+}
+
 // Every token tile of the curated space (16 to 128 rows) and bf16 output, at DeepSeek-V3's top-8 over 32 experts.
 TEST(WgmmaMoeGpu, EveryTokenTile) {
   QTUNE_REQUIRE_HOPPER();

@@ -422,7 +422,8 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
   options.problems = {small_problem(16)};
   options.providers = {"mma-moe", "wgmma-moe"};
   options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}},  {"wm", {1}},     {"wn", {4}},
-                                    {"wk", {1}},  {"stages", {4}}, {"split", {1, 2}}, {"raster", {0}}, {"overlap", {0}}};
+                                    {"wk", {1}},  {"stages", {4}}, {"split", {1, 2}}, {"raster", {0}}, {"overlap", {0}},
+                                    {"gscale", {0}}};
   const jit::Compiler compiler(test_compiler_settings());
   MoeTuneServices services;
   services.compiler = &compiler;
