@@ -345,6 +345,11 @@ ParameterRanges MoeProvider::curated_ranges(std::int64_t rows_per_expert) const 
     ranges["split"] = mma_moe::swap_ab_splits(rows_per_expert);
     ranges["raster"] = {0};
   }
+  if (&family_ == &wgmma_family() && rows_per_expert > 16 && rows_per_expert <= 64) {
+    // The token tile above the mean (64 rows at 17-32 rows per expert) is a dense M = 64..128 tile, where a stage of
+    // wgmmas in flight can pay off (it won from M = 256 on dense, lost at 64): both are tried.
+    ranges["overlap"] = {0, 1};
+  }
   if (&family_ == &tma_family()) {
     // The dense family's depths, slots, persistence, overlap and promotion at that M. No clusters: multicast of
     // weights would pair two experts' blocks, and of activations needs N tiles in pairs.

@@ -241,16 +241,22 @@ TEST(MoeProvider, WgmmaSpaceIsSmallTokenTilesOnHopperOnly) {
     problem.tokens = tokens;
     const providers::ProviderSpace space = provider.enumerate(providers::moe_provider_problem(problem), hopper, {}, nullptr);
     ASSERT_FALSE(space.configurations.empty()) << tokens;
-    std::set<int> seen_tiles, seen_splits;
+    std::set<int> seen_tiles, seen_splits, seen_overlap, seen_gscale;
     for (const std::string& text : space.configurations) {
       const KernelConfig config = KernelConfig::parse(text, "wgmma");
       EXPECT_TRUE(config.params.count("overlap")) << text << ": a wgmma configuration";
       seen_tiles.insert(config.get("bm"));
       seen_splits.insert(config.get("split"));
+      seen_overlap.insert(config.get("overlap"));
+      seen_gscale.insert(config.get("gscale"));
       const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
       EXPECT_TRUE(verdict.valid) << tokens << " " << text << ": " << verdict.rule;
     }
     EXPECT_EQ(seen_tiles, std::set<int>(tiles.begin(), tiles.end())) << "T = " << tokens;
+    // A stage in flight from the 64-row tile on (above 16 rows per expert); group scales on the partial sums (g128)
+    // while the tiles are decode-sized.
+    EXPECT_EQ(seen_overlap, tokens == 1024 ? (std::set<int>{0, 1}) : tokens > 1024 ? (std::set<int>{1}) : (std::set<int>{0})) << "T = " << tokens;
+    EXPECT_EQ(seen_gscale, tokens <= 1024 ? (std::set<int>{0, 1}) : (std::set<int>{0})) << "T = " << tokens;
     if (tokens <= 256) {
       EXPECT_EQ(seen_splits, (std::set<int>{1, 2, 4})) << "T = " << tokens << ": split-K for the small grid";
     }
