@@ -11,7 +11,10 @@
 #include "kernels/error.hpp"
 #include "kernels/input_file.hpp"
 #include "tuner/jit/sha256.hpp"
+#include "kernels/families/mma_family.hpp"
 #include "kernels/families/mma_moe.hpp"
+#include "kernels/families/tma_family.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "tuner/production/selector.hpp"
 
 namespace qtune::production {
@@ -198,6 +201,10 @@ MoeCubinEntry moe_entry_from_json(const EntryReader& reader) {
       kernel.format = reader.format();
       kernel.projection = projection();
       kernel.config = reader.config();
+      if (kernel.config.family != mma_family().name() && kernel.config.family != wgmma_family().name() &&
+          kernel.config.family != tma_family().name()) {
+        reader.fail("family", "the " + kernel.config.family + " family has no MoE GEMM (mma, wgmma and tma have)");
+      }
       break;
     case MoeKernelKind::Align:
       kernel.bm = reader.positive("bm");

@@ -391,6 +391,14 @@ TEST(CubinManifestMoe, MalformedMoeEntryNamesTheField) {
   json["moe_kernels"][0]["config"] = "bm=16";
   EXPECT_EQ(message(json), "m.json: field 'moe_kernels[0].config': missing the tma family's parameter 'bn'");
   json = valid_moe_manifest();
+  std::string block_scaled;  // a whole config of a family without a MoE GEMM
+  for (const ParameterDomain& domain : find_family("bsmma").parameter_space()) {
+    block_scaled += (block_scaled.empty() ? "" : ",") + domain.name + "=" + std::to_string(domain.values.front());
+  }
+  json["moe_kernels"][0]["family"] = "bsmma";
+  json["moe_kernels"][0]["config"] = block_scaled;
+  EXPECT_EQ(message(json), "m.json: field 'moe_kernels[0].family': the bsmma family has no MoE GEMM (mma, wgmma and tma have)");
+  json = valid_moe_manifest();
   json["moe_kernels"][0]["file"] = "/etc/passwd";
   EXPECT_EQ(message(json), "m.json: field 'moe_kernels[0].file': expected a relative path inside the cubin directory");
   json = valid_moe_manifest();
