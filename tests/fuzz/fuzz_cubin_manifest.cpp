@@ -16,6 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         qtune::fuzz::finding("no entry found for " + entry.format + " " + entry.config.to_string() + " on " + entry.arch);
       }
     }
+    for (const production::MoeCubinEntry& entry : manifest.moe_kernels) {
+      const int sm = production::ArchTarget::parse(entry.kernel.arch).sm;
+      if (manifest.find_moe(entry.kernel, sm) == nullptr) qtune::fuzz::finding("no MoE entry found for " + entry.kernel.key());
+    }
     // What a manifest reads back is what it writes (`qtune export --cubins` writes manifest.to_json()).
     if (production::CubinManifest::from_json(manifest.to_json(), file).to_json() != manifest.to_json()) {
       qtune::fuzz::finding("the manifest does not read back what it writes");

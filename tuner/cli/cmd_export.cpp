@@ -58,7 +58,12 @@ struct CubinSummary {
   std::size_t written = 0;
   std::vector<production::CubinSkip> skipped;
   std::vector<production::CubinSkip> failed;
+  std::size_t moe_written = 0;  // the MoE winners' kernels
+  std::vector<production::MoeCubinSkip> moe_skipped;
+  std::vector<production::MoeCubinSkip> moe_failed;
   std::size_t removed = 0;  // stale cubins of an earlier export
+
+  std::size_t failures() const { return failed.size() + moe_failed.size(); }
 };
 
 // Precompiles the table's kernels into options.cubins (NVRTC only: no GPU needed).
@@ -66,12 +71,15 @@ CubinSummary export_cubins(const ExportOptions& options, const reports::Selectio
   const production::CubinPlan plan = production::plan_cubins(table, split_list(options.archs), options.cubins_heuristic);
   const jit::Compiler compiler(compiler_settings(options.jobs));
   const production::CubinExport written = production::write_cubins(plan, options.cubins, compiler);
-  return {written.manifest.kernels.size(), plan.skipped, written.failed, written.removed.size()};
+  return {written.manifest.kernels.size(), plan.skipped, written.failed, written.manifest.moe_kernels.size(),
+          plan.moe_skipped, written.moe_failed, written.removed.size()};
 }
 
 std::string describe(const production::CubinRequest& request) {
   return request.format + " " + request.config.to_string() + " " + request.arch;
 }
+
+std::string describe(const production::MoeCubinSkip& skip) { return "MoE " + skip.what + " " + skip.arch; }
 
 enum class ArtefactKind { Json, Header };
 
@@ -238,10 +246,11 @@ void run_export(const ExportOptions& options) {
   if (!options.cubins.empty()) cubins = export_cubins(options, table);
   // Compile failures are errors, but only after everything else is written and reported.
   auto check_cubins = [&] {
-    if (cubins && !cubins->failed.empty()) {
-      QTUNE_THROW(Error, "--cubins: " + std::to_string(cubins->failed.size()) + " kernel(s) failed to compile; first: " +
-                             describe(cubins->failed.front().request) + ": " + cubins->failed.front().reason);
-    }
+    if (!cubins || cubins->failures() == 0) return;
+    const std::string first = !cubins->failed.empty()
+                                  ? describe(cubins->failed.front().request) + ": " + cubins->failed.front().reason
+                                  : describe(cubins->moe_failed.front()) + ": " + cubins->moe_failed.front().reason;
+    QTUNE_THROW(Error, "--cubins: " + std::to_string(cubins->failures()) + " kernel(s) failed to compile; first: " + first);
   };
 
   reports::Table summary({"format", "n", "k", "tuned buckets", "ranges", "configs"});
@@ -272,8 +281,17 @@ void run_export(const ExportOptions& options) {
         }
         return json;
       };
+      auto moe_list = [](const std::vector<production::MoeCubinSkip>& items) {
+        nlohmann::json json = nlohmann::json::array();
+        for (const auto& item : items) {
+          json.push_back({{"moe", item.what}, {"arch", item.arch}, {"origin", item.origin}, {"reason", item.reason}});
+        }
+        return json;
+      };
       out["cubins"] = {{"directory", options.cubins}, {"kernels", cubins->written}, {"skipped", list(cubins->skipped)},
-                       {"failed", list(cubins->failed)}, {"removed_stale", cubins->removed}};
+                       {"failed", list(cubins->failed)}, {"moe_kernels", cubins->moe_written},
+                       {"moe_skipped", moe_list(cubins->moe_skipped)}, {"moe_failed", moe_list(cubins->moe_failed)},
+                       {"removed_stale", cubins->removed}};
     }
     std::cout << json_text(out, 2) << "\n";
     check_cubins();
@@ -289,10 +307,14 @@ void run_export(const ExportOptions& options) {
   print_regret(*table.fallback_regret, table.fallback_methods);
   for (const auto& output : options.outputs) std::cout << "wrote " << output << "\n";
   if (cubins) {
-    std::cout << "wrote " << cubins->written << " cubin(s) for " << options.archs << " and their manifest into " << options.cubins
+    std::cout << "wrote " << cubins->written << " cubin(s)"
+              << (cubins->moe_written > 0 ? " and " + std::to_string(cubins->moe_written) + " MoE kernel cubin(s)" : "") << " for "
+              << options.archs << " and their manifest into " << options.cubins
               << (cubins->removed > 0 ? ", removed " + std::to_string(cubins->removed) + " stale cubin(s) of an earlier export" : "") << "\n";
     for (const auto& skip : cubins->skipped) std::cout << "  not built: " << describe(skip.request) << ": " << skip.reason << "\n";
+    for (const auto& skip : cubins->moe_skipped) std::cout << "  not built: " << describe(skip) << ": " << skip.reason << "\n";
     for (const auto& failure : cubins->failed) std::cout << "  FAILED: " << describe(failure.request) << ": " << failure.reason << "\n";
+    for (const auto& failure : cubins->moe_failed) std::cout << "  FAILED: " << describe(failure) << ": " << failure.reason << "\n";
   }
   check_cubins();
 }
@@ -311,7 +333,8 @@ void add_export_command(CLI::App& app) {
   command->add_option("--output", options->output, "summary style: table, json or csv")->capture_default_str();
   command->add_option("--cubins", options->cubins,
                       "also precompile every kernel of the table with NVRTC (no GPU needed) into this directory, with a "
-                      "manifest.json that libqtune_runtime reads");
+                      "manifest.json that libqtune_runtime reads: the dense configs, and the token-indexed MoE winners' "
+                      "GEMMs with the kernels their calls launch beside them (alignment, tma's gather, down's reduction)");
   command->add_option("--arch", options->archs, "comma-separated NVRTC targets for --cubins, e.g. sm_90a,sm_80");
   command->add_flag("--cubins-heuristic", options->cubins_heuristic,
                     "with --cubins, also precompile the heuristic's configs for the table's shapes and tuned M buckets");

@@ -5,6 +5,11 @@
 //    "origin"}, ...]}
 // "file" is relative to DIR ("sm_90a/<sha256>.cubin": a cubin's name is its own hash, so equal cubins share a file),
 // "origin" says why it is there ("table" or "heuristic"). Entries are sorted and keys too: equal inputs, equal bytes.
+// The kernels of the table's token-indexed MoE winners are listed beside them, with the same fields and files, under
+//   "moe_kernels": [{"kernel": "gemm", "format", "projection", "family", "config", ...}, {"kernel": "align", "bm",
+//    "threads", ...}, {"kernel": "gather", "projection", ...}, {"kernel": "reduce", "output", ...}]
+// (written only when there are some: a reader that predates them ignores the key, and so never mistakes a MoE GEMM for
+// a dense one of the same config).
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -16,6 +21,7 @@
 #include "kernels/family.hpp"
 #include "reports/selection_table.hpp"
 #include "tuner/jit/compiler.hpp"
+#include "tuner/production/kernel_sources.hpp"
 
 namespace qtune::production {
 
@@ -46,8 +52,20 @@ struct CubinEntry {
   nlohmann::json to_json() const;
 };
 
+// A MoE kernel's cubin: which kernel (its kind's fields, and kernel.arch), then the dense entries' fields.
+struct MoeCubinEntry {
+  MoeKernelSpec kernel;
+  std::string kernel_name;
+  std::string file;
+  std::string sha256;
+  std::string origin;  // "table"
+
+  nlohmann::json to_json() const;
+};
+
 struct CubinManifest {
-  std::vector<CubinEntry> kernels;  // sorted by (format, config, arch)
+  std::vector<CubinEntry> kernels;         // sorted by (format, config, arch)
+  std::vector<MoeCubinEntry> moe_kernels;  // sorted by (instance, arch)
 
   nlohmann::json to_json() const;
   // Throws InputError "<source>: field 'kernels[2].sha256': ..." for a malformed manifest.
@@ -59,10 +77,13 @@ struct CubinManifest {
   // newest compatible one; nullptr when none fits.
   const CubinEntry* find(std::string_view format, const KernelConfig& config, int device_sm,
                          std::string_view preferred_arch) const;
+  // The same for a MoE kernel: the entry of kernel.instance(), preferring the target kernel.arch.
+  const MoeCubinEntry* find_moe(const MoeKernelSpec& kernel, int device_sm) const;
 };
 
 // Reads the cubin of `entry` from `directory` and checks its sha256 (InputError naming the entry's field if it differs).
 std::vector<char> read_cubin(const std::filesystem::path& directory, const CubinEntry& entry, std::size_t index);
+std::vector<char> read_cubin(const std::filesystem::path& directory, const MoeCubinEntry& entry, std::size_t index);
 
 // One kernel to precompile, or one left out with the reason.
 struct CubinRequest {
@@ -76,18 +97,38 @@ struct CubinSkip {
   std::string reason;
 };
 
+// One MoE kernel to precompile (kernel.arch is its target), or a MoE entry's config left out on an architecture, or a
+// kernel that failed to compile: `what` names it ("<format> <projection> E=.. top_k=.. n=.. k=.. <family>:<config>",
+// or the kernel's instance()).
+struct MoeCubinRequest {
+  MoeKernelSpec kernel;
+  std::string origin;  // "table"
+};
+struct MoeCubinSkip {
+  std::string what;
+  std::string arch;
+  std::string origin;
+  std::string reason;
+};
+
 struct CubinPlan {
   std::vector<CubinRequest> requests;  // one per (format, config, arch), sorted
   std::vector<CubinSkip> skipped;      // configs that fail the family's rules on an architecture (with its datasheet limits)
+  std::vector<MoeCubinRequest> moe_requests;  // one per (instance, arch), sorted
+  std::vector<MoeCubinSkip> moe_skipped;      // MoE configs the runtime would not launch on an architecture
 };
 
 // Every configuration of `table` for each architecture, and with `with_heuristic` the family heuristic's configs for the
-// table's shapes at every tuned M bucket and range start. Throws InputError naming "--arch" for an unknown architecture.
+// table's shapes at every tuned M bucket and range start; wgmma and tma configs for sm_90a whichever spelling of sm_90
+// is given (kernel_arch). Every token-indexed MoE entry's configs that the runtime launches on the architecture
+// (runtime_moe_family, and mma_moe::check at the range's largest tuned token count, as select_moe checks them) with
+// the kernels beside their GEMM (moe_call_kernels). Throws InputError naming "--arch" for an unknown architecture.
 CubinPlan plan_cubins(const reports::SelectionTable& table, const std::vector<std::string>& archs, bool with_heuristic);
 
 struct CubinExport {
   CubinManifest manifest;
   std::vector<CubinSkip> failed;  // NVRTC failures, with its message
+  std::vector<MoeCubinSkip> moe_failed;
   std::vector<std::filesystem::path> removed;  // cubins of an earlier export that the new manifest no longer lists
 };
 

@@ -18,8 +18,11 @@
 // heuristic for the device. A table config that fails the family's rules for the problem's N and K on this device
 // (another GPU, an odd fallback shape) gives way to the heuristic too; it is checked at the largest M it was tuned for
 // in its range, since M only sizes the grid.
-// Where the kernel comes from: a cubin of `qtune export --cubins DIR` built for this architecture, else NVRTC (JIT),
-// through the on-disk kernel cache. Loaded kernels stay in memory, keyed by (format, config, architecture).
+// Where the kernel comes from: a cubin of `qtune export --cubins DIR` built for this architecture (MoE kernels too: the
+// GEMM of a table's MoE winner and the kernels its call launches beside it), else NVRTC (JIT), through the on-disk
+// kernel cache. wgmma and tma kernels are compiled for sm_90a whichever spelling of sm_90 the Runtime targets (their
+// instructions exist only there); other families for the Runtime's architecture. Loaded kernels stay in memory, keyed
+// by (format, config, architecture).
 //
 // Errors are qtune exceptions: InputError (bad arguments, malformed table or manifest: one line naming the field),
 // UnsupportedError (the format cannot run on this GPU), NoGpuError, LibraryError (CUDA driver, NVRTC, files).
@@ -75,7 +78,8 @@ std::string_view to_string(KernelOrigin origin);  // "precompiled", "jit"
 // What gemm() would run for one GEMM, found without compiling, loading or launching anything.
 struct KernelPlan {
   Choice choice;
-  std::string arch;             // the architecture of the kernel: the cubin's, or the JIT target
+  std::string arch;             // the architecture of the kernel: the cubin's, or the JIT target (sm_90a for wgmma and
+                                // tma on any sm_90 spelling)
   KernelOrigin origin = KernelOrigin::Jit;
   std::filesystem::path cubin;  // Precompiled: the cubin file
   bool loaded = false;          // already loaded by this Runtime
@@ -142,7 +146,12 @@ struct MoeChoice {
   std::int64_t launch_rows = 0;      // routing-free bound: round_up(T·top_k + min(E, T·top_k)·(bm − 1), bm)
   std::uint64_t scratch_bytes = 0;   // what moe_gemm needs of the stream's scratch (row tables, down's unreduced rows,
                                      // split-K workspace, tma's activation rows gathered into layout order)
-  std::string arch;                  // the NVRTC target of the GEMM: the Runtime's, or "sm_90a" for wgmma and tma
+  std::string arch;                  // the target of the GEMM: its cubin's, else the JIT's (the Runtime's, or
+                                     // "sm_90a" for wgmma and tma)
+  KernelOrigin origin = KernelOrigin::Jit;  // Precompiled: every kernel of the call (the GEMM, the alignment, tma's
+                                            // gather, down's reduction) is a cubin of the manifest; Jit: one at least
+                                            // is compiled (or taken from the disk cache) on first use
+  std::filesystem::path cubin;              // the GEMM's cubin file, when the manifest has it
 };
 
 // Every expert's weights in the MoE kernel's layout, back to back: expert e's are at e · *_stride bytes. Copy each
@@ -229,7 +238,8 @@ class Runtime {
   // Enqueues on `stream`, without any host synchronisation: the routing's alignment into the layout's row tables (a
   // one-CTA kernel reading topk_ids), for a tma config the gather of the pairs' activation rows (and scales) into
   // layout order, the MoE GEMM over the routing-free launch bound (blocks past the padded rows and experts without
-  // tokens return at once; tma's reads the gathered rows through a TMA tensor map encoded on the host), and for
+  // tokens return at once; tma's reads the gathered rows through a TMA tensor map encoded on the host once per shape
+  // and stream scratch, then reused by every call that has them), and for
   // "down" the router-weighted top-k sum into c. The row tables, down's unreduced [T · top_k][N] rows, the split-K
   // workspace and tma's gathered rows are the Runtime's scratch, one per stream; it grows
   // when a call needs more than any before on the stream (that once waits for the stream's work in flight: size it
@@ -240,8 +250,7 @@ class Runtime {
   std::string table_gpu() const;
   // The architecture selections are made for ("sm_90a").
   std::string arch() const;
-  // Kernels loaded so far (MoE kernels included), and cubins the manifest offers for this architecture (dense only:
-  // MoE kernels always come from the JIT and its disk cache).
+  // Kernels loaded so far, and cubins the manifest offers for this architecture (MoE kernels included in both).
   std::size_t loaded_kernel_count() const;
   std::size_t precompiled_kernel_count() const;
 

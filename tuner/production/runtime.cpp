@@ -21,8 +21,10 @@
 #include "tuner/jit/compiler.hpp"
 #include "tuner/jit/kernel_cache.hpp"
 #include "tuner/production/cubin_store.hpp"
+#include "tuner/production/kernel_sources.hpp"
 #include "tuner/production/qtune_runtime.hpp"
 #include "tuner/production/selector.hpp"
+#include "tuner/production/tensor_map_cache.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/driver.hpp"
 #include "tuner/runtime/memory.hpp"
@@ -62,7 +64,7 @@ runtime::LaunchConfig launch_config(const LaunchGeometry& geometry) {
   return launch;
 }
 
-// A MoE kernel (GEMM, alignment, gather or reduction) compiled by the JIT and loaded.
+// A MoE kernel (GEMM, alignment, gather or reduction), precompiled or compiled by the JIT, and loaded.
 struct MoeKernel {
   runtime::Module module;
   runtime::Kernel kernel;
@@ -86,21 +88,26 @@ struct Runtime::Impl {
     runtime::DeviceBuffer buffer;
     std::string layout;  // config and size of the last launch: another layout may find non-zero counters
   };
+  // One kernel of a MoE call: which, where it comes from and, once loaded, the kernel.
+  struct MoeKernelSlot {
+    production::MoeKernelSpec spec;  // spec.arch: the cubin's where the manifest has one, else the JIT target
+    const production::MoeCubinEntry* cubin = nullptr;
+    std::size_t cubin_index = 0;
+    std::shared_ptr<const MoeKernel> kernel;
+  };
   // One MoE call shape resolved: its configuration, launch sizes and, once loaded, its kernels.
   struct MoePlan {
     MoeProblem problem;
     production::Selection selection;
     std::int64_t launch_rows = 0;
-    int align_threads = 0;
     LaunchGeometry gemm_geometry, align_geometry, reduce_geometry, gather_geometry;
     std::uint64_t table_bytes = 0;      // rows, then block_experts, then padded_rows (int32 each)
     std::uint64_t unreduced_bytes = 0;  // down: the GEMM's router-weighted [pairs][n] rows
     // tma: the pairs' activation rows gathered into layout order ([launch_rows][k]), then their scales at
     // gathered_scales_offset (mma_moe::buffers' "gathered" and "gathered_scales").
     std::uint64_t gathered_bytes = 0, gathered_scales_offset = 0;
-    std::string gemm_arch;  // the GEMM's (and gather's) NVRTC target: the Runtime's, or sm_90a for wgmma and tma
-    std::string gemm_key, align_key, reduce_key, gather_key;  // gemm_key: format | projection | family:config | gemm_arch
-    std::shared_ptr<const MoeKernel> gemm, align, reduce, gather;
+    MoeKernelSlot gemm, align;                     // production::moe_call_kernels: the GEMM's target is sm_90a for
+    std::optional<MoeKernelSlot> gather, reduce;  // wgmma and tma; tma's gather; down's reduction
     runtime::LaunchConfig gemm_launch;  // once the GEMM is loaded: persistent grids capped to the device
   };
   // A stream's MoE scratch: the row tables, down's unreduced rows and tma's gathered rows.
@@ -125,6 +132,8 @@ struct Runtime::Impl {
   std::map<std::tuple<std::string, int, int, std::int64_t, std::int64_t, std::int64_t, std::string>, MoePlan> moe_plans;
   std::map<std::string, std::shared_ptr<const MoeKernel>> moe_kernels;
   std::map<CUstream, MoeScratch> moe_scratch;
+  // tma's activation maps, encoded once per (plan shape, stream scratch address): moe_gemm's hot path skips the driver.
+  production::TensorMapCache tensor_maps{gemm::encode_tensor_maps};
 
   const FormatSpec& format(std::string_view text) {
     auto found = formats.find(text);
@@ -138,9 +147,9 @@ struct Runtime::Impl {
     Plan plan;
     plan.problem = production::make_problem(format(format_text), m, n, k, has_bias);
     plan.selection = production::select_config(table ? &*table : nullptr, plan.problem, limits);
-    plan.arch = arch;
+    plan.arch = production::kernel_arch(plan.selection.config.family, arch);
     if (manifest) {
-      plan.cubin = manifest->find(plan.problem.format.to_string(), plan.selection.config, target_sm, arch);
+      plan.cubin = manifest->find(plan.problem.format.to_string(), plan.selection.config, target_sm, plan.arch);
       if (plan.cubin != nullptr) {
         plan.cubin_index = static_cast<std::size_t>(plan.cubin - manifest->kernels.data());
         plan.arch = plan.cubin->arch;
@@ -198,11 +207,7 @@ struct Runtime::Impl {
         compiled.lowered_name = plan.cubin->kernel_name;
         compiled.arch = plan.cubin->arch;
       } else {
-        jit::CompileRequest request;
-        request.source = selection.family->instantiation_source(selection.config, plan.problem.format, plan.arch);
-        request.kernel_name = selection.family->kernel_name(selection.config, plan.problem.format);
-        request.arch = plan.arch;
-        compiled = jit_compiler().compile(request);
+        compiled = jit_compiler().compile(production::gemm_compile_request(selection.config, plan.problem.format, plan.arch));
       }
       auto loaded = std::make_shared<const gemm::LoadedKernel>(*selection.family, selection.config, plan.problem.format, compiled);
       found = kernels.emplace(plan.kernel_key, std::move(loaded)).first;
@@ -238,21 +243,25 @@ struct Runtime::Impl {
     plan.selection = production::select_moe_config(table ? &*table : nullptr, plan.problem, limits);
     const KernelConfig& config = plan.selection.config;
     const int bm = config.get("bm");
+    for (production::MoeKernelSpec& spec : production::moe_call_kernels(config, plan.problem, limits, arch)) {
+      MoeKernelSlot slot = moe_kernel_slot(std::move(spec));
+      switch (slot.spec.kind) {
+        case production::MoeKernelKind::Gemm: plan.gemm = std::move(slot); break;
+        case production::MoeKernelKind::Align: plan.align = std::move(slot); break;
+        case production::MoeKernelKind::Gather: plan.gather = std::move(slot); break;
+        case production::MoeKernelKind::Reduce: plan.reduce = std::move(slot); break;
+      }
+    }
     plan.launch_rows = mma_moe::launch_rows(plan.problem, bm, MoeRowMap{});
-    plan.align_threads = mma_moe::align_threads(plan.problem.experts, limits);
     plan.gemm_geometry = mma_moe::launch_geometry(config, plan.problem, plan.launch_rows);
-    plan.align_geometry = mma_moe::align_launch_geometry(plan.problem.experts, plan.align_threads);
+    plan.align_geometry = mma_moe::align_launch_geometry(plan.problem.experts, plan.align.spec.threads);
     plan.table_bytes = (static_cast<std::uint64_t>(plan.launch_rows) + static_cast<std::uint64_t>(plan.launch_rows / bm) + 1) * 4;
     const bool down = plan.problem.projection == qtune::MoeProjection::Down;
     if (down) {
       plan.reduce_geometry = mma_moe::reduce_launch_geometry(plan.problem);
       plan.unreduced_bytes = static_cast<std::uint64_t>(plan.problem.tokens * plan.problem.top_k * plan.problem.n) * 2;
     }
-    // wgmma and tma are architecture-specific code: select_moe_config takes them only where the target is sm_90,
-    // whose devices run sm_90a cubins whatever suffix the Runtime's arch has.
-    const bool hopper_only = config.family == wgmma_family().name() || config.family == tma_family().name();
-    plan.gemm_arch = hopper_only ? "sm_90a" : arch;
-    if (mma_moe::gathers(config, plan.problem)) {
+    if (plan.gather) {
       plan.gather_geometry = mma_moe::gather_launch_geometry(plan.launch_rows);
       std::uint64_t scales = 0;
       for (const BufferSpec& spec : mma_moe::buffers(config, plan.problem, plan.launch_rows)) {
@@ -262,69 +271,57 @@ struct Runtime::Impl {
       // The tensor map needs a 16-byte aligned base; 256 keeps the scales as aligned as an allocation's start.
       plan.gathered_scales_offset = round_up_bytes(plan.gathered_bytes, 256);
       plan.gathered_bytes = plan.gathered_scales_offset + scales;
-      plan.gather_key = "moe-gather|" + std::string(moe_projection_name(plan.problem.projection)) + "|" + plan.gemm_arch;
     }
-    const std::string canonical = plan.problem.format.to_string();
-    plan.gemm_key = "moe|" + canonical + "|" + std::string(moe_projection_name(plan.problem.projection)) + "|" + config.family +
-                    ":" + config.to_string() + "|" + plan.gemm_arch;
-    plan.align_key = "moe-align|bm=" + std::to_string(bm) + ",threads=" + std::to_string(plan.align_threads) + "|" + arch;
-    if (down) plan.reduce_key = "moe-reduce|" + qtune::to_string(plan.problem.format.output) + "|" + arch;
     if (moe_plans.size() >= kMaxCachedPlans) moe_plans.clear();
     return moe_plans.emplace(key, std::move(plan)).first->second;
   }
 
-  std::shared_ptr<const MoeKernel> moe_kernel(const std::string& key, const std::function<jit::CompileRequest()>& request) {
+  // A MoE kernel to load: the manifest's cubin where it lists one that runs here, else the JIT's for spec.arch.
+  MoeKernelSlot moe_kernel_slot(production::MoeKernelSpec spec) const {
+    MoeKernelSlot slot;
+    slot.spec = std::move(spec);
+    if (manifest) {
+      slot.cubin = manifest->find_moe(slot.spec, target_sm);
+      if (slot.cubin != nullptr) {
+        slot.cubin_index = static_cast<std::size_t>(slot.cubin - manifest->moe_kernels.data());
+        slot.spec.arch = slot.cubin->kernel.arch;
+      }
+    }
+    return slot;
+  }
+
+  void load(MoeKernelSlot& slot) {
+    if (slot.kernel) return;
+    const std::string key = slot.spec.key();
     auto found = moe_kernels.find(key);
     if (found == moe_kernels.end()) {
       device();
-      const jit::CompileRequest compile = request();
-      const jit::CompiledKernel compiled = jit_compiler().compile(compile);
-      found = moe_kernels.emplace(key, std::make_shared<const MoeKernel>(compiled.cubin, compile.kernel_name)).first;
+      std::shared_ptr<const MoeKernel> kernel;
+      if (slot.cubin != nullptr) {
+        kernel = std::make_shared<const MoeKernel>(production::read_cubin(options.cubin_directory, *slot.cubin, slot.cubin_index),
+                                                   slot.cubin->kernel_name);
+      } else {
+        const jit::CompileRequest request = slot.spec.compile_request();
+        kernel = std::make_shared<const MoeKernel>(jit_compiler().compile(request).cubin, request.kernel_name);
+      }
+      found = moe_kernels.emplace(key, std::move(kernel)).first;
     }
-    return found->second;
+    slot.kernel = found->second;
   }
 
   void load_moe_kernels(MoePlan& plan) {
-    if (!plan.gemm) {
-      plan.gemm = moe_kernel(plan.gemm_key, [&] {
-        jit::CompileRequest request;
-        request.source = mma_moe::instantiation_source(plan.selection.config, plan.problem, plan.gemm_arch);
-        request.kernel_name = mma_moe::kernel_name(plan.selection.config);
-        request.arch = plan.gemm_arch;
-        return request;
-      });
+    if (!plan.gemm.kernel) {
+      load(plan.gemm);
       // Opts in to the shared memory and caps a persistent grid to the device's SMs, once per plan.
-      plan.gemm_launch = gemm::launch_config(plan.gemm_geometry, plan.gemm->kernel);
+      plan.gemm_launch = gemm::launch_config(plan.gemm_geometry, plan.gemm.kernel->kernel);
     }
-    if (!plan.gather_key.empty() && !plan.gather) {
-      plan.gather = moe_kernel(plan.gather_key, [&] {
-        jit::CompileRequest request;
-        request.source = mma_moe::gather_instantiation_source(plan.problem, plan.gemm_arch);
-        request.kernel_name = mma_moe::gather_kernel_name();
-        request.arch = plan.gemm_arch;
-        return request;
-      });
-    }
-    if (!plan.align) {
-      plan.align = moe_kernel(plan.align_key, [&] {
-        jit::CompileRequest request;
-        request.source = mma_moe::align_instantiation_source(plan.selection.config.get("bm"), plan.align_threads, arch);
-        request.kernel_name = mma_moe::align_kernel_name();
-        request.arch = arch;
-        return request;
-      });
+    if (plan.gather) load(*plan.gather);
+    if (!plan.align.kernel) {
+      load(plan.align);
       // Kernels of several expert counts share it: allow the most the device has once beyond the default 48 KiB.
-      if (plan.align_geometry.dynamic_shared_bytes > 48 * 1024) plan.align->kernel.set_max_dynamic_shared_memory(limits.max_shared_per_block);
+      if (plan.align_geometry.dynamic_shared_bytes > 48 * 1024) plan.align.kernel->kernel.set_max_dynamic_shared_memory(limits.max_shared_per_block);
     }
-    if (!plan.reduce_key.empty() && !plan.reduce) {
-      plan.reduce = moe_kernel(plan.reduce_key, [&] {
-        jit::CompileRequest request;
-        request.source = mma_moe::reduce_instantiation_source(plan.problem.format, arch);
-        request.kernel_name = mma_moe::reduce_kernel_name();
-        request.arch = arch;
-        return request;
-      });
-    }
+    if (plan.reduce) load(*plan.reduce);
   }
 
   // A stream's scratch buffer of at least `bytes`; growing it first waits for the stream (launches in flight may
@@ -488,7 +485,11 @@ MoeChoice Runtime::select_moe(std::string_view format, const MoeShape& shape) co
   choice.block_rows = plan.selection.config.get("bm");
   choice.launch_rows = plan.launch_rows;
   choice.scratch_bytes = plan.table_bytes + plan.unreduced_bytes + plan.gemm_geometry.workspace_bytes + plan.gathered_bytes;
-  choice.arch = plan.gemm_arch;
+  choice.arch = plan.gemm.spec.arch;
+  const bool precompiled = plan.gemm.cubin != nullptr && plan.align.cubin != nullptr &&
+                           (!plan.gather || plan.gather->cubin != nullptr) && (!plan.reduce || plan.reduce->cubin != nullptr);
+  choice.origin = precompiled ? KernelOrigin::Precompiled : KernelOrigin::Jit;
+  if (plan.gemm.cubin != nullptr) choice.cubin = impl_->options.cubin_directory / plan.gemm.cubin->file;
   return choice;
 }
 
@@ -566,8 +567,9 @@ void Runtime::moe_gemm(std::string_view format, const MoeShape& shape, const Moe
   // Every argument is packed (and a missing one refused) before anything is enqueued.
   KernelArguments align = mma_moe::pack_align_arguments(problem, plan.launch_rows, addresses);
   KernelArguments gemm = mma_moe::pack_arguments(plan.selection.config, problem, plan.launch_rows, addresses);
-  // tma: the driver encodes the activation map over the gathered rows on the host (no stream work, so capturable).
-  gemm::encode_tensor_maps(gemm);
+  // tma: the activation map over the gathered rows, encoded on the host (no stream work, so capturable) once per plan
+  // and scratch address: the gather refills those rows on every call, so new activations need no new map.
+  impl_->tensor_maps.fill(gemm);
   std::optional<KernelArguments> gather, reduce;
   if (plan.gather) gather = mma_moe::pack_gather_arguments(plan.selection.config, problem, plan.launch_rows, addresses);
   if (down) reduce = mma_moe::pack_reduce_arguments(problem, addresses);
@@ -576,16 +578,16 @@ void Runtime::moe_gemm(std::string_view format, const MoeShape& shape, const Moe
   // the rows the gather writes, the reduction the rows the GEMM writes, and the next call's alignment and gather run
   // after this call's GEMM has read them.
   std::vector<void*> align_pointers = align.pointers();
-  plan.align->kernel.launch(launch_config(plan.align_geometry), stream, align_pointers.data());
+  plan.align.kernel->kernel.launch(launch_config(plan.align_geometry), stream, align_pointers.data());
   if (gather) {
     std::vector<void*> gather_pointers = gather->pointers();
-    plan.gather->kernel.launch(launch_config(plan.gather_geometry), stream, gather_pointers.data());
+    plan.gather->kernel->kernel.launch(launch_config(plan.gather_geometry), stream, gather_pointers.data());
   }
   std::vector<void*> gemm_pointers = gemm.pointers();
-  plan.gemm->kernel.launch(plan.gemm_launch, stream, gemm_pointers.data());
+  plan.gemm.kernel->kernel.launch(plan.gemm_launch, stream, gemm_pointers.data());
   if (reduce) {
     std::vector<void*> reduce_pointers = reduce->pointers();
-    plan.reduce->kernel.launch(launch_config(plan.reduce_geometry), stream, reduce_pointers.data());
+    plan.reduce->kernel->kernel.launch(launch_config(plan.reduce_geometry), stream, reduce_pointers.data());
   }
 }
 
@@ -610,6 +612,9 @@ std::size_t Runtime::precompiled_kernel_count() const {
   std::size_t count = 0;
   for (const production::CubinEntry& entry : impl_->manifest->kernels) {
     if (production::ArchTarget::parse(entry.arch).runs_on(impl_->target_sm)) ++count;
+  }
+  for (const production::MoeCubinEntry& entry : impl_->manifest->moe_kernels) {
+    if (production::ArchTarget::parse(entry.kernel.arch).runs_on(impl_->target_sm)) ++count;
   }
   return count;
 }

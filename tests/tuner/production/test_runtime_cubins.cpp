@@ -1,6 +1,7 @@
 // Precompiled kernels for libqtune_runtime without a GPU: architecture matching, the manifest (written, read back,
-// malformed), which kernels an export plans per architecture, NVRTC cubins written and preferred over the JIT by
-// Runtime::plan(), and `qtune export --cubins`.
+// malformed), which kernels an export plans per architecture (wgmma and tma for sm_90a on any sm_90 spelling; a
+// table's token-indexed MoE winners with the kernels their calls launch beside the GEMM), NVRTC cubins written and
+// preferred over the JIT by Runtime::plan() and select_moe(), and `qtune export --cubins`.
 #include <gtest/gtest.h>
 
 #include "tests/common/temp_dir.hpp"
@@ -13,8 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "db/moe_store.hpp"
 #include "kernels/error.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_moe.hpp"
+#include "kernels/families/tma_family.hpp"
 #include "tests/reports/report_test_support.hpp"
 #include "tests/tuner/production/production_test_support.hpp"
 #include "tuner/cli/cli.hpp"
@@ -22,6 +26,7 @@
 #include "tuner/jit/sha256.hpp"
 #include "tuner/production/cubin_store.hpp"
 #include "tuner/production/qtune_runtime.hpp"
+#include "tuner/production/selector.hpp"
 
 namespace qtune::production {
 namespace {
@@ -214,6 +219,291 @@ TEST(CubinPlan, HeuristicConfigsForEveryTunedBucketAndRangeStart) {
   EXPECT_GT(with.requests.size(), without.requests.size());
 }
 
+// wgmma and tma kernels compile for sm_90a only: an export for plain sm_90 (alone or beside sm_90a) plans them for
+// sm_90a, once, and the mma family's for the target given.
+TEST(CubinPlan, WgmmaAndTmaConfigsAreBuiltForSm90aWhicheverSpellingOfSm90IsGiven) {
+  const std::string wgmma_config = "bm=64,bn=128,bk=128,stages=4,split=1,raster=0";
+  const Problem fp8_problem{FormatSpec::parse("w8a8-fp8-ch"), 4096, 8192, 8192};
+  const KernelConfig tma_config = tma_family().default_config(fp8_problem, ArchLimits::for_sm(90));
+  reports::SelectionTable table;
+  table.formats[kFormat] = {shape_rules(8192, 8192, {{1, 8, kSmallM}, {9, std::nullopt, "wgmma:" + wgmma_config}})};
+  table.formats["w8a8-fp8-ch"] = {shape_rules(8192, 8192, {{1, std::nullopt, "tma:" + tma_config.to_string()}})};
+  for (const std::vector<std::string>& archs : {std::vector<std::string>{"sm_90"}, std::vector<std::string>{"sm_90", "sm_90a"}}) {
+    const CubinPlan plan = plan_cubins(table, archs, false);
+    std::set<std::string> planned;
+    for (const CubinRequest& request : plan.requests) planned.insert(request.config.family + " " + request.arch);
+    std::set<std::string> expected{"wgmma sm_90a", "tma sm_90a"};
+    for (const std::string& arch : archs) expected.insert("mma " + arch);
+    EXPECT_EQ(planned, expected) << archs.size();
+    EXPECT_EQ(plan.requests.size(), expected.size());
+    EXPECT_TRUE(plan.skipped.empty());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------- MoE kernels
+
+constexpr const char* kMoeFormat = "w4a16-int4-g128";
+constexpr const char* kMoeDecodeTile = "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=2,raster=0";
+constexpr const char* kWgmmaMoeTile = "bm=16,bn=64,bk=128,stages=3,split=1,raster=0,overlap=0";
+constexpr const char* kTmaMoeTile =
+    "bm=16,bn=64,bk=256,stages=3,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=0,promote=128,pingpong=0";
+
+reports::MoeRules moe_entry(const char* format, const char* projection, std::int64_t n, std::int64_t k, const std::string& config,
+                            const char* layout = "token-indexed") {
+  reports::MoeRules rules;
+  rules.format = FormatSpec::parse(format).to_string();
+  rules.experts = 256;
+  rules.top_k = 8;
+  rules.n = n;
+  rules.k = k;
+  rules.projection = projection;
+  rules.layout = layout;
+  rules.routing = "uniform";
+  rules.ranges = shape_rules(n, k, {{1, 16, config}}).ranges;  // one range tuned at T = 16
+  rules.ranges.front().m_max = std::nullopt;
+  return rules;
+}
+
+// DeepSeek-V3's experts: an mma gate-up winner of W4A16 (its GEMM and alignment), a tma down winner of W4A8 (all four
+// kernels: GEMM, alignment, gather, reduction), a wgmma down winner of W4A16, and a grouped-layout entry the runtime
+// never launches.
+reports::SelectionTable moe_export_table() {
+  reports::SelectionTable table = one_config_table();
+  table.moe = {moe_entry(kMoeFormat, "gate-up", 4096, 7168, kMoeDecodeTile),
+               moe_entry("w4a8-int4-fp8", "down", 7168, 2048, std::string("tma:") + kTmaMoeTile),
+               moe_entry(kMoeFormat, "down", 7168, 2048, std::string("wgmma:") + kWgmmaMoeTile),
+               moe_entry(kMoeFormat, "down", 7168, 2048, kMoeDecodeTile, "grouped-contiguous")};
+  std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
+  return table;
+}
+
+std::set<std::string> planned_moe(const CubinPlan& plan) {
+  std::set<std::string> planned;
+  for (const MoeCubinRequest& request : plan.moe_requests) {
+    EXPECT_EQ(request.origin, "table");
+    planned.insert(request.kernel.key());
+  }
+  return planned;
+}
+
+TEST(CubinPlanMoe, TokenIndexedWinnersPlanTheirGemmAndTheKernelsBesideIt) {
+  const reports::SelectionTable table = moe_export_table();
+  const int threads = mma_moe::align_threads(256, ArchLimits::for_sm(90));
+  const std::string align = "moe-align|bm=16,threads=" + std::to_string(threads);
+  const std::string fp8 = FormatSpec::parse("w4a8-int4-fp8").to_string();
+  const std::string int4 = FormatSpec::parse(kMoeFormat).to_string();
+  ASSERT_EQ(FormatSpec::parse("w4a8-int4-fp8").output, OutputType::F16);
+  ASSERT_EQ(FormatSpec::parse(kMoeFormat).output, OutputType::F16);
+  for (const char* arch : {"sm_90", "sm_90a"}) {
+    const CubinPlan plan = plan_cubins(table, {arch}, false);
+    const std::string a(arch);
+    EXPECT_EQ(planned_moe(plan), (std::set<std::string>{
+                                     "moe|" + int4 + "|gate-up|mma:" + kMoeDecodeTile + "|" + a,
+                                     "moe|" + fp8 + "|down|tma:" + kTmaMoeTile + "|sm_90a",
+                                     "moe|" + int4 + "|down|wgmma:" + kWgmmaMoeTile + "|sm_90a",
+                                     align + "|" + a,
+                                     "moe-gather|down|sm_90a",
+                                     "moe-reduce|f16|" + a}))  // both down formats write f16
+        << arch;
+    EXPECT_TRUE(plan.moe_skipped.empty()) << plan.moe_skipped.front().what << ": " << plan.moe_skipped.front().reason;
+    // What a Runtime for this target would launch for each entry is planned: the same kernels, by the same function.
+    for (const reports::MoeRules& rules : table.moe) {
+      if (rules.layout != "token-indexed") continue;
+      const MoeProblem problem = make_moe_problem(FormatSpec::parse(rules.format), 256, 8, rules.n, rules.k, 16, rules.projection);
+      for (const MoeKernelSpec& kernel : moe_call_kernels(rules.ranges.front().config, problem, ArchLimits::for_sm(90), arch)) {
+        EXPECT_EQ(planned_moe(plan).count(kernel.key()), 1u) << kernel.key();
+      }
+    }
+  }
+  // On Ampere the runtime launches neither the wgmma nor the tma config: skipped with the family's reason; the mma
+  // gate-up winner's kernels are built.
+  const CubinPlan ampere = plan_cubins(table, {"sm_80"}, false);
+  EXPECT_EQ(planned_moe(ampere), (std::set<std::string>{"moe|" + int4 + "|gate-up|mma:" + kMoeDecodeTile + "|sm_80",
+                                                        "moe-align|bm=16,threads=" +
+                                                            std::to_string(mma_moe::align_threads(256, ArchLimits::for_sm(80))) +
+                                                            "|sm_80"}));
+  ASSERT_EQ(ampere.moe_skipped.size(), 2u);
+  for (const MoeCubinSkip& skip : ampere.moe_skipped) {
+    EXPECT_EQ(skip.arch, "sm_80");
+    EXPECT_EQ(skip.reason.rfind("family: ", 0), 0u) << skip.what << ": " << skip.reason;
+    EXPECT_NE(skip.what.find(" down E=256 top_k=8 n=7168 k=2048 "), std::string::npos) << skip.what;
+  }
+}
+
+nlohmann::json valid_moe_manifest() {
+  nlohmann::json json = valid_manifest();
+  const std::string hash(64, 'b');
+  json["moe_kernels"] = {
+      {{"kernel", "gemm"}, {"format", kMoeFormat}, {"projection", "down"}, {"family", "tma"}, {"config", kTmaMoeTile},
+       {"arch", "sm_90a"}, {"kernel_name", "qtune_tma_moe_gemm"}, {"file", "sm_90a/g.cubin"}, {"sha256", hash}, {"origin", "table"}},
+      {{"kernel", "align"}, {"bm", 16}, {"threads", 1024}, {"arch", "sm_90a"}, {"kernel_name", "qtune_moe_align"},
+       {"file", "sm_90a/a.cubin"}, {"sha256", hash}, {"origin", "table"}},
+      {{"kernel", "gather"}, {"projection", "down"}, {"arch", "sm_90a"}, {"kernel_name", "qtune_moe_gather_rows"},
+       {"file", "sm_90a/t.cubin"}, {"sha256", hash}, {"origin", "table"}},
+      {{"kernel", "reduce"}, {"output", "bf16"}, {"arch", "sm_90"}, {"kernel_name", "qtune_moe_reduce_top_k"},
+       {"file", "sm_90/r.cubin"}, {"sha256", hash}, {"origin", "table"}}};
+  return json;
+}
+
+TEST(CubinManifestMoe, ReadsWhatItWritesAndADenseOnlyManifestHasNoMoeKey) {
+  const CubinManifest manifest = CubinManifest::from_json(valid_moe_manifest());
+  ASSERT_EQ(manifest.moe_kernels.size(), 4u);
+  EXPECT_EQ(manifest.moe_kernels[0].kernel.instance(), "moe|" + FormatSpec::parse(kMoeFormat).to_string() + "|down|tma:" + kTmaMoeTile);
+  EXPECT_EQ(manifest.moe_kernels[1].kernel.instance(), "moe-align|bm=16,threads=1024");
+  EXPECT_EQ(manifest.moe_kernels[2].kernel.instance(), "moe-gather|down");
+  EXPECT_EQ(manifest.moe_kernels[3].kernel.key(), "moe-reduce|bf16|sm_90");
+  EXPECT_EQ(manifest.to_json(), valid_moe_manifest());
+  EXPECT_FALSE(CubinManifest::from_json(valid_manifest()).to_json().contains("moe_kernels"));
+  // The reduction built for sm_90 runs on sm_90 devices; find_moe prefers the exact target, else a compatible one.
+  MoeKernelSpec reduce = manifest.moe_kernels[3].kernel;
+  reduce.arch = "sm_90a";
+  ASSERT_NE(manifest.find_moe(reduce, 90), nullptr);
+  EXPECT_EQ(manifest.find_moe(reduce, 90)->kernel.arch, "sm_90");
+  EXPECT_EQ(manifest.find_moe(reduce, 80), nullptr);
+  MoeKernelSpec other_align = manifest.moe_kernels[1].kernel;
+  other_align.threads = 512;
+  EXPECT_EQ(manifest.find_moe(other_align, 90), nullptr);
+  // A dense lookup never finds a MoE GEMM of the same config.
+  EXPECT_EQ(manifest.find(kMoeFormat, KernelConfig::parse(kTmaMoeTile, "tma"), 90, "sm_90a"), nullptr);
+}
+
+TEST(CubinManifestMoe, MalformedMoeEntryNamesTheField) {
+  auto message = [](const nlohmann::json& json) { return input_error([&] { CubinManifest::from_json(json, "m.json"); }); };
+  nlohmann::json json = valid_moe_manifest();
+  json["moe_kernels"] = "none";
+  EXPECT_EQ(message(json), "m.json: field 'moe_kernels': expected an array");
+  json = valid_moe_manifest();
+  json["moe_kernels"][1]["bm"] = 0;
+  EXPECT_EQ(message(json), "m.json: field 'moe_kernels[1].bm': expected an integer from 1 to 65536");
+  json = valid_moe_manifest();
+  json["moe_kernels"][1].erase("threads");
+  EXPECT_EQ(message(json), "m.json: field 'moe_kernels[1].threads': missing");
+  json = valid_moe_manifest();
+  json["moe_kernels"][0]["kernel"] = "scatter";
+  EXPECT_EQ(message(json).rfind("m.json: field 'moe_kernels[0].kernel': ", 0), 0u) << message(json);
+  json = valid_moe_manifest();
+  json["moe_kernels"][2]["projection"] = "sideways";
+  EXPECT_EQ(message(json).rfind("m.json: field 'moe_kernels[2].projection': ", 0), 0u) << message(json);
+  json = valid_moe_manifest();
+  json["moe_kernels"][3]["output"] = "f32";
+  EXPECT_EQ(message(json).rfind("m.json: field 'moe_kernels[3].output': ", 0), 0u) << message(json);
+  json = valid_moe_manifest();
+  json["moe_kernels"][0]["config"] = "bm=16";
+  EXPECT_EQ(message(json), "m.json: field 'moe_kernels[0].config': missing the tma family's parameter 'bn'");
+  json = valid_moe_manifest();
+  std::string block_scaled;  // a whole config of a family without a MoE GEMM
+  for (const ParameterDomain& domain : find_family("bsmma").parameter_space()) {
+    block_scaled += (block_scaled.empty() ? "" : ",") + domain.name + "=" + std::to_string(domain.values.front());
+  }
+  json["moe_kernels"][0]["family"] = "bsmma";
+  json["moe_kernels"][0]["config"] = block_scaled;
+  EXPECT_EQ(message(json), "m.json: field 'moe_kernels[0].family': the bsmma family has no MoE GEMM (mma, wgmma and tma have)");
+  json = valid_moe_manifest();
+  json["moe_kernels"][0]["file"] = "/etc/passwd";
+  EXPECT_EQ(message(json), "m.json: field 'moe_kernels[0].file': expected a relative path inside the cubin directory");
+  json = valid_moe_manifest();
+  json["moe_kernels"][3]["sha256"] = "xyz";
+  EXPECT_EQ(message(json), "m.json: field 'moe_kernels[3].sha256': expected 64 lowercase hex digits");
+}
+
+// The MoE winners' kernels, compiled by NVRTC into the directory and listed in its manifest; a Runtime reading it
+// takes each call's kernels from there (select_moe says "precompiled"), for sm_90a and for plain sm_90, and keeps the
+// JIT for a call whose kernels were not exported.
+class MoeCubinExportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    directory_ = new TempDir();
+    table_path_ = write_table(*directory_ / "table.json", moe_export_table());
+    const CubinExport written = write_cubins(plan_cubins(moe_export_table(), {"sm_90a"}, false), *directory_ / "cubins", jit::Compiler());
+    failures_ = written.failed.size() + written.moe_failed.size();
+    if (!written.moe_failed.empty()) first_failure_ = written.moe_failed.front().what + ": " + written.moe_failed.front().reason.substr(0, 2000);
+  }
+  static void TearDownTestSuite() {
+    delete directory_;
+    directory_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(failures_, 0u) << first_failure_; }
+  static fs::path cubins() { return *directory_ / "cubins"; }
+  static Runtime runtime_for(const char* arch) {
+    return Runtime(RuntimeOptions{.table = table_path_, .cubin_directory = cubins(), .arch = arch});
+  }
+  static runtime_api::MoeShape deepseek(const char* projection) {
+    const bool gate_up = std::string(projection) == "gate-up";
+    return {.experts = 256, .top_k = 8, .n = gate_up ? 4096 : 7168, .k = gate_up ? 7168 : 2048, .tokens = 16,
+            .projection = projection};
+  }
+  static inline TempDir* directory_ = nullptr;
+  static inline fs::path table_path_;
+  static inline std::size_t failures_ = 0;
+  static inline std::string first_failure_;
+};
+
+TEST_F(MoeCubinExportTest, ManifestListsEveryMoeKernelWithItsFile) {
+  const CubinManifest manifest = CubinManifest::read(cubins());
+  EXPECT_EQ(manifest.kernels.size(), 1u);  // the dense config
+  std::set<std::string> listed;
+  for (std::size_t i = 0; i < manifest.moe_kernels.size(); ++i) {
+    const MoeCubinEntry& entry = manifest.moe_kernels[i];
+    listed.insert(entry.kernel.key());
+    EXPECT_EQ(entry.origin, "table");
+    EXPECT_EQ(entry.kernel_name, entry.kernel.kernel_name());
+    EXPECT_EQ(entry.file, entry.kernel.arch + "/" + entry.sha256 + ".cubin");
+    const std::string bytes = file_bytes(cubins() / entry.file);
+    ASSERT_GT(bytes.size(), 4u) << entry.file;
+    EXPECT_EQ(bytes.substr(0, 4), "\x7f" "ELF") << entry.file;
+    EXPECT_EQ(read_cubin(cubins(), entry, i).size(), bytes.size());
+  }
+  EXPECT_EQ(listed, planned_moe(plan_cubins(moe_export_table(), {"sm_90a"}, false)));
+  EXPECT_EQ(listed.size(), 6u);  // 3 GEMMs, 1 alignment (bm = 16, 256 experts), 1 gather, 1 reduction (both output f16)
+  // A re-export keeps them all (none is stale) and writes the same manifest.
+  const CubinExport again = write_cubins(plan_cubins(moe_export_table(), {"sm_90a"}, false), cubins(), jit::Compiler());
+  EXPECT_TRUE(again.removed.empty());
+  EXPECT_EQ(file_bytes(cubins() / "manifest.json"), again.manifest.to_json().dump(2) + "\n");
+}
+
+TEST_F(MoeCubinExportTest, RuntimeLoadsTheMoeKernelsFromTheCubinDirectory) {
+  for (const char* arch : {"sm_90a", "sm_90"}) {
+    const Runtime runtime = runtime_for(arch);
+    EXPECT_EQ(runtime.precompiled_kernel_count(), 7u) << arch;  // 1 dense and 6 MoE kernels, all for sm_90a
+    for (const auto& [format, projection, family] : std::vector<std::tuple<const char*, const char*, const char*>>{
+             {kMoeFormat, "gate-up", "mma"}, {"w4a8-int4-fp8", "down", "tma"}, {kMoeFormat, "down", "wgmma"}}) {
+      const runtime_api::MoeChoice choice = runtime.select_moe(format, deepseek(projection));
+      const std::string label = std::string(arch) + " " + format + " " + projection;
+      EXPECT_EQ(choice.choice.source, runtime_api::ConfigSource::Tuned) << label << ": " << choice.choice.detail;
+      EXPECT_EQ(choice.choice.family, family) << label;
+      EXPECT_EQ(choice.origin, KernelOrigin::Precompiled) << label;
+      EXPECT_EQ(choice.arch, "sm_90a") << label;
+      ASSERT_FALSE(choice.cubin.empty()) << label;
+      EXPECT_TRUE(fs::exists(choice.cubin)) << label;
+      EXPECT_EQ(choice.cubin.parent_path(), cubins() / "sm_90a") << label;
+    }
+  }
+  // A manifest without the alignment kernel: the GEMM still comes from its cubin, the call as a whole is not precompiled.
+  const fs::path partial_directory = *directory_ / "partial";
+  fs::create_directories(partial_directory);
+  fs::copy(cubins(), partial_directory, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  nlohmann::json json = nlohmann::json::parse(file_bytes(partial_directory / "manifest.json"));
+  nlohmann::json kept = nlohmann::json::array();
+  for (const nlohmann::json& entry : json["moe_kernels"]) {
+    if (entry["kernel"] != "align") kept.push_back(entry);
+  }
+  ASSERT_EQ(kept.size() + 1, json["moe_kernels"].size());
+  json["moe_kernels"] = kept;
+  std::ofstream(partial_directory / "manifest.json", std::ios::trunc) << json.dump(2) << "\n";
+  const Runtime partial(RuntimeOptions{.table = table_path_, .cubin_directory = partial_directory, .arch = "sm_90a"});
+  const runtime_api::MoeChoice without_align = partial.select_moe(kMoeFormat, deepseek("gate-up"));
+  EXPECT_EQ(without_align.origin, KernelOrigin::Jit);
+  EXPECT_EQ(without_align.cubin.parent_path(), partial_directory / "sm_90a") << "its GEMM is the exported one";
+  // A format without MoE entries: the heuristic's kernels, by JIT.
+  const Runtime hopper = runtime_for("sm_90a");
+  const runtime_api::MoeChoice heuristic = hopper.select_moe("w8a8-fp8-ch", deepseek("gate-up"));
+  EXPECT_EQ(heuristic.origin, KernelOrigin::Jit);
+  EXPECT_TRUE(heuristic.cubin.empty());
+  // Without the cubin directory the same calls are JIT.
+  const Runtime without(RuntimeOptions{.table = table_path_, .arch = "sm_90a"});
+  EXPECT_EQ(without.select_moe(kMoeFormat, deepseek("gate-up")).origin, KernelOrigin::Jit);
+}
+
 // ---------------------------------------------------------------------------------------------------- cubins
 
 class CubinExportTest : public ::testing::Test {
@@ -360,6 +650,69 @@ TEST(ExportCubinsCommand, PrecompilesEveryConfigOfTheExportedTable) {
     EXPECT_EQ(plan.choice.source, runtime_api::ConfigSource::Tuned) << "M=" << m;
     EXPECT_EQ(plan.origin, KernelOrigin::Precompiled) << "M=" << m;
   }
+}
+
+// A database with MoE winners (a tune-moe run: W4A16 mma gate-up, W4A8 tma down, as the tune stores them under their
+// providers' names): `qtune export --cubins` writes their kernels beside the dense ones, and a Runtime reading the
+// exported table and directory runs both MoE calls from cubins.
+TEST(ExportCubinsCommand, PrecompilesTheMoeWinnersKernels) {
+  TempDir dir;
+  reports::testing::FixtureSpec spec;
+  spec.formats = {kFormat};
+  spec.shapes = {{4096, 4096}};
+  spec.m_buckets = {1};
+  spec.baselines = false;
+  const std::string db = (dir / "qtune.db").string();
+  reports::testing::write_fixture_db(db, spec);
+  {
+    db::Store store = db::Store::open(db);
+    db::RunInfo info = reports::testing::fixture_run(spec);
+    info.uuid = "00000000-0000-4000-8000-000000000002";
+    info.kind = "tune-moe";
+    const db::RunId run = store.insert_run(info);
+    store.finish_run(run, db::RunStatus::Completed);
+    auto win = [&](const char* format, const char* projection, std::int64_t n, std::int64_t k, const char* provider,
+                   const char* config_text, const char* family) {
+      nlohmann::json params = nlohmann::json::object();
+      for (const auto& [name, value] : KernelConfig::parse(config_text, family).params) params[name] = value;
+      const db::ConfigId config = store.upsert_config({db::ConfigKind::Kernel, provider, params.dump(), provider + params.dump()});
+      for (std::int64_t tokens : {1, 16}) {
+        const db::MoeProblemId problem = db::upsert_moe_problem(
+            store, {.format = format, .experts = 256, .top_k = 8, .tokens = tokens, .n = n, .k = k, .projection = projection,
+                    .layout = "token-indexed", .routing = "uniform", .seed = 1});
+        db::insert_moe_result(store, {.run = run, .problem = problem, .config = config, .outcome = "measured", .verified = true,
+                                      .median_us = 10.0 * static_cast<double>(tokens)});
+        db::set_moe_winner(store, {run, problem, config, 10.0 * static_cast<double>(tokens), "fastest"});
+      }
+    };
+    win(kMoeFormat, "gate-up", 4096, 7168, "mma-moe", kMoeDecodeTile, "mma");
+    win("w4a8-int4-fp8", "down", 7168, 2048, "tma-moe", kTmaMoeTile, "tma");
+  }
+  const fs::path table = dir / "table.json";
+  const fs::path cubins = dir / "cubins";
+  ASSERT_EQ(run_qtune({"export", "--db", db, "-o", table.string(), "--cubins", cubins.string(), "--arch", "sm_90a"}), 0);
+
+  const CubinManifest manifest = CubinManifest::read(cubins);
+  EXPECT_EQ(manifest.kernels.size(), 1u);
+  std::set<std::string> kinds;
+  for (const MoeCubinEntry& entry : manifest.moe_kernels) {
+    kinds.insert(std::string(to_string(entry.kernel.kind)) + (entry.kernel.kind == MoeKernelKind::Gemm ? " " + entry.kernel.config.family : ""));
+    EXPECT_TRUE(fs::exists(cubins / entry.file)) << entry.file;
+    EXPECT_EQ(entry.kernel.arch, "sm_90a");
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"gemm mma", "gemm tma", "align", "gather", "reduce"}));
+  EXPECT_EQ(manifest.moe_kernels.size(), 5u);  // both winners have bm = 16 and 256 experts: one alignment kernel
+
+  const Runtime runtime(RuntimeOptions{.table = table, .cubin_directory = cubins, .arch = "sm_90a"});
+  const runtime_api::MoeChoice gate_up = runtime.select_moe(
+      kMoeFormat, {.experts = 256, .top_k = 8, .n = 4096, .k = 7168, .tokens = 16, .projection = "gate-up"});
+  EXPECT_EQ(gate_up.choice.source, runtime_api::ConfigSource::Tuned) << gate_up.choice.detail;
+  EXPECT_EQ(gate_up.origin, KernelOrigin::Precompiled);
+  const runtime_api::MoeChoice down = runtime.select_moe(
+      "w4a8-int4-fp8", {.experts = 256, .top_k = 8, .n = 7168, .k = 2048, .tokens = 16, .projection = "down"});
+  EXPECT_EQ(down.choice.source, runtime_api::ConfigSource::Tuned) << down.choice.detail;
+  EXPECT_EQ(down.choice.family, "tma");
+  EXPECT_EQ(down.origin, KernelOrigin::Precompiled);
 }
 
 TEST(ExportCubinsCommand, RefusesIncompleteOptions) {

@@ -1,15 +1,19 @@
 // libqtune_runtime on a GPU (skipped with the reason when there is none): Runtime::gemm for w4a16-int4-ch at M = 1 and
 // M = 37, N = K = 1024, with split-K configurations from a tuned table, against the CPU reference; random data, the
-// output poisoned with NaN before every launch.
+// output poisoned with NaN before every launch. On sm_90, a Runtime made for plain "sm_90" runs the wgmma and tma
+// families' kernels (compiled for sm_90a), from its heuristic and from a table.
 #include <gtest/gtest.h>
 
 #include "tests/common/temp_dir.hpp"
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/wgmma_family.hpp"
 #include "kernels/reference.hpp"
 #include "tests/tuner/production/production_test_support.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
@@ -145,6 +149,57 @@ TEST(RuntimeApiGpu, HeuristicGemmOnTheDefaultStreamWithoutATable) {
   // A missing required pointer is bad input, not a launch.
   arguments.weights = nullptr;
   EXPECT_THROW(runtime.gemm(kFormat, 37, kSize, kSize, arguments, nullptr), InputError);
+}
+
+// The plain-sm_90 test's table config and heuristic choices: what it expects to run on Hopper.
+constexpr const char* kWgmmaTile = "bm=64,bn=128,bk=128,stages=4,split=1,raster=0";
+
+TEST(RuntimeApiGpuFixture, PlainSm90TestRunsAWgmmaTableConfigAndTheWgmmaAndTmaHeuristics) {
+  const FormatSpec format = FormatSpec::parse(kFormat);
+  const RuleVerdict verdict =
+      wgmma_family().check(KernelConfig::parse(kWgmmaTile, "wgmma"), {format, 64, kSize, kSize}, ArchLimits::for_sm(90));
+  EXPECT_TRUE(verdict.valid) << verdict.rule << ": " << verdict.detail;
+  const Runtime runtime({.arch = "sm_90"});
+  EXPECT_EQ(runtime.plan(kFormat, 64, kSize, kSize).choice.family, "wgmma");
+  EXPECT_EQ(runtime.plan(kFormat, 300, kSize, kSize).choice.family, "tma");
+  EXPECT_EQ(runtime.plan(kFormat, 300, kSize, kSize).arch, "sm_90a");
+}
+
+// wgmma and tma kernels exist only as sm_90a code: a Runtime told "sm_90" (not "sm_90a") compiles them for sm_90a and
+// runs them. The heuristic's choices at M = 64 (wgmma) and M = 300 (tma), and a table's wgmma config, against the
+// reference.
+TEST(RuntimeApiGpu, PlainSm90RuntimeRunsWgmmaAndTmaKernels) {
+  QTUNE_REQUIRE_GPU();
+  if (gemm::device_limits().sm != 90) GTEST_SKIP() << "not an sm_90 GPU: no wgmma or tma kernel runs here";
+  test_support::TempDir dir;
+  reports::SelectionTable table;
+  table.gpu = "h200";
+  table.formats[kFormat] = {shape_rules(kSize, kSize, {{1, 64, std::string("wgmma:") + kWgmmaTile}})};
+  Runtime heuristic({.cache_directory = dir / "cache", .arch = "sm_90"});
+  Runtime tuned({.table = write_table(dir / "table.json", table), .cache_directory = dir / "cache", .arch = "sm_90"});
+  const FormatSpec format = FormatSpec::parse(kFormat);
+  const runtime::Stream stream;
+  std::set<std::string> families;
+  for (const auto& [runtime, m, seed] : std::vector<std::tuple<Runtime*, std::int64_t, std::uint64_t>>{
+           {&heuristic, 64, 404}, {&heuristic, 300, 505}, {&tuned, 48, 606}}) {
+    const runtime_api::KernelPlan plan = runtime->plan(kFormat, m, kSize, kSize);
+    const std::string label = "M=" + std::to_string(m) + " " + plan.choice.family + ":" + plan.choice.config;
+    const Problem problem{format, m, kSize, kSize};
+    if (runtime == &heuristic) {
+      EXPECT_EQ(plan.choice.family, heuristic_family(problem, 90).name()) << label;
+    } else {
+      EXPECT_EQ(plan.choice.source, ConfigSource::Tuned) << label << ": " << plan.choice.detail;
+    }
+    families.insert(plan.choice.family);
+    EXPECT_EQ(plan.arch, plan.choice.family == "mma" ? "sm_90" : "sm_90a") << label;
+    const gemm::GemmData data = gemm::make_gemm_data({format, m, kSize, kSize, false}, seed);
+    DeviceOperands operands = upload(*runtime, data);
+    const std::vector<uint16_t> bits = run_gemm(*runtime, data, operands, stream);
+    const gemm::Verification check = gemm::verify_output(bits, format.output, gemm::reference_for(data), default_tolerance(format));
+    EXPECT_TRUE(check.passed) << label << ": " << check.summary();
+  }
+  EXPECT_TRUE(families.count("wgmma") > 0) << "no wgmma kernel was run";
+  EXPECT_TRUE(families.count("tma") > 0) << "no tma kernel was run (the heuristic at M = 300 on N = K = 1024)";
 }
 
 }  // namespace

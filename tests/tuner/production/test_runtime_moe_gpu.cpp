@@ -6,7 +6,8 @@
 // TMA-fed GEMM, persistent grid). Every expert is prepacked once by prepack_moe; the output is poisoned with NaN
 // before each call; every row that reaches the output is checked with the MoE tests' tolerance. A call captured into
 // a CUDA graph (the heuristic's, and on Hopper a tma config's) proves there is no host synchronisation and no
-// allocation in it.
+// allocation in it. tma's cached activation map is reused for new activations and follows moved scratch and another
+// stream; a table's MoE kernels exported with `qtune export --cubins` run from their cubins without any JIT.
 #include <gtest/gtest.h>
 
 #include "tests/common/temp_dir.hpp"
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,8 @@
 #include "tests/tuner/production/production_test_support.hpp"
 #include "tests/tuner/runtime/gpu_test_support.hpp"
 #include "tuner/gemm/gemm_runner.hpp"
+#include "tuner/jit/compiler.hpp"
+#include "tuner/production/cubin_store.hpp"
 #include "tuner/production/qtune_runtime.hpp"
 #include "tuner/runtime/device.hpp"
 #include "tuner/runtime/driver.hpp"
@@ -83,11 +87,11 @@ struct DeviceCase {
   }
 };
 
-DeviceCase upload(const Runtime& runtime, const Case& c) {
+DeviceCase upload(const Runtime& runtime, const Case& c, std::uint64_t seed = 43) {
   DeviceCase device;
   device.problem = problem_of(c);
   const Routing routing = device.problem.make_routing();
-  const MoeOperands operands = make_moe_operands(device.problem, routing, 43, /*every_expert=*/true);
+  const MoeOperands operands = make_moe_operands(device.problem, routing, seed, /*every_expert=*/true);
   device.reference = reference_moe(device.problem, operands);
   std::vector<runtime_api::HostQuantizedWeights> experts;
   for (const QuantizedWeights& w : operands.experts) experts.push_back({w.codes, w.scales.bits, w.zero_point_bits, w.global_scale});
@@ -343,6 +347,98 @@ TEST(RuntimeMoeGpu, CallCapturesIntoACudaGraph) {
       EXPECT_EQ(capture_and_replay(tuned, c, "tma"), "") << projection << " T=" << tokens;
     }
   }
+}
+
+// tma's activation map is encoded on the host once per shape and stream scratch and reused by later calls (the
+// Runtime's TensorMapCache): the same buffers again give the same bits; other activations, routing and experts of the
+// same shape reuse the map (the gather copies them into the same scratch rows) and match their own reference; a larger
+// shape grows the stream's scratch, so the gathered rows move; the first shape after that must follow them (a stale
+// map would read freed memory), and on a second stream its own scratch. Every output is checked.
+TEST(RuntimeMoeGpu, TmaActivationMapIsReusedAndFollowsNewBuffers) {
+  QTUNE_REQUIRE_GPU();
+  if (!tma_family().supports(FormatSpec::parse("w4a8-int4-fp8"), gemm::device_limits().sm).supported) {
+    GTEST_SKIP() << "not sm_90: the runtime launches no tma MoE kernel here";
+  }
+  test_support::TempDir dir;
+  reports::SelectionTable table;
+  table.gpu = "h200";
+  std::vector<Case> unused;
+  add_tuned_entries(table, unused, {"w4a8-int4-fp8"}, kTmaSplitTile, kTmaPersistentTile,
+                    {.experts = 32, .top_k = 4, .n = 512, .k = 2048});
+  std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
+  Runtime runtime({.table = testing::write_table(dir / "table.json", table), .cache_directory = dir / "cache"});
+  const runtime::Stream stream, second_stream;
+  for (const char* projection : {"gate-up", "down"}) {
+    const Case small{.format = "w4a8-int4-fp8", .projection = projection, .routing = "uniform", .experts = 32, .tokens = 16,
+                     .n = 512, .k = 2048};
+    Case skewed = small;
+    skewed.routing = "zipf:3";
+    Case large = small;
+    large.tokens = 256;
+    for (const Case& c : {small, large}) {
+      const MoeShape shape{.experts = c.experts, .top_k = c.top_k, .n = c.n, .k = c.k, .tokens = c.tokens, .projection = c.projection};
+      const runtime_api::MoeChoice choice = runtime.select_moe(c.format, shape);
+      ASSERT_EQ(choice.choice.family, "tma") << label(c) << ": " << choice.choice.detail;
+      ASSERT_EQ(choice.choice.source, ConfigSource::Tuned) << label(c) << ": " << choice.choice.detail;
+    }
+    DeviceCase first = upload(runtime, small, 43);
+    DeviceCase other = upload(runtime, skewed, 47);
+    DeviceCase bigger = upload(runtime, large, 53);
+    const std::vector<std::uint16_t> bits = run(runtime, first, small, stream);
+    EXPECT_EQ(check_output(first, bits), "") << projection << ": the first call";
+    EXPECT_EQ(run(runtime, first, small, stream), bits) << projection << ": the same buffers again";
+    EXPECT_EQ(check_output(other, run(runtime, other, skewed, stream)), "") << projection << ": other activations, same shape";
+    EXPECT_EQ(check_output(bigger, run(runtime, bigger, large, stream)), "") << projection << ": a larger shape (the scratch grows)";
+    EXPECT_EQ(run(runtime, first, small, stream), bits) << projection << ": the first shape after the scratch moved";
+    EXPECT_EQ(run(runtime, first, small, second_stream), bits) << projection << ": the first shape on another stream";
+  }
+}
+
+// A table's MoE winners exported with the kernels their calls launch (production::write_cubins, what `qtune export
+// --cubins DIR --arch <this GPU's target>` runs): a Runtime reading the directory runs them from the cubins, so
+// select_moe says precompiled, every output matches the reference, and the JIT never runs (its disk cache stays empty).
+// mma winners of W4A16 and W4A8 everywhere; on Hopper tma winners of W4A8 and W8A8 too (gather and reduction kernels).
+TEST(RuntimeMoeGpu, ExportedMoeCubinsRunWithoutTheJit) {
+  QTUNE_REQUIRE_GPU();
+  test_support::TempDir dir;
+  reports::SelectionTable table;
+  table.gpu = "h200";
+  std::vector<Case> mma_cases, tma_cases;
+  add_tuned_entries(table, mma_cases, {"w4a16-int4-g128", "w4a8-int4-fp8"},
+                    "mma:bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0",
+                    "mma:bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0");
+  const int sm = gemm::device_limits().sm;
+  const bool hopper = tma_family().supports(FormatSpec::parse("w4a8-int4-fp8"), sm).supported;
+  if (hopper) {
+    add_tuned_entries(table, tma_cases, {"w4a8-int4-fp8", "w8a8-fp8-ch"}, kTmaSplitTile, kTmaPersistentTile,
+                      {.experts = 32, .top_k = 4, .n = 512, .k = 2048});
+  }
+  std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
+  const std::string arch = gemm::nvrtc_arch(sm);
+  jit::CompilerSettings settings;
+  settings.cache_directory = dir / "export-cache";
+  const CubinExport exported = write_cubins(plan_cubins(table, {arch}, false), dir / "cubins", jit::Compiler(settings));
+  ASSERT_TRUE(exported.moe_failed.empty()) << exported.moe_failed.front().what << ": " << exported.moe_failed.front().reason;
+  ASSERT_FALSE(exported.manifest.moe_kernels.empty());
+  const std::filesystem::path jit_cache = dir / "cache";
+  Runtime runtime({.table = testing::write_table(dir / "table.json", table), .cubin_directory = dir / "cubins",
+                   .cache_directory = jit_cache});
+  for (const std::vector<Case>* cases : {&mma_cases, &tma_cases}) {
+    for (const Case& c : *cases) {
+      const MoeShape shape{.experts = c.experts, .top_k = c.top_k, .n = c.n, .k = c.k, .tokens = c.tokens, .projection = c.projection};
+      const runtime_api::MoeChoice choice = runtime.select_moe(c.format, shape);
+      EXPECT_EQ(choice.origin, runtime_api::KernelOrigin::Precompiled) << label(c) << ": " << choice.choice.family << ":"
+                                                                        << choice.choice.config;
+    }
+  }
+  run_cases(runtime, mma_cases, ConfigSource::Tuned, "mma");
+  if (hopper) run_cases(runtime, tma_cases, ConfigSource::Tuned, "tma");
+  std::size_t compiled = 0;
+  if (std::filesystem::exists(jit_cache)) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(jit_cache)) compiled += entry.is_regular_file() ? 1 : 0;
+  }
+  EXPECT_EQ(compiled, 0u) << "the JIT compiled kernels the cubin directory has";
+  EXPECT_EQ(runtime.loaded_kernel_count(), exported.manifest.moe_kernels.size());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // libqtune_runtime without a GPU: which configuration select() picks (tuned table, M range boundaries, nearest-shape
-// fallback, the heuristic), CPU prepacking, and the one-line errors for bad input.
+// fallback, the heuristic), the target its kernel compiles for (wgmma and tma: sm_90a on any sm_90 spelling, compiled
+// with NVRTC), CPU prepacking, and the one-line errors for bad input.
 #include <gtest/gtest.h>
 
 #include "tests/common/temp_dir.hpp"
@@ -19,7 +20,10 @@
 #include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
 #include "kernels/quantize.hpp"
+#include "tests/tuner/kernel/kernel_test_support.hpp"
 #include "tests/tuner/production/production_test_support.hpp"
+#include "tuner/jit/compiler.hpp"
+#include "tuner/production/kernel_sources.hpp"
 #include "tuner/production/qtune_runtime.hpp"
 #include "tuner/production/selector.hpp"
 
@@ -181,6 +185,59 @@ TEST(RuntimeSelectMixedTable, WgmmaConfigsOfATableAreSelected) {
   EXPECT_EQ(fallback.source, ConfigSource::Heuristic);
   EXPECT_EQ(fallback.family, "mma");
   EXPECT_NE(fallback.detail.find("format-unsupported-on-arch"), std::string::npos) << fallback.detail;
+}
+
+// wgmma and tma kernels exist only as sm_90a code (their instantiation refuses plain sm_90): a Runtime given either
+// spelling of Hopper plans them for sm_90a, and what it would compile (the family's instantiation for the plan's arch,
+// production::gemm_compile_request as Runtime::load builds it) compiles with NVRTC; an mma plan keeps the arch given.
+// Tuned configs of both families from a table, and the heuristic's (wgmma from M = 16, tma from M = 256).
+TEST(RuntimeCompile, DenseWgmmaAndTmaPlansOfAnySm90SpellingCompileForSm90a) {
+  TempDir dir;
+  const std::string wgmma_config = "bm=64,bn=128,bk=128,stages=4,split=1,raster=0";
+  const Problem fp8_problem{FormatSpec::parse("w8a8-fp8-ch"), 4096, 8192, 8192};
+  const KernelConfig tma_config = tma_family().default_config(fp8_problem, hopper());
+  ASSERT_TRUE(tma_family().check(tma_config, fp8_problem, hopper()).valid);
+  reports::SelectionTable table;
+  table.gpu = "h200";
+  table.formats[kFormat] = {shape_rules(8192, 8192, {{1, 8, kSmallM}, {9, std::nullopt, "wgmma:" + wgmma_config}})};
+  table.formats["w8a8-fp8-ch"] = {shape_rules(8192, 8192, {{1, std::nullopt, "tma:" + tma_config.to_string()}})};
+  const std::filesystem::path table_path = write_table(dir / "table.json", table);
+
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  for (const char* arch : {"sm_90", "sm_90a"}) {
+    const Runtime tuned({.table = table_path, .arch = arch});
+    const Runtime untuned({.arch = arch});
+    auto add = [&](const Runtime& runtime, const char* format, std::int64_t m, const char* family, ConfigSource source,
+                   const std::string& expected_arch) {
+      const runtime_api::KernelPlan plan = runtime.plan(format, m, 8192, 8192);
+      const std::string label = std::string(arch) + " " + format + " M=" + std::to_string(m) + " " + plan.choice.family + ":" +
+                                plan.choice.config;
+      ASSERT_EQ(plan.choice.family, family) << label << ": " << plan.choice.detail;
+      ASSERT_EQ(plan.choice.source, source) << label << ": " << plan.choice.detail;
+      EXPECT_EQ(plan.arch, expected_arch) << label;
+      EXPECT_EQ(plan.origin, runtime_api::KernelOrigin::Jit) << label;
+      // What the JIT would be asked for: plain sm_90 made wgmma and tma refuse the request (UnsupportedError).
+      requests.push_back(gemm_compile_request(KernelConfig::parse(plan.choice.config, plan.choice.family),
+                                              FormatSpec::parse(format), plan.arch));
+      labels.push_back(label);
+    };
+    add(tuned, kFormat, 64, "wgmma", ConfigSource::Tuned, "sm_90a");
+    add(tuned, "w8a8-fp8-ch", 512, "tma", ConfigSource::Tuned, "sm_90a");
+    add(tuned, kFormat, 4, "mma", ConfigSource::Tuned, arch);
+    if (std::string(arch) == "sm_90") {  // the heuristic's choices compile alike (once: the same kernels for sm_90a)
+      add(untuned, kFormat, 64, "wgmma", ConfigSource::Heuristic, "sm_90a");
+      add(untuned, kFormat, 300, "tma", ConfigSource::Heuristic, "sm_90a");
+    }
+  }
+  EXPECT_EQ(kernel_arch("wgmma", "sm_90"), "sm_90a");
+  EXPECT_EQ(kernel_arch("tma", "sm_90a"), "sm_90a");
+  EXPECT_EQ(kernel_arch("mma", "sm_90"), "sm_90");
+  EXPECT_EQ(kernel_arch("wgmma", "sm_80"), "sm_80");  // no such kernel runs there: its own UnsupportedError says so
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.arch, label.find(" mma:") != std::string::npos ? label.substr(0, label.find(' ')) : "sm_90a") << label;
+  });
 }
 
 TEST_F(RuntimeSelect, SpecSpellingsOfOneFormatSelectAlike) {
