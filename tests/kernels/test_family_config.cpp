@@ -322,6 +322,15 @@ TEST(WgmmaFamilyRules, DefaultSplitsWithinOneWaveOfResidentBlocks) {
   EXPECT_EQ(default_for(16, 8192).get("split"), 4);
   EXPECT_EQ(default_for(16, 8192).get("overlap"), 0);
   EXPECT_EQ(default_for(16, 57344).get("split"), 1);
+  // K-group scales on the partial sums at decode sizes, where the format has them (not per channel, not with zeros).
+  auto default_of = [&](const char* spec, int64_t m) {
+    return wgmma_family().default_config(Problem{FormatSpec::parse(spec), m, 8192, 8192, false}, hopper).get("gscale");
+  };
+  EXPECT_EQ(default_of("w4a16-int4-g128", 1), 1);
+  EXPECT_EQ(default_of("w4a16-int4-g128", 64), 1);
+  EXPECT_EQ(default_of("w4a16-int4-g128", 256), 0);
+  EXPECT_EQ(default_of("w4a16-int4-ch", 16), 0);
+  EXPECT_EQ(default_of("w4a16-int4-g128-zp", 16), 0);
 }
 
 TEST(KernelFamilies, ArchNames) {
