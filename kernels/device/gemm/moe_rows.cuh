@@ -8,59 +8,45 @@
 namespace qtune {
 namespace device {
 
-// The expert of a block, before its row tables: a MoE CTA's weights depend on it alone, so a kernel can start their
-// loads while the rows are read (each dependent global load in front of the first weight byte cost a CTA of the
-// DeepSeek-V3 down projection, 8 K tiles long, a visible share of its life). -1: nothing to compute (past the padded
-// rows, or a masked block past its expert's count). Every thread of the CTA gets the same answer.
-template <int LAYOUT, int BM>
-__device__ __forceinline__ int moe_block_expert(const GemmParams& p, const MoeParams& moe, int block) {
-  static_assert(LAYOUT == kMoeTokenIndexed || LAYOUT == kMoeContiguous || LAYOUT == kMoeMasked, "unknown MoE layout");
-  const int m0 = block * BM;
-  if constexpr (LAYOUT == kMoeTokenIndexed) {
-    // Both loads in flight at once: block_experts has an entry for every launch block, used only inside the padded rows.
-    const int padded = moe.padded_rows != 0 ? load_int(reinterpret_cast<const int*>(moe.padded_rows)) : p.m;
-    const int expert = load_int(reinterpret_cast<const int*>(moe.block_experts) + block);
-    return m0 < padded ? expert : -1;
-  } else if constexpr (LAYOUT == kMoeContiguous) {
-    return m0 < p.m ? load_int(reinterpret_cast<const int*>(moe.rows) + m0) : -1;
-  } else {
-    const int expert = m0 / moe.max_rows;
-    return m0 % moe.max_rows < load_int(reinterpret_cast<const int*>(moe.counts) + expert) ? expert : -1;
-  }
-}
-
 // Fills source[r] (activation row), target[r] (output row) and weight[r] (router weight; 1 unless token-indexed down)
-// for the rows of a block of `expert` (moe_block_expert's) in shared memory and returns the block. Every thread of the
-// CTA calls it (it synchronises).
+// for the block's rows in shared memory and returns the block. Every thread of the CTA calls it (it synchronises).
 template <int LAYOUT, int PROJECTION, int BM, int THREADS>
-__device__ __forceinline__ MoeBlock moe_block_rows(const GemmParams& p, const MoeParams& moe, int block, int expert, int* source,
+__device__ __forceinline__ MoeBlock moe_block_rows(const GemmParams& p, const MoeParams& moe, int block, int* source,
                                                    int* target, float* weight) {
   static_assert(LAYOUT == kMoeTokenIndexed || LAYOUT == kMoeContiguous || LAYOUT == kMoeMasked, "unknown MoE layout");
   static_assert(PROJECTION == kMoeGateUp || PROJECTION == kMoeDown, "unknown MoE projection");
   static_assert(THREADS >= BM, "every row of a block is read by its own thread");
   const int m0 = block * BM;
   const int r = threadIdx.x;
+  int expert = -1;
   bool live = false;
-  if (expert >= 0 && r < BM) {
-    if constexpr (LAYOUT == kMoeTokenIndexed) {
-      const int pair = load_int(reinterpret_cast<const int*>(moe.rows) + m0 + r);
-      live = pair >= 0 && pair < moe.pairs;
-      if (live) {
-        source[r] = PROJECTION == kMoeGateUp ? pair / moe.top_k : pair;
-        target[r] = pair;
-        weight[r] = PROJECTION == kMoeDown ? ld_global_f32(reinterpret_cast<const float*>(moe.router_weights) + pair) : 1.0f;
+  if constexpr (LAYOUT == kMoeTokenIndexed) {
+    const int padded = moe.padded_rows != 0 ? load_int(reinterpret_cast<const int*>(moe.padded_rows)) : p.m;
+    if (m0 < padded) {
+      expert = load_int(reinterpret_cast<const int*>(moe.block_experts) + block);
+      if (r < BM) {
+        const int pair = load_int(reinterpret_cast<const int*>(moe.rows) + m0 + r);
+        live = pair >= 0 && pair < moe.pairs;
+        if (live) {
+          source[r] = PROJECTION == kMoeGateUp ? pair / moe.top_k : pair;
+          target[r] = pair;
+          weight[r] = PROJECTION == kMoeDown ? ld_global_f32(reinterpret_cast<const float*>(moe.router_weights) + pair) : 1.0f;
+        }
       }
-    } else {
-      if constexpr (LAYOUT == kMoeContiguous) {
-        live = m0 + r < p.m && load_int(reinterpret_cast<const int*>(moe.rows) + m0 + r) == expert;
-      } else {
-        live = m0 % moe.max_rows + r < load_int(reinterpret_cast<const int*>(moe.counts) + expert);
-      }
-      if (live) {
-        source[r] = m0 + r;
-        target[r] = m0 + r;
-        weight[r] = 1.0f;
-      }
+    }
+  } else if constexpr (LAYOUT == kMoeContiguous) {
+    expert = load_int(reinterpret_cast<const int*>(moe.rows) + m0);
+    if (r < BM && m0 + r < p.m) live = expert >= 0 && load_int(reinterpret_cast<const int*>(moe.rows) + m0 + r) == expert;
+  } else {
+    expert = m0 / moe.max_rows;
+    const int count = load_int(reinterpret_cast<const int*>(moe.counts) + expert);
+    live = r < BM && m0 % moe.max_rows + r < count;
+  }
+  if constexpr (LAYOUT != kMoeTokenIndexed) {
+    if (live) {
+      source[r] = m0 + r;
+      target[r] = m0 + r;
+      weight[r] = 1.0f;
     }
   }
   // Live rows are a prefix of the block: their count is where the padding starts.
@@ -92,28 +78,7 @@ template <class ROWS, int BM, int THREADS>
 __device__ __forceinline__ MoeBlock block_rows(const GemmParams& launch, const MoeParams* moe, int tile_m, int rows_valid,
                                                const MoeTables<BM>& tables) {
   if constexpr (ROWS::LAYOUT != 0) {
-    return moe_block_rows<ROWS::LAYOUT, ROWS::PROJECTION, BM, THREADS>(
-        launch, *moe, tile_m, moe_block_expert<ROWS::LAYOUT, BM>(launch, *moe, tile_m), tables.source, tables.target, tables.weight);
-  } else {
-    return {0, rows_valid};
-  }
-}
-
-// block_rows in two steps, for a kernel that starts its weight loads in between: the block's expert (0 for DenseRows),
-// then its rows for that expert.
-template <class ROWS, int BM>
-__device__ __forceinline__ int block_expert(const GemmParams& launch, const MoeParams* moe, int tile_m) {
-  if constexpr (ROWS::LAYOUT != 0) {
-    return moe_block_expert<ROWS::LAYOUT, BM>(launch, *moe, tile_m);
-  } else {
-    return 0;
-  }
-}
-template <class ROWS, int BM, int THREADS>
-__device__ __forceinline__ MoeBlock block_rows_of_expert(const GemmParams& launch, const MoeParams* moe, int tile_m, int expert,
-                                                         int rows_valid, const MoeTables<BM>& tables) {
-  if constexpr (ROWS::LAYOUT != 0) {
-    return moe_block_rows<ROWS::LAYOUT, ROWS::PROJECTION, BM, THREADS>(launch, *moe, tile_m, expert, tables.source, tables.target,
+    return moe_block_rows<ROWS::LAYOUT, ROWS::PROJECTION, BM, THREADS>(launch, *moe, tile_m, tables.source, tables.target,
                                                                        tables.weight);
   } else {
     return {0, rows_valid};

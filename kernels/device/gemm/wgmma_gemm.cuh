@@ -109,13 +109,12 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
   // ---- which output tile and K range ----
   const TileSchedule<BM, BN, BK, T::RASTER, T::SPLIT_K> schedule(launch);
   const TileWork work = schedule.work(launch, blockIdx.x);
-  // MoE: the block's expert first, then (after its first weight loads are issued) its live rows and row tables, which
-  // are kept after the pipeline's shared memory (block_rows_of_expert).
+  // MoE: the block's expert and live rows, its row tables after the pipeline's shared memory (block_rows).
   const MoeTables<BM> tables(shared + G::SHARED_BYTES);
-  const int expert = block_expert<ROWS, BM>(launch, moe, work.tile_m);
-  if (expert < 0) return;
-  decltype(auto) p = ROWS::params(launch, moe, expert);
-  const int m0 = work.m0, n0 = work.n0, kt_begin = work.kt_begin;
+  const MoeBlock block = block_rows<ROWS, BM, THREADS>(launch, moe, work.tile_m, work.rows_valid, tables);
+  if (block.expert < 0) return;
+  decltype(auto) p = ROWS::params(launch, moe, block.expert);
+  const int m0 = work.m0, n0 = work.n0, rows_valid = block.live_rows, kt_begin = work.kt_begin;
   const int tile_count = work.kt_end - work.kt_begin;
 
   const u32 smem = (shared_address(shared) + 1023u) & ~1023u;
@@ -126,9 +125,35 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
       STRIP_CHUNKS >= THREADS ? tid * 16LL : (tid / STRIP_CHUNKS) * w_strip_stride + (tid % STRIP_CHUNKS) * 16LL;
   const long long a_row_bytes = static_cast<long long>(p.k) * 2;
 
-  auto load_weights = [&](int stage, int kt) {
+  // Token rows past M are never loaded: zero them once in every stage.
+  if (rows_valid < BM) {
+    const int missing = BM - rows_valid;
+    for (int i = tid; i < T::STAGES * missing * CPR; i += THREADS) {
+      const int stage = i / (missing * CPR);
+      const int rest = i % (missing * CPR);
+      const int row = rows_valid + rest / CPR;
+      const int chunk = rest % CPR;
+      st_shared_128(smem + stage * G::STAGE_BYTES + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), 0, 0,
+                    0, 0);
+    }
+  }
+
+  auto load_stage = [&](int stage, int kt) {
     const u32 base = smem + stage * G::STAGE_BYTES;
     const int k0 = kt * BK;
+    // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8).
+    const char* a_tile = a_global + static_cast<long long>(m0) * a_row_bytes + k0 * 2;
+#pragma unroll
+    for (int c = 0; c < (BM * CPR + THREADS - 1) / THREADS; ++c) {
+      const unsigned i = tid + c * THREADS;
+      const int row = i / CPR;
+      const int chunk = i % CPR;
+      if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && row < rows_valid) {
+        // MoE: the block's row r is activation row source[r] (gathered), not m0 + r.
+        const char* a_row = IS_MOE ? a_global + tables.source[row] * a_row_bytes + k0 * 2 : a_tile + row * a_row_bytes;
+        cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), a_row + chunk * 16);
+      }
+    }
     // Weights: BLOCK_N / 16 contiguous strip runs (see mma_gemm.cuh for the per-thread base). No evict-first hint:
     // with several M tiles the weights are read again, and sm_90a ptxas left the hint's descriptor registers unset
     // inside this loop (an illegal instruction on the H200, call N).
@@ -150,58 +175,6 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
     const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
     const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
     stage_weight_vectors<F, BN, G::GROUP_ROWS, THREADS>(s_base, s_base + G::S_STAGE_BYTES, p, first_group, n0, tid);
-  };
-
-  // With IN_FLIGHT = 1 a stage's wgmmas run while the next stage is dequantized (see WgmmaGemm).
-  constexpr int LOOKAHEAD = T::STAGES - 1 - G::IN_FLIGHT;
-  // MoE: the first stages' weights are requested before the row tables are read (the rows' dependent loads then
-  // overlap the weights' DRAM latency); their cp.async groups are stage 0's (waiting for stage 0 waits for them too).
-  if constexpr (IS_MOE) {
-#pragma unroll
-    for (int s = 0; s < LOOKAHEAD; ++s) {
-      if (s < tile_count) load_weights(s, kt_begin + s);
-    }
-  }
-  const MoeBlock block = block_rows_of_expert<ROWS, BM, THREADS>(launch, moe, work.tile_m, expert, work.rows_valid, tables);
-  if (block.expert < 0) {
-    cp_async_wait<0>();  // no copy may still target the shared memory of a finished CTA
-    return;
-  }
-  const int rows_valid = block.live_rows;
-
-  // Token rows past M are never loaded: zero them once in every stage.
-  if (rows_valid < BM) {
-    const int missing = BM - rows_valid;
-    for (int i = tid; i < T::STAGES * missing * CPR; i += THREADS) {
-      const int stage = i / (missing * CPR);
-      const int rest = i % (missing * CPR);
-      const int row = rows_valid + rest / CPR;
-      const int chunk = rest % CPR;
-      st_shared_128(smem + stage * G::STAGE_BYTES + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), 0, 0,
-                    0, 0);
-    }
-  }
-
-  auto load_activations = [&](int stage, int kt) {
-    const u32 base = smem + stage * G::STAGE_BYTES;
-    const int k0 = kt * BK;
-    // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8).
-    const char* a_tile = a_global + static_cast<long long>(m0) * a_row_bytes + k0 * 2;
-#pragma unroll
-    for (int c = 0; c < (BM * CPR + THREADS - 1) / THREADS; ++c) {
-      const unsigned i = tid + c * THREADS;
-      const int row = i / CPR;
-      const int chunk = i % CPR;
-      if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && row < rows_valid) {
-        // MoE: the block's row r is activation row source[r] (gathered), not m0 + r.
-        const char* a_row = IS_MOE ? a_global + tables.source[row] * a_row_bytes + k0 * 2 : a_tile + row * a_row_bytes;
-        cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), a_row + chunk * 16);
-      }
-    }
-  };
-  auto load_stage = [&](int stage, int kt) {
-    load_activations(stage, kt);
-    load_weights(stage, kt);
   };
 
   // Per-channel vectors of this warp's strip (columns group and group + 8): loaded once.
@@ -315,15 +288,11 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
   };
 
   // ---- the pipeline ----
+  // With IN_FLIGHT = 1 a stage's wgmmas run while the next stage is dequantized (see WgmmaGemm).
+  constexpr int LOOKAHEAD = T::STAGES - 1 - G::IN_FLIGHT;
 #pragma unroll
   for (int s = 0; s < LOOKAHEAD; ++s) {
-    if (s < tile_count) {
-      if constexpr (IS_MOE) {
-        load_activations(s, kt_begin + s);  // the weights are on their way
-      } else {
-        load_stage(s, kt_begin + s);
-      }
-    }
+    if (s < tile_count) load_stage(s, kt_begin + s);
     cp_async_commit();
   }
   u32 fragment_even[G::KSTEPS][4];

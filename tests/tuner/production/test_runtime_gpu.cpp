@@ -174,7 +174,7 @@ TEST(RuntimeApiGpu, PlainSm90RuntimeRunsWgmmaAndTmaKernels) {
   test_support::TempDir dir;
   reports::SelectionTable table;
   table.gpu = "h200";
-  table.formats[kFormat] = {shape_rules(kSize, kSize, {{1, 64, std::string("wgmma:") + kWgmmaTile}})};
+  table.formats[kFormat] = {shape_rules(kSize, kSize, {{1, std::nullopt, std::string("wgmma:") + kWgmmaTile}})};
   Runtime heuristic({.cache_directory = dir / "cache", .arch = "sm_90"});
   Runtime tuned({.table = write_table(dir / "table.json", table), .cache_directory = dir / "cache", .arch = "sm_90"});
   const FormatSpec format = FormatSpec::parse(kFormat);
