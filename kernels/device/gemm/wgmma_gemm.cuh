@@ -266,20 +266,15 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
   // row is the stage's staged one (its slot is refilled only after the next stage's barrier).
   auto flush_groups = [&](int it, int stage) {
     if constexpr (G::SCALE_AFTER) {
+      auto compute_to_f32 = [](unsigned short bits) { return F::COMPUTE_TYPE == kElementF16 ? f16_to_f32(bits) : bf16_to_f32(bits); };
       if (!ends_group(it)) return;
       const u32 s_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
 #pragma unroll
       for (int set = 0; set < G::PARTIAL_SETS; ++set) {
         u32 word;
         ld_shared_32(&word, s_smem + set * G::S_ROW_BYTES + (warp * 16 + group * 2) * 2);
-        float scale[2];
-        if constexpr (F::COMPUTE_TYPE == kElementF16) {
-          scale[0] = f16_to_f32(static_cast<unsigned short>(word & 0xFFFFu));
-          scale[1] = f16_to_f32(static_cast<unsigned short>(word >> 16));
-        } else {
-          scale[0] = bf16_to_f32(static_cast<unsigned short>(word & 0xFFFFu));
-          scale[1] = bf16_to_f32(static_cast<unsigned short>(word >> 16));
-        }
+        const float scale[2] = {compute_to_f32(static_cast<unsigned short>(word & 0xFFFFu)),
+                                compute_to_f32(static_cast<unsigned short>(word >> 16))};
         // partial[set][4 j + e] is column warp * 16 + group + 8 (e / 2): scale[e / 2].
 #pragma unroll
         for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = fmaf(partial[set][i], scale[(i % 4) / 2], acc[i]);
