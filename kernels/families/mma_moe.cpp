@@ -27,6 +27,7 @@ constexpr int kMulticastWeights = 2;  // device::kMulticastWeights
 constexpr const char* kReduceKernelName = "qtune_moe_reduce_top_k";
 constexpr int kTableBytesPerRow = 12;  // MmaGemm::MOE_TABLE_BYTES / BLOCK_M
 constexpr int kReduceThreads = 256;
+constexpr uint32_t kPersistentMaxCtasPerSm = 8;  // an upper bound: the launch caps it by the kernel's occupancy
 constexpr const char* kAlignKernelName = "qtune_moe_align";
 constexpr int kAlignDefaultSharedBytes = 48 * 1024;  // more needs an opt-in per kernel
 
@@ -75,7 +76,9 @@ struct MoeTiles {
   int pipeline_bytes = 0;  // dynamic shared memory of the dense tiles, without the row tables
   int static_bytes = 0;
   int table_bytes_per_row = kTableBytesPerRow;  // 0 for the tma kernel: its warps read the row tables from global memory
-  int dynamic_bytes() const { return pipeline_bytes + table_bytes_per_row * bm; }
+  int table_fixed_bytes = 0;
+  bool persistent = false;  // the wgmma kernel's persistent schedule (gemm/wgmma_moe.cuh)
+  int dynamic_bytes() const { return pipeline_bytes + table_bytes_per_row * bm + table_fixed_bytes; }
 };
 
 MoeKernel kernel_of(const KernelConfig& config) {
@@ -117,6 +120,13 @@ MoeTiles moe_tiles(const KernelConfig& config, const FormatSpec& format) {
     tiles.threads = WgmmaFamily::threads(config);
     tiles.pipeline_bytes = WgmmaFamily::shared_bytes(config, format);
     tiles.static_bytes = WgmmaFamily::kStaticSharedBytes;
+    if (WgmmaFamily::persistent(config) == 1) {
+      // Two row-table slots (device::PersistentMoeSlots): per row a pair id, a source row and a router weight; per
+      // slot an expert and its global scale, padded to 16 bytes.
+      tiles.persistent = true;
+      tiles.table_bytes_per_row = 2 * kTableBytesPerRow;
+      tiles.table_fixed_bytes = 2 * 16;
+    }
     return tiles;
   }
   const TileShape t = TileShape::from(config);
@@ -159,8 +169,12 @@ RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const A
   const int bm = config.params.count("bm") ? config.params.at("bm") : 16;
   const int64_t pairs = problem.tokens * problem.top_k;
   const RuleVerdict dense = family_of(config).check(config, dense_problem(problem, pairs + problem.experts * int64_t{bm}), limits);
-  // A block's tile is as tall as bm whatever the rows per expert: bm-over-m does not apply to a MoE block.
-  if (!dense.valid && dense.rule != "bm-over-m" && dense.rule != "raster-single-m-tile") return dense;
+  // A block's tile is as tall as bm whatever the rows per expert: bm-over-m does not apply to a MoE block. The wgmma
+  // family's persistent schedule exists for MoE units only.
+  if (!dense.valid && dense.rule != "bm-over-m" && dense.rule != "raster-single-m-tile" &&
+      dense.rule != WgmmaFamily::kPersistentMoeOnlyRule) {
+    return dense;
+  }
   if (is_tma(config)) {
     if (config.get("multicast") == kMulticastWeights) {
       return RuleVerdict::fail("moe-multicast-weights", "multicast=2 pairs two row blocks along M, which may belong to two experts "
@@ -173,6 +187,24 @@ RuleVerdict check(const KernelConfig& config, const MoeProblem& problem, const A
     }
   }
   const MoeTiles tiles = moe_tiles(config, problem.format);
+  if (tiles.persistent) {
+    if (problem.layout != MoeLayout::TokenIndexed) {
+      return RuleVerdict::fail("persistent-token-indexed", "persistent=1 walks the blocks of the token-indexed layout (every block "
+                                                           "below the padded row count has a live row); grouped layouts run one CTA per block");
+    }
+    if (tiles.split != 1) return RuleVerdict::fail("persistent-split", "persistent=1 walks whole units: split must be 1");
+    if (config.params.count("overlap") != 0 && config.get("overlap") != 0) {
+      return RuleVerdict::fail("persistent-overlap", "persistent=1 runs one wgmma group at a time across units: overlap must be 0");
+    }
+    // A unit's table fills through the pipeline one unit ahead (gemm/wgmma_moe.cuh): 2 (stages - 1) + 1 K tiles.
+    const int64_t k_tiles = problem.k / config.get("bk");
+    const int64_t needed = 2 * (config.get("stages") - 1) + 1;
+    if (k_tiles < needed) {
+      return RuleVerdict::fail("persistent-k-tiles", "persistent=1 with stages=" + std::to_string(config.get("stages")) + " needs " +
+                                                         std::to_string(needed) + " K tiles per unit, K=" + std::to_string(problem.k) +
+                                                         " has " + std::to_string(k_tiles) + " of bk=" + std::to_string(config.get("bk")));
+    }
+  }
   if (!is_tma(config) && tiles.threads < tiles.bm) {
     return RuleVerdict::fail("moe-threads-rows", std::to_string(tiles.threads) + " threads cannot fill the row table of bm=" +
                                                      std::to_string(tiles.bm) + " rows (one thread per row)");
@@ -210,11 +242,15 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
       wgmma ? WgmmaFamily::tiles_template_arguments(config) : TileShape::from(config).template_arguments());
   const std::string gemm = wgmma ? "qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ">"
                                  : "qd::MmaGemm<QtuneFormat, QtuneTiles>";
-  source += "static_assert(" + gemm + "::SHARED_BYTES + " + gemm + "::MOE_TABLE_BYTES == " + std::to_string(tiles.dynamic_bytes()) +
+  const std::string tables = tiles.persistent ? "qd::PersistentMoeSlots<QtuneTiles::BLOCK_M>::BYTES" : gemm + "::MOE_TABLE_BYTES";
+  source += "static_assert(" + gemm + "::SHARED_BYTES + " + tables + " == " + std::to_string(tiles.dynamic_bytes()) +
             ", \"host and device disagree on the shared memory size\");\n";
   source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + kernel_name(config) +
             "(const qd::GemmParams params, const qd::MoeParams moe) {\n";
-  if (wgmma) {
+  if (tiles.persistent) {
+    source += "  qd::wgmma_moe_persistent_gemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ", " + projection +
+              ">(params, moe);\n";
+  } else if (wgmma) {
     source += "  qd::wgmma_moe_gemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ", " + layout +
               ", " + projection + ">(params, moe);\n";
   } else {
@@ -284,6 +320,8 @@ LaunchGeometry launch_geometry(const KernelConfig& config, const MoeProblem& pro
   geometry.grid = {static_cast<uint32_t>(tiles * t.split), 1, 1};
   geometry.block = {static_cast<uint32_t>(t.threads), 1, 1};
   geometry.dynamic_shared_bytes = static_cast<uint32_t>(t.dynamic_bytes());
+  // Persistent: as many CTAs per SM as the kernel's registers and shared memory allow (the launch asks the driver).
+  if (t.persistent) geometry.persistent_ctas_per_sm = kPersistentMaxCtasPerSm;
   if (t.split > 1) {
     geometry.workspace_bytes = static_cast<uint64_t>(t.split) * tiles * t.bm * t.bn * 4 + static_cast<uint64_t>(tiles) * 4;
     geometry.workspace_starts_zeroed = true;

@@ -22,9 +22,10 @@ constexpr int kSplitFlagBytes = WgmmaFamily::kStaticSharedBytes;
 // Configs recorded before "overlap" existed ran without a stage in flight, and before "gscale" scaled the weights.
 constexpr int kOverlapWhenAbsent = 0;
 constexpr int kGroupScaleWhenAbsent = 0;
+constexpr int kPersistentWhenAbsent = 0;
 
 struct WgmmaTiles {
-  int bm, bn, bk, stages, split, raster, overlap, gscale;
+  int bm, bn, bk, stages, split, raster, overlap, gscale, persistent;
 
   static WgmmaTiles from(const KernelConfig& config) {
     auto get = [&](const char* name) {
@@ -37,7 +38,7 @@ struct WgmmaTiles {
       return found == config.params.end() ? absent : found->second;
     };
     return {get("bm"),    get("bn"), get("bk"), get("stages"), get("split"), get("raster"), optional("overlap", kOverlapWhenAbsent),
-            optional("gscale", kGroupScaleWhenAbsent)};
+            optional("gscale", kGroupScaleWhenAbsent), optional("persistent", kPersistentWhenAbsent)};
   }
   // Partial-sum sets of gscale = 1 (device::WgmmaGemm::PARTIAL_SETS): one per scale group of a stage.
   int partial_sets(const DeviceFormat& device) const {
@@ -72,6 +73,10 @@ std::vector<ParameterDomain> WgmmaFamily::parameter_space() const {
       {"gscale", {0, 1}, "SCALE_AFTER: K-group scales multiply the dequantized weights (0) or each group's f32 partial sums (1; "
                          "formats with K-group scales and no zero point, overlap = 0)",
        kGroupScaleWhenAbsent},
+      {"persistent", {0, 1}, "PERSISTENT (MoE, token-indexed): 1 = as many CTAs as fit the SMs walk the (row block, column tile) "
+                             "units and one pipeline runs on across them (the next unit loads while this one computes and "
+                             "stores); 0 = one CTA per unit",
+       kPersistentWhenAbsent},
   };
 }
 
@@ -119,6 +124,7 @@ int WgmmaFamily::estimated_registers(const KernelConfig& config) {
 
 int WgmmaFamily::threads(const KernelConfig& config) { return WgmmaTiles::from(config).threads(); }
 std::string WgmmaFamily::tiles_template_arguments(const KernelConfig& config) { return WgmmaTiles::from(config).template_arguments(); }
+int WgmmaFamily::persistent(const KernelConfig& config) { return WgmmaTiles::from(config).persistent; }
 std::string WgmmaFamily::gemm_options(const KernelConfig& config) {
   const WgmmaTiles t = WgmmaTiles::from(config);
   return std::to_string(t.overlap) + ", " + std::to_string(t.gscale);
@@ -137,6 +143,9 @@ RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& proble
   }
   if (t.overlap != 0 && t.overlap != 1) {
     return RuleVerdict::fail("overlap-range", "overlap=" + std::to_string(t.overlap) + ": expected 0 or 1");
+  }
+  if (t.persistent != 0 && t.persistent != 1) {
+    return RuleVerdict::fail("persistent-range", "persistent=" + std::to_string(t.persistent) + ": expected 0 or 1");
   }
   if (t.gscale != 0 && t.gscale != 1) {
     return RuleVerdict::fail("gscale-range", "gscale=" + std::to_string(t.gscale) + ": expected 0 or 1");
@@ -166,7 +175,13 @@ RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& proble
       !resources.valid) {
     return resources;
   }
-  return check_m_tiling(t.bm, t.raster, problem);
+  if (const RuleVerdict tiling = check_m_tiling(t.bm, t.raster, problem); !tiling.valid) return tiling;
+  if (t.persistent == 1) {
+    // Last, so that a MoE check (mma_moe::check), which allows it, still sees every other rule's verdict.
+    return RuleVerdict::fail(std::string(kPersistentMoeOnlyRule), "persistent=1 walks MoE units (token-indexed layout); a dense wgmma "
+                                                                  "GEMM runs one CTA per tile (the tma family has a persistent dense schedule)");
+  }
+  return RuleVerdict::ok();
 }
 
 std::string WgmmaFamily::kernel_name(const KernelConfig&, const FormatSpec&) const { return kKernelName; }
@@ -216,7 +231,7 @@ KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimit
         KernelConfig config;
         config.family = name();
         config.params = {{"bm", bm},         {"bn", bn},   {"bk", bk}, {"stages", stages}, {"split", 1}, {"raster", 0},
-                         {"overlap", overlap}, {"gscale", 0}};
+                         {"overlap", overlap}, {"gscale", 0}, {"persistent", 0}};
         const RuleVerdict verdict = check(config, problem, limits);
         if (!verdict.valid) {
           last_failure = verdict.rule + ": " + verdict.detail;
@@ -262,7 +277,8 @@ ParameterRanges WgmmaFamily::curated_ranges(int64_t m) const {
           {"overlap", {m <= 64 ? 0 : 1}},
           // Group scales on the partial sums while the tile is bound by the dequantization's issue rate (decode);
           // formats without K-group scales keep 0 (the rule removes 1).
-          {"gscale", m <= 64 ? std::vector<int>{0, 1} : std::vector<int>{0}}};
+          {"gscale", m <= 64 ? std::vector<int>{0, 1} : std::vector<int>{0}},
+          {"persistent", {0}}};
 }
 
 const WgmmaFamily& wgmma_family() {

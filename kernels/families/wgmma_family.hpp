@@ -37,6 +37,10 @@ class WgmmaFamily final : public MmaFamily {
   static int threads(const KernelConfig& config);
   static std::string tiles_template_arguments(const KernelConfig& config);
   static std::string gemm_options(const KernelConfig& config);
+  // The persistent MoE schedule (1) or one CTA per unit (0): the parameter "persistent", 0 when absent.
+  static int persistent(const KernelConfig& config);
+  // The rule a dense GEMM with persistent=1 fails (MoE checks allow it).
+  static constexpr const char* kPersistentMoeOnlyRule = "persistent-moe-only";
   // Static shared memory of the kernel (the split-K flag).
   static constexpr int kStaticSharedBytes = 16;
 };

@@ -317,7 +317,7 @@ TEST(WgmmaFamilyRules, DefaultSplitsWithinOneWaveOfResidentBlocks) {
   const ArchLimits hopper = ArchLimits::for_sm(90);
   const FormatSpec format = FormatSpec::parse("w4a16-int4-ch");
   auto default_for = [&](int64_t m, int64_t n) { return wgmma_family().default_config(Problem{format, m, n, 8192, false}, hopper); };
-  EXPECT_EQ(default_for(256, 8192).to_string(), "bm=128,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1,gscale=0");
+  EXPECT_EQ(default_for(256, 8192).to_string(), "bm=128,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1,gscale=0,persistent=0");
   EXPECT_EQ(default_for(128, 8192).get("split"), 2);  // 64 tiles: two splits still fit 132 SMs
   EXPECT_EQ(default_for(16, 8192).get("split"), 4);
   EXPECT_EQ(default_for(16, 8192).get("overlap"), 0);

@@ -154,15 +154,25 @@ void encode_tensor_map(const TensorMapRequest& request, std::vector<uint8_t>& st
   std::memcpy(storage.data() + request.offset, &map, sizeof(map));
 }
 
-// A persistent grid: at most `per_sm` CTAs per SM of the current device, whole clusters, and no more clusters than
-// the device holds at once (pairs of SMs of one GPC: fewer than SMs / 2 where a GPC has an odd count free).
+// A persistent grid: at most `persistent_ctas_per_sm` CTAs per SM of the current device and no more than reside at
+// once, whole clusters, and no more clusters than the device holds at once (pairs of SMs of one GPC: fewer than SMs / 2
+// where a GPC has an odd count free).
 uint32_t persistent_grid(const LaunchGeometry& geometry, const runtime::Kernel& kernel) {
   CUdevice device = 0;
   QTUNE_CU(cuCtxGetDevice, &device);
   int sm_count = 0;
   QTUNE_CU(cuDeviceGetAttribute, &sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
   const uint32_t cluster = std::max<uint32_t>(geometry.cluster_ctas, 1);
-  uint32_t clusters = std::max<uint32_t>(static_cast<uint32_t>(sm_count) * geometry.persistent_ctas_per_sm / cluster, 1);
+  uint32_t per_sm = geometry.persistent_ctas_per_sm;
+  if (cluster == 1) {
+    // No more CTAs per SM than the kernel's registers and shared memory let reside at once: a CTA that waits for a
+    // slot would run its units after the others have finished theirs.
+    int resident = 0;
+    QTUNE_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &resident, kernel.get(), static_cast<int>(geometry.block[0]),
+             static_cast<size_t>(geometry.dynamic_shared_bytes));
+    if (resident > 0) per_sm = std::min(per_sm, static_cast<uint32_t>(resident));
+  }
+  uint32_t clusters = std::max<uint32_t>(static_cast<uint32_t>(sm_count) * per_sm / cluster, 1);
   if (cluster > 1) {
     CUlaunchConfig config{};
     config.gridDimX = geometry.grid[0];

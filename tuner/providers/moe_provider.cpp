@@ -350,6 +350,11 @@ ParameterRanges MoeProvider::curated_ranges(std::int64_t rows_per_expert) const 
     // wgmmas in flight can pay off (it won from M = 256 on dense, lost at 64): both are tried.
     ranges["overlap"] = {0, 1};
   }
+  if (&family_ == &wgmma_family()) {
+    // One CTA per unit, or a persistent grid whose pipeline runs on across units (token-indexed layouts; the rules
+    // refuse it elsewhere, with a stage in flight, split-K or too few K tiles).
+    ranges["persistent"] = {0, 1};
+  }
   if (&family_ == &tma_family()) {
     // The dense family's depths, slots, persistence, overlap and promotion at that M. No clusters: multicast of
     // weights would pair two experts' blocks, and of activations needs N tiles in pairs.

@@ -22,7 +22,7 @@ namespace qtune::runtime {
   X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy)          \
   X(cuStreamSynchronize) X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                  \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuCtxGetDevice) X(cuTensorMapEncodeTiled)         \
-  X(cuOccupancyMaxActiveClusters) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) \
+  X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) \
   X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 // A failed driver call: LibraryError("CUDA driver", "cuXxx failed: CUDA_ERROR_NAME (description)") plus the code.

@@ -31,6 +31,8 @@ namespace device {
 // rate, not by memory (Nsight Compute, DeepSeek-V3 MoE gate-up on the H200: 75% issue-active, DRAM at 46%).
 template <class F, class T, int IN_FLIGHT_ = 0, int SCALE_AFTER_ = 0>
 struct WgmmaGemm {
+  using Format = F;
+  using Tiles = T;
   static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
   static constexpr int THREADS = T::THREADS;
   static constexpr int WARPS = BN / 16;           // one warp per 16-column weight strip, four per warpgroup
@@ -82,6 +84,213 @@ __device__ __forceinline__ u64 swizzled_tile_descriptor(u32 shared) {
   return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// ---- the steps of one pipeline stage, shared by the one-tile-per-CTA kernel below and the persistent MoE kernel
+// (gemm/wgmma_moe.cuh) ----
+
+// Loads K tile `kt` of the tile with columns n0.. into stage slot `stage`: its token rows (dense: rows m0.. of A, the
+// first rows_valid of them; MoE: the activation rows `source` names, LIVE_BY_SOURCE: rows whose source is -1 are dead,
+// else the first rows_valid), the weights of p (the block's expert's for MoE) and their staged group vectors.
+// The per-thread strides of wgmma_load_stage, the same for every tile of a GEMM: computed once, out of the K loop.
+template <class G>
+struct WgmmaLoadStrides {
+  long long w_strip_stride, w_thread_offset, a_row_bytes;
+  __device__ __forceinline__ explicit WgmmaLoadStrides(int k) {
+    using F = typename G::Format;
+    constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
+    const int tid = threadIdx.x;
+    w_strip_stride = static_cast<long long>(k / F::ATOM_K) * F::ATOM_BYTES;
+    w_thread_offset = STRIP_CHUNKS >= G::THREADS ? tid * 16LL : (tid / STRIP_CHUNKS) * w_strip_stride + (tid % STRIP_CHUNKS) * 16LL;
+    a_row_bytes = static_cast<long long>(k) * 2;
+  }
+};
+
+template <class G, bool IS_MOE, bool LIVE_BY_SOURCE = false>
+__device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, const GemmParams& p, const WgmmaLoadStrides<G>& strides,
+                                                 int m0, int n0, int rows_valid, const int* source) {
+  using F = typename G::Format;
+  constexpr int BM = G::BM, BN = G::BN, BK = G::BK, THREADS = G::THREADS;
+  constexpr int CPR = BK / 8;  // 16-byte activation chunks per token row of a tile
+  constexpr int GROUP_K = G::GROUP_K;
+  constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
+  constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
+  constexpr bool W_REGULAR = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
+  const int tid = threadIdx.x;
+  const char* a_global = reinterpret_cast<const char*>(p.a);
+  const char* w_global = reinterpret_cast<const char*>(p.weights);
+  const long long w_strip_stride = strides.w_strip_stride;
+  const long long w_thread_offset = strides.w_thread_offset;
+  const long long a_row_bytes = strides.a_row_bytes;
+
+  const u32 base = smem + stage * G::STAGE_BYTES;
+  const int k0 = kt * BK;
+  // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8).
+  const char* a_tile = a_global + static_cast<long long>(m0) * a_row_bytes + k0 * 2;
+#pragma unroll
+  for (int c = 0; c < (BM * CPR + THREADS - 1) / THREADS; ++c) {
+    const unsigned i = tid + c * THREADS;
+    const int row = i / CPR;
+    const int chunk = i % CPR;
+    if (BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) {
+      // MoE: the block's row r is activation row source[r] (gathered), not m0 + r.
+      int source_row = 0;
+      bool live;
+      if constexpr (LIVE_BY_SOURCE) {
+        source_row = source[row];
+        live = source_row >= 0;
+      } else {
+        live = row < rows_valid;
+      }
+      if (live) {
+        if constexpr (IS_MOE && !LIVE_BY_SOURCE) source_row = source[row];
+        const char* a_row = IS_MOE ? a_global + source_row * a_row_bytes + k0 * 2 : a_tile + row * a_row_bytes;
+        cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), a_row + chunk * 16);
+      }
+    }
+  }
+  // Weights: BLOCK_N / 16 contiguous strip runs (see mma_gemm.cuh for the per-thread base). No evict-first hint:
+  // with several M tiles the weights are read again, and sm_90a ptxas left the hint's descriptor registers unset
+  // inside this loop (an illegal instruction on the H200, call N).
+  const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
+  if constexpr (W_REGULAR) {
+    const char* w_source = w_tile + w_thread_offset;
+#pragma unroll
+    for (int c = 0; c < W_CHUNKS / THREADS; ++c) {
+      constexpr int per_strip = STRIP_CHUNKS >= THREADS ? STRIP_CHUNKS / THREADS : 1;
+      const int strip = STRIP_CHUNKS >= THREADS ? c / per_strip : c * (THREADS / STRIP_CHUNKS);
+      const int byte = STRIP_CHUNKS >= THREADS ? (c % per_strip) * THREADS * 16 : 0;
+      cp_async_16(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte);
+    }
+  } else {
+    for (int i = tid; i < W_CHUNKS; i += THREADS) {
+      cp_async_16(base + G::A_STAGE_BYTES + i * 16, w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16);
+    }
+  }
+  const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
+  const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+  stage_weight_vectors<F, BN, G::GROUP_ROWS, THREADS>(s_base, s_base + G::S_STAGE_BYTES, p, first_group, n0, tid);
+}
+
+// Dequantizes this warp's strip of the K tile in slot `stage` into the A fragments of its k16 steps.
+template <class G>
+__device__ __forceinline__ void wgmma_dequantize_stage(u32 smem, int stage, const StripVectors<typename G::Format>& channel,
+                                                       u32 (&fragment)[G::KSTEPS][4]) {
+  using F = typename G::Format;
+  constexpr int GROUP_K = G::GROUP_K;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int group = lane >> 2;
+  const u32 w_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES;
+  const u32 s_smem = w_smem + G::W_STAGE_BYTES;
+  const u32 z_smem = s_smem + G::S_STAGE_BYTES;
+#pragma unroll
+  for (int atom = 0; atom < G::KA; ++atom) {
+    u32 words[F::THREAD_WORDS];
+    load_atom_words<F>(words, w_smem + (warp * G::KA + atom) * F::ATOM_BYTES, lane);
+    StripVectors<F> vectors = channel;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0 && !G::SCALE_AFTER) {
+        const bool reload = ks == 0 || (GROUP_K < F::ATOM_K && (ks * F::KSTEP) % GROUP_K == 0);
+        if (reload) {
+          const int row = GROUP_K >= G::BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
+          load_staged_vectors<F, G::S_ROW_BYTES, G::Z_ROW_BYTES>(vectors, s_smem, z_smem, row, (warp * 16 + group * 2) * 2);
+        }
+      }
+      u32 b[2][2];  // [n8 tile of the strip = fragment row half][register]
+#pragma unroll
+      for (int nsub = 0; nsub < 2; ++nsub) {
+        dequant_pair<F, !G::SCALE_AFTER>(b[nsub][0], b[nsub][1], words, (ks * 2 + nsub) * 2, vectors, nsub);
+      }
+      u32* target = fragment[atom * 4 + ks];
+      target[0] = b[0][0];
+      target[1] = b[1][0];
+      target[2] = b[0][1];
+      target[3] = b[1][1];
+    }
+  }
+}
+
+// The registers wgmmas write: the accumulators, and with SCALE_AFTER the running K groups' unscaled sums (the
+// wgmma's accumulators then; acc only takes the flushes).
+template <class G>
+struct WgmmaAccumulators {
+  float acc[G::ACCUMULATORS];
+  float partial[G::SCALE_AFTER ? G::PARTIAL_SETS : 1][G::SCALE_AFTER ? G::ACCUMULATORS : 1];
+
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
+  }
+  // Keeps the compiler from moving reads or writes of the registers wgmmas write across the wgmmas in flight.
+  __device__ __forceinline__ void fence() {
+    if constexpr (G::SCALE_AFTER) {
+#pragma unroll
+      for (int set = 0; set < G::PARTIAL_SETS; ++set) {
+#pragma unroll
+        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(partial[set][i]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
+    }
+  }
+};
+
+// Issues all of a stage's k16 steps as one wgmma group: issued per k-step (a fence each) they measured no faster
+// (call P). SCALE_AFTER: each K group's steps into its partial-sum set, the group's first step overwriting it unless
+// the group continues from the previous stage (`continues_group`).
+template <class G>
+__device__ __forceinline__ void wgmma_issue_stage(u32 smem, int stage, bool continues_group, const u32 (&fragment)[G::KSTEPS][4],
+                                                  WgmmaAccumulators<G>& r) {
+  using F = typename G::Format;
+  const u32 a_smem = smem + stage * G::STAGE_BYTES;
+  u64 descriptor[G::KSTEPS];
+#pragma unroll
+  for (int step = 0; step < G::KSTEPS; ++step) {
+    // k16 step s reads 32 bytes at offset (s % 4) * 32 of every 128-byte row of slab s / 4.
+    descriptor[step] = swizzled_tile_descriptor(a_smem + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
+  }
+  r.fence();
+  wgmma_fence();
+  if constexpr (G::SCALE_AFTER) {
+    const int continue_group = continues_group ? 1 : 0;
+#pragma unroll
+    for (int step = 0; step < G::KSTEPS; ++step) {
+      const int scale_d = step % G::SET_STEPS == 0 ? continue_group : 1;
+      WgmmaRs<G::BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(r.partial[step / G::SET_STEPS], fragment[step], descriptor[step], scale_d);
+    }
+  } else {
+#pragma unroll
+    for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<G::BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(r.acc, fragment[step], descriptor[step], 1);
+  }
+  wgmma_commit();
+  r.fence();
+}
+
+// SCALE_AFTER, once a stage's wgmmas have ended and the stage ends K groups: those groups' partial sums, times their
+// scales, into acc. The scale row is the stage's staged one (its slot is refilled only after the next stage's barrier).
+template <class G>
+__device__ __forceinline__ void wgmma_flush_groups(u32 smem, int stage, WgmmaAccumulators<G>& r) {
+  if constexpr (G::SCALE_AFTER) {
+    using F = typename G::Format;
+    auto compute_to_f32 = [](unsigned short bits) { return F::COMPUTE_TYPE == kElementF16 ? f16_to_f32(bits) : bf16_to_f32(bits); };
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int group = lane >> 2;
+    const u32 s_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+#pragma unroll
+    for (int set = 0; set < G::PARTIAL_SETS; ++set) {
+      u32 word;
+      ld_shared_32(&word, s_smem + set * G::S_ROW_BYTES + (warp * 16 + group * 2) * 2);
+      const float scale[2] = {compute_to_f32(static_cast<unsigned short>(word & 0xFFFFu)),
+                              compute_to_f32(static_cast<unsigned short>(word >> 16))};
+      // partial[set][4 j + e] is column warp * 16 + group + 8 (e / 2): scale[e / 2].
+#pragma unroll
+      for (int i = 0; i < G::ACCUMULATORS; ++i) r.acc[i] = fmaf(r.partial[set][i], scale[(i % 4) / 2], r.acc[i]);
+    }
+  }
+}
+
 // ROWS: DenseRows, or MoeRows with `moe` its layout's tables.
 template <class F, class T, int IN_FLIGHT = 0, int SCALE_AFTER = 0, class ROWS = DenseRows>
 __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoeParams* moe = nullptr) {
@@ -92,10 +301,6 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
 #endif
   constexpr int BM = G::BM, BN = G::BN, BK = G::BK, THREADS = G::THREADS;
   constexpr int CPR = BK / 8;  // 16-byte activation chunks per token row of a tile
-  constexpr int GROUP_K = G::GROUP_K;
-  constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
-  constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
-  constexpr bool W_REGULAR = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
 
   extern __shared__ __align__(1024) unsigned char shared[];
   __shared__ int last_split_flag;
@@ -118,12 +323,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
   const int tile_count = work.kt_end - work.kt_begin;
 
   const u32 smem = (shared_address(shared) + 1023u) & ~1023u;
-  const char* a_global = reinterpret_cast<const char*>(p.a);
-  const char* w_global = reinterpret_cast<const char*>(p.weights);
-  const long long w_strip_stride = static_cast<long long>(p.k / F::ATOM_K) * F::ATOM_BYTES;
-  const long long w_thread_offset =
-      STRIP_CHUNKS >= THREADS ? tid * 16LL : (tid / STRIP_CHUNKS) * w_strip_stride + (tid % STRIP_CHUNKS) * 16LL;
-  const long long a_row_bytes = static_cast<long long>(p.k) * 2;
+  const WgmmaLoadStrides<G> strides(p.k);
 
   // Token rows past M are never loaded: zero them once in every stage.
   if (rows_valid < BM) {
@@ -138,148 +338,27 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
     }
   }
 
-  auto load_stage = [&](int stage, int kt) {
-    const u32 base = smem + stage * G::STAGE_BYTES;
-    const int k0 = kt * BK;
-    // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8).
-    const char* a_tile = a_global + static_cast<long long>(m0) * a_row_bytes + k0 * 2;
-#pragma unroll
-    for (int c = 0; c < (BM * CPR + THREADS - 1) / THREADS; ++c) {
-      const unsigned i = tid + c * THREADS;
-      const int row = i / CPR;
-      const int chunk = i % CPR;
-      if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && row < rows_valid) {
-        // MoE: the block's row r is activation row source[r] (gathered), not m0 + r.
-        const char* a_row = IS_MOE ? a_global + tables.source[row] * a_row_bytes + k0 * 2 : a_tile + row * a_row_bytes;
-        cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), a_row + chunk * 16);
-      }
-    }
-    // Weights: BLOCK_N / 16 contiguous strip runs (see mma_gemm.cuh for the per-thread base). No evict-first hint:
-    // with several M tiles the weights are read again, and sm_90a ptxas left the hint's descriptor registers unset
-    // inside this loop (an illegal instruction on the H200, call N).
-    const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
-    if constexpr (W_REGULAR) {
-      const char* w_source = w_tile + w_thread_offset;
-#pragma unroll
-      for (int c = 0; c < W_CHUNKS / THREADS; ++c) {
-        constexpr int per_strip = STRIP_CHUNKS >= THREADS ? STRIP_CHUNKS / THREADS : 1;
-        const int strip = STRIP_CHUNKS >= THREADS ? c / per_strip : c * (THREADS / STRIP_CHUNKS);
-        const int byte = STRIP_CHUNKS >= THREADS ? (c % per_strip) * THREADS * 16 : 0;
-        cp_async_16(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte);
-      }
-    } else {
-      for (int i = tid; i < W_CHUNKS; i += THREADS) {
-        cp_async_16(base + G::A_STAGE_BYTES + i * 16, w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16);
-      }
-    }
-    const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
-    const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
-    stage_weight_vectors<F, BN, G::GROUP_ROWS, THREADS>(s_base, s_base + G::S_STAGE_BYTES, p, first_group, n0, tid);
-  };
+  auto load_stage = [&](int stage, int kt) { wgmma_load_stage<G, IS_MOE>(smem, stage, kt, p, strides, m0, n0, rows_valid, tables.source); };
 
   // Per-channel vectors of this warp's strip (columns group and group + 8): loaded once.
   const StripVectors<F> channel = channel_vectors<F>(p, n0 + warp * 16 + group * 2);
 
-  float acc[G::ACCUMULATORS];
-#pragma unroll
-  for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
-  // SCALE_AFTER: the running K groups' unscaled sums (the wgmma's accumulators; acc then only takes the flushes).
-  [[maybe_unused]] float partial[G::SCALE_AFTER ? G::PARTIAL_SETS : 1][G::SCALE_AFTER ? G::ACCUMULATORS : 1];
+  WgmmaAccumulators<G> registers;
+  registers.clear();
+  float (&acc)[G::ACCUMULATORS] = registers.acc;
 
-  // Dequantizes this warp's strip of one K tile into the A fragments of its k16 steps.
-  auto dequantize_stage = [&](int stage, u32 (&fragment)[G::KSTEPS][4]) {
-    const u32 w_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES;
-    const u32 s_smem = w_smem + G::W_STAGE_BYTES;
-    const u32 z_smem = s_smem + G::S_STAGE_BYTES;
-#pragma unroll
-    for (int atom = 0; atom < G::KA; ++atom) {
-      u32 words[F::THREAD_WORDS];
-      load_atom_words<F>(words, w_smem + (warp * G::KA + atom) * F::ATOM_BYTES, lane);
-      StripVectors<F> vectors = channel;
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0 && !G::SCALE_AFTER) {
-          const bool reload = ks == 0 || (GROUP_K < F::ATOM_K && (ks * F::KSTEP) % GROUP_K == 0);
-          if (reload) {
-            const int row = GROUP_K >= BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
-            load_staged_vectors<F, G::S_ROW_BYTES, G::Z_ROW_BYTES>(vectors, s_smem, z_smem, row, (warp * 16 + group * 2) * 2);
-          }
-        }
-        u32 b[2][2];  // [n8 tile of the strip = fragment row half][register]
-#pragma unroll
-        for (int nsub = 0; nsub < 2; ++nsub) {
-          dequant_pair<F, !G::SCALE_AFTER>(b[nsub][0], b[nsub][1], words, (ks * 2 + nsub) * 2, vectors, nsub);
-        }
-        u32* target = fragment[atom * 4 + ks];
-        target[0] = b[0][0];
-        target[1] = b[1][0];
-        target[2] = b[0][1];
-        target[3] = b[1][1];
-      }
-    }
-  };
   // SCALE_AFTER: whether tile `it` of this CTA's K range starts / ends a K group that spans stages (a split's range
   // may start or end inside one).
   auto starts_group = [&](int it) { return G::STAGES_PER_GROUP == 1 || it == 0 || (kt_begin + it) % G::STAGES_PER_GROUP == 0; };
   auto ends_group = [&](int it) {
     return G::STAGES_PER_GROUP == 1 || it == tile_count - 1 || (kt_begin + it + 1) % G::STAGES_PER_GROUP == 0;
   };
-  auto fence_accumulators = [&] {
-    if constexpr (G::SCALE_AFTER) {
-#pragma unroll
-      for (int set = 0; set < G::PARTIAL_SETS; ++set) {
-#pragma unroll
-        for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(partial[set][i]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(acc[i]);
-    }
-  };
-  // Issues all of a stage's k16 steps as one wgmma group: issued per k-step (a fence each) they measured no faster
-  // (call P). SCALE_AFTER: each K group's steps into its partial-sum set, the group's first step overwriting it.
+  auto dequantize_stage = [&](int stage, u32 (&fragment)[G::KSTEPS][4]) { wgmma_dequantize_stage<G>(smem, stage, channel, fragment); };
   auto issue_stage = [&](int it, int stage, const u32 (&fragment)[G::KSTEPS][4]) {
-    const u32 a_smem = smem + stage * G::STAGE_BYTES;
-    u64 descriptor[G::KSTEPS];
-#pragma unroll
-    for (int step = 0; step < G::KSTEPS; ++step) {
-      // k16 step s reads 32 bytes at offset (s % 4) * 32 of every 128-byte row of slab s / 4.
-      descriptor[step] = swizzled_tile_descriptor(a_smem + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
-    }
-    fence_accumulators();
-    wgmma_fence();
-    if constexpr (G::SCALE_AFTER) {
-      const int continue_group = starts_group(it) ? 0 : 1;
-#pragma unroll
-      for (int step = 0; step < G::KSTEPS; ++step) {
-        const int scale_d = step % G::SET_STEPS == 0 ? continue_group : 1;
-        WgmmaRs<BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(partial[step / G::SET_STEPS], fragment[step], descriptor[step], scale_d);
-      }
-    } else {
-#pragma unroll
-      for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(acc, fragment[step], descriptor[step], 1);
-    }
-    wgmma_commit();
-    fence_accumulators();
+    wgmma_issue_stage<G>(smem, stage, !starts_group(it), fragment, registers);
   };
-  // SCALE_AFTER, once a stage's wgmmas have ended: the groups that end with it, times their scales, into acc. The scale
-  // row is the stage's staged one (its slot is refilled only after the next stage's barrier).
   auto flush_groups = [&](int it, int stage) {
-    if constexpr (G::SCALE_AFTER) {
-      auto compute_to_f32 = [](unsigned short bits) { return F::COMPUTE_TYPE == kElementF16 ? f16_to_f32(bits) : bf16_to_f32(bits); };
-      if (!ends_group(it)) return;
-      const u32 s_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
-#pragma unroll
-      for (int set = 0; set < G::PARTIAL_SETS; ++set) {
-        u32 word;
-        ld_shared_32(&word, s_smem + set * G::S_ROW_BYTES + (warp * 16 + group * 2) * 2);
-        const float scale[2] = {compute_to_f32(static_cast<unsigned short>(word & 0xFFFFu)),
-                                compute_to_f32(static_cast<unsigned short>(word >> 16))};
-        // partial[set][4 j + e] is column warp * 16 + group + 8 (e / 2): scale[e / 2].
-#pragma unroll
-        for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = fmaf(partial[set][i], scale[(i % 4) / 2], acc[i]);
-      }
-    }
+    if (G::SCALE_AFTER && ends_group(it)) wgmma_flush_groups<G>(smem, stage, registers);
   };
 
   // ---- the pipeline ----

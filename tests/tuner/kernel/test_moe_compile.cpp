@@ -83,9 +83,10 @@ TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
 const char* kW4A16Formats[] = {"w4a16-int4-ch",      "w4a16-int4-g128",        "w4a16-int4-g128-zp",     "w4a16-int4-g128-bf16",
                                "w4a16-uint4-ch-fzp", "w4a16-fp4-g32",          "w4a16-e2m1-g32-bf16",    "w4a16-int4-block64x128",
                                "mxint4"};
-// The small decode tile with split-K, and the tall tile with a stage of wgmmas in flight.
+// The small decode tile with split-K, the tall tile with a stage of wgmmas in flight, and the persistent schedule.
 const char* kWgmmaConfigs[] = {"bm=16,bn=128,bk=128,stages=4,split=2,raster=0,overlap=0",
-                               "bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1"};
+                               "bm=64,bn=128,bk=64,stages=4,split=1,raster=0,overlap=1",
+                               "bm=32,bn=64,bk=128,stages=3,split=1,raster=0,overlap=0,persistent=1"};
 
 TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
   const ArchLimits hopper = ArchLimits::for_sm(90);
@@ -95,7 +96,7 @@ TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
     ASSERT_TRUE(wgmma_family().supports(FormatSpec::parse(spec), 90).supported) << spec;
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
       for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-        // Every format, layout and projection on the decode tile; the tall tile on the token-indexed layout.
+        // Every format, layout and projection on the decode tile; the others on the token-indexed layout.
         for (const char* text : kWgmmaConfigs) {
           if (text != kWgmmaConfigs[0] && layout != MoeLayout::TokenIndexed) continue;
           const KernelConfig config = KernelConfig::parse(text, "wgmma");
@@ -114,7 +115,7 @@ TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
       }
     }
   }
-  EXPECT_EQ(requests.size(), std::size(kW4A16Formats) * 8);  // 3 layouts x 2 projections + the tall tile x 2 projections
+  EXPECT_EQ(requests.size(), std::size(kW4A16Formats) * 10);  // 3 layouts x 2 projections + 2 more tiles x 2 projections
   test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
     EXPECT_FALSE(kernel.cubin.empty()) << label;
     EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
@@ -137,7 +138,9 @@ TEST(WgmmaMoeCompile, DecodeWinnerKeepsTwoBlocksPerSm) {
   std::vector<jit::CompileRequest> requests;
   std::vector<std::string> labels;
   for (const char* text : {"bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1",
-                           "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=0"}) {
+                           "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=0",
+                           "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1,persistent=1",
+                           "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=0,persistent=1"}) {
     for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
       MoeProblem problem = problem_of("w4a16-int4-g128", MoeLayout::TokenIndexed, projection);
       problem.experts = 256;
@@ -157,6 +160,36 @@ TEST(WgmmaMoeCompile, DecodeWinnerKeepsTwoBlocksPerSm) {
     EXPECT_LE(kernel.resources.registers, 128) << label << ": two 256-thread CTAs per SM need at most 128 registers";
     EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
   });
+}
+
+// The persistent schedule walks token-indexed units whole, one wgmma group at a time, and fills each unit's row table
+// through the pipeline one unit ahead: every other case is refused by a named rule; a dense GEMM never takes it.
+TEST(WgmmaMoeRules, PersistentScheduleRules) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  MoeProblem problem = problem_of("w4a16-int4-g128", MoeLayout::TokenIndexed, MoeProjection::Down);
+  problem.k = 2048;
+  const char* base = "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1,persistent=1";
+  auto verdict = [&](const std::string& text, const MoeProblem& p) { return mma_moe::check(KernelConfig::parse(text, "wgmma"), p, hopper); };
+  EXPECT_TRUE(verdict(base, problem).valid) << verdict(base, problem).rule;  // 8 K tiles >= 2 x 3 + 1
+  MoeProblem grouped = problem;
+  grouped.layout = MoeLayout::GroupedContiguous;
+  EXPECT_EQ(verdict(base, grouped).rule, "persistent-token-indexed");
+  EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=4,split=2,raster=0,overlap=0,gscale=1,persistent=1", problem).rule, "persistent-split");
+  EXPECT_EQ(verdict("bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1,gscale=0,persistent=1", problem).rule, "persistent-overlap");
+  EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=5,split=1,raster=0,overlap=0,gscale=1,persistent=1", problem).rule, "persistent-k-tiles");
+  EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1,persistent=2", problem).rule, "parameter-domain");
+  // The dense GEMM refuses it; its curated space never offers it.
+  const Problem dense{FormatSpec::parse("w4a16-int4-g128"), 16, 7168, 2048, false};
+  EXPECT_EQ(wgmma_family().check(KernelConfig::parse(base, "wgmma"), dense, hopper).rule, WgmmaFamily::kPersistentMoeOnlyRule);
+  EXPECT_EQ(wgmma_family().curated_ranges(16).at("persistent"), std::vector<int>{0});
+  // The launch asks for a persistent grid (capped by the kernel's occupancy when launched), with room for two tables.
+  const KernelConfig persistent = KernelConfig::parse(base, "wgmma");
+  const KernelConfig plain = KernelConfig::parse("bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1", "wgmma");
+  const LaunchGeometry walked = mma_moe::launch_geometry(persistent, problem, 1024);
+  const LaunchGeometry one_per_unit = mma_moe::launch_geometry(plain, problem, 1024);
+  EXPECT_GT(walked.persistent_ctas_per_sm, 1u);
+  EXPECT_EQ(one_per_unit.persistent_ctas_per_sm, 0u);
+  EXPECT_EQ(walked.dynamic_shared_bytes, one_per_unit.dynamic_shared_bytes + 16 * 12 + 32);
 }
 
 // The quantized-activation formats of the tma MoE kernel: W4A8 int4 x fp8 (per channel x per token), W8A8 fp8 per

@@ -255,6 +255,46 @@ TEST(WgmmaMoeGpu, EveryTokenTile) {
   run_all(cases);
 }
 
+// The persistent schedule (persistent=1, token-indexed): N = 2048 gives each CTA of the grid (SMs x resident CTAs)
+// several units, so tables fill one unit ahead and the pipeline runs across units of different experts and column
+// tiles; K from the fewest tiles a unit may have (2 (stages - 1) + 1) up; groups spanning two stages (bk = 64, g128)
+// with gscale; per-channel scales reloaded per unit; zero points; bf16; skewed routing with most experts empty; the
+// router-weighted down projection; T = 1 (a handful of units) to 300.
+TEST(WgmmaMoeGpu, PersistentSchedule) {
+  QTUNE_REQUIRE_HOPPER();
+  struct Tile {
+    const char* config;
+    int64_t k;
+  };
+  const Tile tiles[] = {{"bm=16,bn=64,bk=64,stages=3,split=1,raster=0,overlap=0,gscale=0,persistent=1", 512},
+                        {"bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1,persistent=1", 2048},
+                        {"bm=16,bn=64,bk=64,stages=3,split=1,raster=0,overlap=0,gscale=1,persistent=1", 512},
+                        {"bm=32,bn=128,bk=128,stages=3,split=1,raster=0,overlap=0,gscale=0,persistent=1", 640},
+                        {"bm=64,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,gscale=0,persistent=1", 1024}};
+  std::vector<MoeCase> cases;
+  for (const Tile& tile : tiles) {
+    const bool scaled = std::string(tile.config).find("gscale=1") != std::string::npos;
+    const std::vector<const char*> formats = scaled ? std::vector<const char*>{"w4a16-int4-g128", "w4a16-int4-g128-bf16"}
+                                                    : std::vector<const char*>{"w4a16-int4-g128", "w4a16-int4-ch", "w4a16-int4-g128-zp"};
+    for (const char* spec : formats) {
+      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+        for (const char* routing : {"uniform", "zipf:3"}) {
+          for (int64_t tokens : {1, 16, 300}) {
+            MoeCase c = routed_case(kWgmmaTiles, spec, MoeLayout::TokenIndexed, projection, routing, tokens);
+            c.experts = 32;
+            c.top_k = 4;
+            c.n = 2048;
+            c.k = tile.k;
+            c.config = tile.config;
+            cases.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  run_all(cases);
+}
+
 // ---- the tma MoE kernel (sm_90a): quantized activations through a TMA tensor map, token-indexed rows gathered ----
 
 const FamilyTiles kTmaTiles{
