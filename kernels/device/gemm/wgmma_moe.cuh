@@ -42,6 +42,9 @@ struct PersistentMoeSlots {
   __device__ __forceinline__ float* weight(int slot) const { return reinterpret_cast<float*>(pair(slot) + 2 * BM); }
   __device__ __forceinline__ int* expert(int slot) const { return pair(slot) + 3 * BM; }
   __device__ __forceinline__ float* global_scale(int slot) const { return reinterpret_cast<float*>(pair(slot) + 3 * BM + 1); }
+  // The unit's expert, never negative: a block below the padded rows always has one (a -1 would only make the unit
+  // read expert 0's weights for rows it never stores).
+  __device__ __forceinline__ int unit_expert(int slot) const { return max(*expert(slot), 0); }
 };
 
 template <class F, class T, int IN_FLIGHT, int SCALE_AFTER, int PROJECTION>
@@ -102,7 +105,7 @@ __device__ __forceinline__ void wgmma_moe_persistent_gemm(const GemmParams& laun
       }
     }
     if (tid == THREADS - 1) {
-      const int expert = *slots.expert(slot);
+      const int expert = slots.unit_expert(slot);
       cp_async_4_zfill(shared_address(slots.global_scale(slot)), reinterpret_cast<const float*>(launch.global_scale) + expert, true);
     }
   };
@@ -118,13 +121,13 @@ __device__ __forceinline__ void wgmma_moe_persistent_gemm(const GemmParams& laun
   // ---- the loads: unit load_unit's K tile load_k next ----
   const WgmmaLoadStrides<G> strides(launch.k);
   int load_unit = 0, load_k = 0;
-  GemmParams load_params = expert_params(launch, moe, *slots.expert(0));
+  GemmParams load_params = expert_params(launch, moe, slots.unit_expert(0));
   int load_n0 = n0_of(0);
   const int* load_source = slots.source(0);
   auto issue_load = [&](int stage) {
     if (load_k == 0 && load_unit > 0) {
       const int slot = load_unit & 1;
-      load_params = expert_params(launch, moe, *slots.expert(slot));
+      load_params = expert_params(launch, moe, slots.unit_expert(slot));
       load_n0 = n0_of(load_unit);
       load_source = slots.source(slot);
     }
@@ -143,7 +146,7 @@ __device__ __forceinline__ void wgmma_moe_persistent_gemm(const GemmParams& laun
 
   // ---- the computes: unit unit's K tile k ----
   auto channel_of = [&](int j) {
-    return channel_vectors<F>(expert_params(launch, moe, *slots.expert(j & 1)), n0_of(j) + warp * 16 + group * 2);
+    return channel_vectors<F>(expert_params(launch, moe, slots.unit_expert(j & 1)), n0_of(j) + warp * 16 + group * 2);
   };
   StripVectors<F> channel = channel_of(0);
   WgmmaAccumulators<G> registers;
@@ -174,7 +177,7 @@ __device__ __forceinline__ void wgmma_moe_persistent_gemm(const GemmParams& laun
 #pragma unroll
     for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(registers.acc[i]);
     const int slot = unit & 1;
-    const GemmParams params = expert_params(launch, moe, *slots.expert(slot));
+    const GemmParams params = expert_params(launch, moe, slots.unit_expert(slot));
     const float global_scale = *slots.global_scale(slot);
     unsigned short* c_global = reinterpret_cast<unsigned short*>(launch.c);
     constexpr int OCTETS = BM / 8;
