@@ -209,7 +209,7 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
       wgmma ? "wgmma_moe.cuh" : "mma_moe.cuh", device, "Tiles",
       wgmma ? WgmmaFamily::tiles_template_arguments(config) : TileShape::from(config).template_arguments());
   const std::string gemm = wgmma ? "qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ">"
-                                 : "qd::MmaGemm<QtuneFormat, QtuneTiles>";
+                                 : "qd::MmaGemm<QtuneFormat, QtuneTiles" + TileShape::from(config).scale_after_argument() + ">";
   source += "static_assert(" + gemm + "::SHARED_BYTES + " + gemm + "::MOE_TABLE_BYTES == " + std::to_string(tiles.dynamic_bytes()) +
             ", \"host and device disagree on the shared memory size\");\n";
   source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + kernel_name(config) +
@@ -218,7 +218,8 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
     source += "  qd::wgmma_moe_gemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ", " + layout +
               ", " + projection + ">(params, moe);\n";
   } else {
-    source += "  qd::mma_moe_gemm<QtuneFormat, QtuneTiles, " + layout + ", " + projection + ">(params, moe);\n";
+    source += "  qd::mma_moe_gemm<QtuneFormat, QtuneTiles, " + layout + ", " + projection + TileShape::from(config).scale_after_argument() +
+              ">(params, moe);\n";
   }
   source += "}\n";
   return source;
