@@ -1,6 +1,7 @@
 // The kernel-family interface: config text/JSON, the registry, static rules, support refusals, launch geometry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,20 @@ TEST(KernelConfig, TextIsCanonicalInFamilyOrder) {
   EXPECT_EQ(config.to_string(), kBaseConfig);
   EXPECT_EQ(mma_config(config.to_string()), config);
   EXPECT_EQ(config.get("split"), 4);
+}
+
+// A parameter added after configs were stored (absent_means) reads as that value from a config without it; one without
+// such a value is an InputError naming it.
+TEST(KernelConfig, StoredConfigsReadParametersAddedLater) {
+  const std::vector<ParameterDomain> space = mma_family().parameter_space();
+  auto domain = [&](const std::string& name) {
+    return *std::find_if(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == name; });
+  };
+  const KernelConfig stored = mma_config(kBaseConfig);  // before "gscale"
+  EXPECT_EQ(domain("gscale").value_in(stored), 0);
+  EXPECT_EQ(domain("gscale").value_in(mma_config(std::string(kBaseConfig) + ",gscale=1")), 1);
+  EXPECT_EQ(domain("split").value_in(stored), 4);
+  expect_input_error([&] { domain("split").value_in(mma_config("bm=16")); }, {"missing parameter 'split'"});
 }
 
 TEST(KernelConfig, FamilyPrefixOverridesTheDefault) {
