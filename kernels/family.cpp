@@ -27,6 +27,12 @@ int KernelConfig::get(std::string_view name) const {
   return found->second;
 }
 
+int ParameterDomain::value_in(const KernelConfig& config) const {
+  const auto found = config.params.find(name);
+  if (found == config.params.end() && absent_means) return *absent_means;
+  return config.get(name);
+}
+
 std::string KernelConfig::to_string() const {
   std::vector<std::string> order;
   if (const KernelFamily* known = family_named(family)) {

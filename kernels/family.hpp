@@ -60,6 +60,10 @@ struct ParameterDomain {
   std::string meaning;
   // A parameter added after configs were stored: a config without it means this value.
   std::optional<int> absent_means = std::nullopt;
+
+  // The config's value of this parameter, or absent_means for a config stored before it existed (InputError naming
+  // the parameter when it is missing and has no such value).
+  int value_in(const KernelConfig& config) const;
 };
 
 // The limits of one GPU that static rules check against (search/ fills them from a GPU profile, tuner/ from the device).

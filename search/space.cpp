@@ -129,7 +129,7 @@ std::vector<double> cost_features(const KernelFamily& family, const KernelConfig
   }
   std::vector<double> features = tiling_features(problem, ctas, limits.sm_count, m_tile_efficiency);
   for (const auto& domain : family.parameter_space()) {
-    features.push_back(std::log2(double(std::max(config.get(domain.name), 0)) + 1.0));
+    features.push_back(std::log2(double(std::max(domain.value_in(config), 0)) + 1.0));
   }
   return features;
 }

@@ -20,6 +20,9 @@ constexpr const char* kKernelName = "qtune_mma_gemm";
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Configs recorded before "gscale" existed scaled the dequantized weights.
+constexpr int kGroupScaleWhenAbsent = 0;
+
 bool contains(const std::vector<int>& values, int value) {
   return std::find(values.begin(), values.end(), value) != values.end();
 }
@@ -45,6 +48,9 @@ std::vector<ParameterDomain> MmaFamily::parameter_space() const {
       {"stages", {2, 3, 4, 5, 6}, "STAGES: cp.async pipeline depth (stages in flight + 1)"},
       {"split", {1, 2, 3, 4, 6, 8, 16}, "SPLIT_K: K ranges per tile, reduced deterministically by the last CTA"},
       {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
+      {"gscale", {0, 1}, "SCALE_AFTER: K-group scales multiply the dequantized weights (0) or each group's f32 partial sums (1; "
+                         "f16/bf16 activations with K-group scales and no zero point)",
+       kGroupScaleWhenAbsent},
   };
 }
 
@@ -77,14 +83,15 @@ int MmaFamily::estimated_registers(const KernelConfig& config, const FormatSpec&
   const TileShape tiles = TileShape::from(config);
   const DeviceFormat device = mma::device_format(format);
   const int mt = tiles.warp_tile_m() / 16, nt = tiles.warp_tile_n() / 8, spw = tiles.warp_tile_n() / 16;
-  const int accumulators = mt * nt * 4 * (device.flush_k() > 0 ? 2 : 1);
+  const int accumulators = mt * nt * 4 * (device.flush_k() > 0 || tiles.gscale == 1 ? 2 : 1);
   // The scheduler keeps the next k-step's fragments and the next atom's words in flight: count them twice.
   const int fragments = 2 * (mt * 4 + 4);
   const int words = 2 * spw * device.thread_words();
-  // Per (strip, n8 tile): a scale pair, and for zero points the raw pair plus up to two derived terms.
-  const int per_tile = (device.scale_mode == dv::kScaleDequant ? 1 : 0) + (device.has_zero() ? 3 : 0);
-  // A flush holds two f32 column scales per n8 tile and two row scales per m16 tile.
-  const int flush_scales = device.flush_k() > 0 ? 2 * nt + 2 * mt : 0;
+  // Per (strip, n8 tile): a scale pair (unless gscale=1 scales the partial sums), and for zero points the raw pair plus
+  // up to two derived terms.
+  const int per_tile = (device.scale_mode == dv::kScaleDequant && tiles.gscale == 0 ? 1 : 0) + (device.has_zero() ? 3 : 0);
+  // A flush holds two f32 column scales per n8 tile and two row scales per m16 tile (gscale=1: four per strip).
+  const int flush_scales = device.flush_k() > 0 ? 2 * nt + 2 * mt : tiles.gscale == 1 ? 4 : 0;
   const int vectors = spw * 2 * per_tile + flush_scales;
   constexpr int addressing = 56;  // pointers, indices, loop state, temporaries (calibrated on ptxas reports)
   return accumulators + fragments + words + vectors + addressing;
@@ -163,6 +170,14 @@ RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("warps-k", "bk / " + std::to_string(atom_k) + " = " + std::to_string(t.bk / atom_k) +
                                             " weight atoms cannot be shared by wk=" + std::to_string(t.wk) + " warps");
   }
+  if (t.gscale != 0 && t.gscale != 1) {
+    return RuleVerdict::fail("gscale-range", "gscale=" + std::to_string(t.gscale) + ": expected 0 or 1");
+  }
+  if (t.gscale == 1 && (!device.staged_scales() || device.scale_mode != dv::kScaleDequant || device.has_zero())) {
+    return RuleVerdict::fail("gscale-needs-groups", "gscale=1 scales K groups' partial sums: " + problem.format.to_string() +
+                                                        " has no K-group weight scales in the dequantization (f16/bf16 "
+                                                        "activations), or has zero points");
+  }
   for (const int group : {device.group_k, device.stage_group_k(), device.flush_k()}) {
     if (group > 0 && group % t.bk != 0 && t.bk % group != 0) {
       return RuleVerdict::fail("bk-divides-group", "bk=" + std::to_string(t.bk) +
@@ -184,7 +199,8 @@ RuleVerdict MmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("threads-per-block", std::to_string(t.threads()) + " threads exceed the limit of " +
                                                       std::to_string(limits.max_threads_per_block));
   }
-  const int accumulators = (t.warp_tile_m() / 16) * (t.warp_tile_n() / 8) * 4 * (device.flush_k() > 0 ? 2 : 1);
+  // Flushed formats and gscale=1 keep f32 partial sums next to the accumulators.
+  const int accumulators = (t.warp_tile_m() / 16) * (t.warp_tile_n() / 8) * 4 * (device.flush_k() > 0 || t.gscale == 1 ? 2 : 1);
   if (accumulators > 128) {
     return RuleVerdict::fail("accumulators-per-thread", "warp tile " + std::to_string(t.warp_tile_m()) + "x" +
                                                             std::to_string(t.warp_tile_n()) + " needs " +
@@ -228,13 +244,14 @@ std::string MmaFamily::instantiation_source(const KernelConfig& config, const Fo
   std::string source = mma::instantiation_preamble(
       "mma family: " + format.to_string() + " " + config.to_string() + " for " + arch, "mma_gemm.cuh", device, "Tiles",
       tiles.template_arguments());
-  source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES == " + std::to_string(shared.dynamic_bytes) +
+  source += "static_assert(qd::MmaGemm<QtuneFormat, QtuneTiles" + tiles.scale_after_argument() +
+            ">::SHARED_BYTES == " + std::to_string(shared.dynamic_bytes) +
             ", \"host and device disagree on the shared memory size\");\n";
   source += "static_assert(QtuneFormat::ATOM_BYTES == " + std::to_string(device.atom_bytes()) +
             ", \"host and device disagree on the weight atom size\");\n";
   source += "extern \"C\" __global__ void __launch_bounds__(QtuneTiles::THREADS, 1) " + std::string(kKernelName) +
             "(const qd::GemmParams params) {\n";
-  source += "  qd::mma_gemm<QtuneFormat, QtuneTiles>(params);\n";
+  source += "  qd::mma_gemm<QtuneFormat, QtuneTiles" + tiles.scale_after_argument() + ">(params);\n";
   source += "}\n";
   return source;
 }
@@ -331,24 +348,27 @@ std::vector<uint8_t> MmaFamily::pack_bias(std::span<const float> bias, const For
 }
 
 ParameterRanges MmaFamily::curated_ranges(int64_t m) const {
+  // Group scales on the partial sums while the tile is bound by the dequantization's issue rate (decode, as in the
+  // wgmma family); formats without K-group scales, or with zero points, keep 0 (the rule removes 1).
+  const std::vector<int> decode_gscale = {0, 1};
   if (m <= 16) {
     return {{"bm", {16}}, {"bn", {64, 128, 256}}, {"bk", {128, 256, 512}}, {"wm", {1}}, {"wn", {4, 8}},
-            {"wk", {1, 2}}, {"stages", {3, 4, 5}}, {"split", {1, 2, 4, 8}}, {"raster", {0}}};
+            {"wk", {1, 2}}, {"stages", {3, 4, 5}}, {"split", {1, 2, 4, 8}}, {"raster", {0}}, {"gscale", decode_gscale}};
   }
   if (m <= 32) {
     return {{"bm", {32}}, {"bn", {64, 128, 256}}, {"bk", {128, 256}}, {"wm", {1, 2}}, {"wn", {2, 4}},
-            {"wk", {1, 2}}, {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
+            {"wk", {1, 2}}, {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}, {"gscale", decode_gscale}};
   }
   if (m <= 64) {
     return {{"bm", {64}}, {"bn", {64, 128, 256}}, {"bk", {64, 128, 256}}, {"wm", {1, 2, 4}}, {"wn", {2, 4}},
-            {"wk", {1}}, {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
+            {"wk", {1}}, {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}, {"gscale", decode_gscale}};
   }
   if (m <= 256) {
     return {{"bm", {64, 128}}, {"bn", {64, 128, 256}}, {"bk", {64, 128}}, {"wm", {2, 4}}, {"wn", {2, 4}},
-            {"wk", {1}}, {"stages", {3, 4}}, {"split", {1, 2}}, {"raster", {0, 2}}};
+            {"wk", {1}}, {"stages", {3, 4}}, {"split", {1, 2}}, {"raster", {0, 2}}, {"gscale", {0}}};
   }
   return {{"bm", {128, 256}}, {"bn", {128, 256}}, {"bk", {64, 128}}, {"wm", {2, 4}}, {"wn", {2, 4}},
-          {"wk", {1}}, {"stages", {3, 4}}, {"split", {1}}, {"raster", {0, 2, 3}}};
+          {"wk", {1}}, {"stages", {3, 4}}, {"split", {1}}, {"raster", {0, 2, 3}}, {"gscale", {0}}};
 }
 
 KernelConfig MmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {

@@ -348,6 +348,8 @@ TileShape TileShape::from(const KernelConfig& config) {
   tiles.stages = config.get("stages");
   tiles.split = config.get("split");
   tiles.raster = config.get("raster");
+  const auto gscale = config.params.find("gscale");
+  tiles.gscale = gscale == config.params.end() ? 0 : gscale->second;
   return tiles;
 }
 

@@ -63,17 +63,21 @@ std::optional<std::string> unsupported_format_reason(const FormatSpec& format);
 // Throws UnsupportedError with unsupported_format_reason() when there is one.
 DeviceFormat device_format(const FormatSpec& format);
 
-// The Tiles<...> template arguments.
+// The Tiles<...> template arguments, and the kernel's SCALE_AFTER ("gscale", absent: 0).
 struct TileShape {
   int bm = 16, bn = 128, bk = 256;
   int wm = 1, wn = 4, wk = 1;
   int stages = 4, split = 1, raster = 0;
+  int gscale = 0;
 
-  static TileShape from(const KernelConfig& config);  // throws InputError for a missing parameter
+  static TileShape from(const KernelConfig& config);  // throws InputError for a missing parameter (gscale may be absent)
   int threads() const { return 32 * wm * wn * wk; }
   int warp_tile_m() const { return bm / wm; }
   int warp_tile_n() const { return bn / wn; }
   std::string template_arguments() const;  // "16, 128, 256, 1, 4, 1, 4, 1, 0"
+  // The kernel templates' trailing SCALE_AFTER argument: "" for gscale=0 (the default), so that those sources, and
+  // their cubins and cache keys, are the ones from before the option; ", 1" otherwise.
+  std::string scale_after_argument() const { return gscale == 0 ? "" : ", " + std::to_string(gscale); }
 };
 
 // Shared-memory use of one configuration, mirroring device::MmaGemm.

@@ -241,7 +241,7 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
       wgmma ? "wgmma_moe.cuh" : "mma_moe.cuh", device, "Tiles",
       wgmma ? WgmmaFamily::tiles_template_arguments(config) : TileShape::from(config).template_arguments());
   const std::string gemm = wgmma ? "qd::WgmmaGemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ">"
-                                 : "qd::MmaGemm<QtuneFormat, QtuneTiles>";
+                                 : "qd::MmaGemm<QtuneFormat, QtuneTiles" + TileShape::from(config).scale_after_argument() + ">";
   const std::string tables = tiles.persistent ? "qd::PersistentMoeSlots<QtuneTiles::BLOCK_M>::BYTES" : gemm + "::MOE_TABLE_BYTES";
   source += "static_assert(" + gemm + "::SHARED_BYTES + " + tables + " == " + std::to_string(tiles.dynamic_bytes()) +
             ", \"host and device disagree on the shared memory size\");\n";
@@ -254,7 +254,8 @@ std::string instantiation_source(const KernelConfig& config, const MoeProblem& p
     source += "  qd::wgmma_moe_gemm<QtuneFormat, QtuneTiles, " + WgmmaFamily::gemm_options(config) + ", " + layout +
               ", " + projection + ">(params, moe);\n";
   } else {
-    source += "  qd::mma_moe_gemm<QtuneFormat, QtuneTiles, " + layout + ", " + projection + ">(params, moe);\n";
+    source += "  qd::mma_moe_gemm<QtuneFormat, QtuneTiles, " + layout + ", " + projection + TileShape::from(config).scale_after_argument() +
+              ">(params, moe);\n";
   }
   source += "}\n";
   return source;

@@ -33,6 +33,11 @@ TEST(CuratedRanges, NarrowTheSpaceByM) {
   EXPECT_EQ(mma.curated_ranges(1).at("bm"), (std::vector<int>{16}));
   EXPECT_EQ(mma.curated_ranges(32).at("bm"), (std::vector<int>{32}));
   EXPECT_EQ(mma.curated_ranges(4096).at("split"), (std::vector<int>{1}));
+  for (const std::int64_t m : {1, 16, 32, 64}) {  // decode: the rule keeps gscale=1 for K-group formats only
+    EXPECT_EQ(mma.curated_ranges(m).at("gscale"), (std::vector<int>{0, 1})) << m;
+  }
+  EXPECT_EQ(mma.curated_ranges(65).at("gscale"), (std::vector<int>{0}));
+  EXPECT_EQ(mma.curated_ranges(4096).at("gscale"), (std::vector<int>{0}));
   const KernelFamily& wgmma = find_family("wgmma");
   EXPECT_EQ(wgmma.curated_ranges(16).at("overlap"), (std::vector<int>{0}));
   EXPECT_EQ(wgmma.curated_ranges(256).at("overlap"), (std::vector<int>{1}));

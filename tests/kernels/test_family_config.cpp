@@ -1,6 +1,7 @@
 // The kernel-family interface: config text/JSON, the registry, static rules, support refusals, launch geometry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,20 @@ TEST(KernelConfig, TextIsCanonicalInFamilyOrder) {
   EXPECT_EQ(config.to_string(), kBaseConfig);
   EXPECT_EQ(mma_config(config.to_string()), config);
   EXPECT_EQ(config.get("split"), 4);
+}
+
+// A parameter added after configs were stored (absent_means) reads as that value from a config without it; one without
+// such a value is an InputError naming it.
+TEST(KernelConfig, StoredConfigsReadParametersAddedLater) {
+  const std::vector<ParameterDomain> space = mma_family().parameter_space();
+  auto domain = [&](const std::string& name) {
+    return *std::find_if(space.begin(), space.end(), [&](const ParameterDomain& d) { return d.name == name; });
+  };
+  const KernelConfig stored = mma_config(kBaseConfig);  // before "gscale"
+  EXPECT_EQ(domain("gscale").value_in(stored), 0);
+  EXPECT_EQ(domain("gscale").value_in(mma_config(std::string(kBaseConfig) + ",gscale=1")), 1);
+  EXPECT_EQ(domain("split").value_in(stored), 4);
+  expect_input_error([&] { domain("split").value_in(mma_config("bm=16")); }, {"missing parameter 'split'"});
 }
 
 TEST(KernelConfig, FamilyPrefixOverridesTheDefault) {
@@ -373,7 +388,7 @@ TEST(MmaFamily, ParameterSpaceListsEveryTemplateKnob) {
     EXPECT_FALSE(domain.values.empty()) << domain.name;
     EXPECT_FALSE(domain.meaning.empty()) << domain.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"bm", "bn", "bk", "wm", "wn", "wk", "stages", "split", "raster"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"bm", "bn", "bk", "wm", "wn", "wk", "stages", "split", "raster", "gscale"}));
 }
 
 TEST(MmaFamily, SupportsWeightOnlyFormatsOnTuringAndLater) {
@@ -440,7 +455,61 @@ INSTANTIATE_TEST_SUITE_P(
                  "registers-per-thread"},
         RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=64,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0", "bm-over-m"},
         RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=1",
-                 "raster-single-m-tile"}));
+                 "raster-single-m-tile"},
+        RuleCase{"w4a16-int4-g128", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0,gscale=2",
+                 "parameter-domain"},
+        RuleCase{"w4a16-int4-ch", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0,gscale=1",
+                 "gscale-needs-groups"},
+        RuleCase{"w4a16-int4-g128-zp", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0,gscale=1",
+                 "gscale-needs-groups"},
+        RuleCase{"w8a8-int8-g128", 1, 8192, 8192, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0,gscale=1",
+                 "gscale-needs-groups"},
+        // 128 accumulators per thread, and as many partial sums with gscale=1.
+        RuleCase{"w4a16-int4-g128", 64, 8192, 8192, "bm=64,bn=128,bk=128,wm=1,wn=2,wk=1,stages=3,split=1,raster=0,gscale=1",
+                 "accumulators-per-thread"}));
+
+// gscale=1 (K-group scales on the partial sums): K-group weight scales in the dequantization without zero points, on
+// the swap-AB decode tile, with warps splitting K, split-K ranges inside a group, bf16, groups inside a K tile; the
+// kernel's trailing SCALE_AFTER argument only when 1, so gscale=0 sources are those from before the option.
+TEST(MmaFamily, GroupScalesOnPartialSums) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  auto rule = [&](const char* config, const Problem& p) {
+    const RuleVerdict verdict = mma_family().check(mma_config(config), p, hopper);
+    return verdict.valid ? std::string() : verdict.rule + ": " + verdict.detail;
+  };
+  const char* decode = "bm=16,bn=64,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0,gscale=1";
+  EXPECT_EQ(rule(decode, problem("w4a16-int4-g128", 1, 8192, 8192)), "");
+  EXPECT_EQ(rule("bm=16,bn=128,bk=256,wm=1,wn=4,wk=2,stages=4,split=8,raster=0,gscale=1", problem("w4a16-int4-g128", 16, 8192, 8192)), "");
+  EXPECT_EQ(rule("bm=16,bn=64,bk=64,wm=1,wn=4,wk=1,stages=4,split=3,raster=0,gscale=1", problem("w4a16-int4-g128-bf16", 1, 4096, 1024)), "");
+  EXPECT_EQ(rule("bm=32,bn=128,bk=256,wm=1,wn=4,wk=1,stages=3,split=2,raster=0,gscale=1", problem("w4a16-int4-g32", 32, 4096, 4096)), "");
+  EXPECT_EQ(rule("bm=64,bn=128,bk=128,wm=2,wn=4,wk=1,stages=3,split=1,raster=0,gscale=1", problem("w8a16-int8-g128-bf16", 64, 4096, 4096)), "");
+  EXPECT_EQ(rule("bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0,gscale=1", problem("w4a16-e2m1-g32", 1, 4096, 4096)), "");
+  // The same tile without gscale passes the accumulator rule: it is gscale's partial sums that the rule counts.
+  const Problem g128_m64 = problem("w4a16-int4-g128", 64, 8192, 8192);
+  EXPECT_EQ(rule("bm=64,bn=128,bk=128,wm=1,wn=2,wk=1,stages=3,split=1,raster=0,gscale=1", g128_m64).rfind("accumulators-per-thread", 0), 0u);
+  EXPECT_EQ(rule("bm=64,bn=128,bk=128,wm=1,wn=2,wk=1,stages=3,split=1,raster=0,gscale=0", g128_m64).find("accumulators-per-thread"),
+            std::string::npos);
+  // More registers are estimated with the partial sums than without.
+  const FormatSpec g128 = FormatSpec::parse("w4a16-int4-g128");
+  EXPECT_GT(MmaFamily::estimated_registers(mma_config("bm=64,bn=128,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0,gscale=1"), g128),
+            MmaFamily::estimated_registers(mma_config("bm=64,bn=128,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0,gscale=0"), g128));
+
+  const std::string absent = mma_family().instantiation_source(mma_config(kBaseConfig), g128, "sm_90a");
+  const std::string zero = mma_family().instantiation_source(mma_config(std::string(kBaseConfig) + ",gscale=0"), g128, "sm_90a");
+  const std::string one = mma_family().instantiation_source(mma_config(decode), g128, "sm_90a");
+  EXPECT_EQ(absent.substr(absent.find('\n')), zero.substr(zero.find('\n')));  // all but the comment naming the config
+  EXPECT_NE(zero.find("qd::mma_gemm<QtuneFormat, QtuneTiles>(params)"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("qd::MmaGemm<QtuneFormat, QtuneTiles>::SHARED_BYTES"), std::string::npos) << zero;
+  EXPECT_NE(one.find("qd::mma_gemm<QtuneFormat, QtuneTiles, 1>(params)"), std::string::npos) << one;
+  EXPECT_NE(one.find("qd::MmaGemm<QtuneFormat, QtuneTiles, 1>::SHARED_BYTES"), std::string::npos) << one;
+  // No shared memory of its own: the launch is gscale=0's.
+  EXPECT_EQ(mma_family().launch_geometry(mma_config(decode), problem("w4a16-int4-g128", 1, 8192, 8192)).dynamic_shared_bytes,
+            mma_family().launch_geometry(mma_config("bm=16,bn=64,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0"),
+                                         problem("w4a16-int4-g128", 1, 8192, 8192))
+                .dynamic_shared_bytes);
+  // The default stays gscale=0 (absent).
+  EXPECT_EQ(mma_family().default_config(problem("w4a16-int4-g128", 1, 8192, 8192), hopper).params.count("gscale"), 0u);
+}
 
 TEST(MmaFamily, SmemRuleDependsOnTheArchitecture) {
   const KernelConfig config = mma_config("bm=16,bn=256,bk=512,wm=1,wn=8,wk=1,stages=2,split=1,raster=0");

@@ -268,7 +268,7 @@ std::vector<double> moe_cost_features(const KernelFamily& family, const KernelCo
   features.push_back(double(largest) / (pairs / touched));
   features.push_back(1.0 - live_units / std::max(launched, 1.0));
   for (const ParameterDomain& domain : family.parameter_space()) {
-    features.push_back(std::log2(double(std::max(config.get(domain.name), 0)) + 1.0));
+    features.push_back(std::log2(double(std::max(domain.value_in(config), 0)) + 1.0));
   }
   return features;
 }

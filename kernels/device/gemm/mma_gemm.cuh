@@ -11,6 +11,10 @@
 // (weight groups or blocks, activation groups) the partial sums of each group are multiplied by the group's scales and
 // added to the f32 accumulator as the group ends ("flush"); fp8 partial sums are flushed every atom (128 K) as well,
 // because the fp8 MMA does not accumulate in full f32. Channel, token, tensor and global scales go to the epilogue.
+// SCALE_AFTER (0 or 1; config gscale), for f16/bf16 activations with K-group weight scales and no zero points: the
+// weights enter the MMA unscaled and their K group's scale multiplies the group's f32 partial sums as the group ends
+// (one FMA per accumulator and group) instead of every dequantized pair (one packed multiply per two weights): decode
+// tiles are bound by the dequantization's issue rate (the wgmma family's gscale, 3-7% on the H200).
 //
 // A CTA computes a BLOCK_M x BLOCK_N tile over a K range (its split). Warps form WARPS_M x WARPS_N x WARPS_K: each
 // owns a (BLOCK_M/WARPS_M) x (BLOCK_N/WARPS_N) sub-tile and a 1/WARPS_K share of every K tile's weight atoms; the
@@ -29,7 +33,7 @@
 namespace qtune {
 namespace device {
 
-template <class F, class T>
+template <class F, class T, int SCALE_AFTER_ = 0>
 struct MmaGemm {
   static constexpr int BM = T::BLOCK_M, BN = T::BLOCK_N, BK = T::BLOCK_K;
   static constexpr int THREADS = T::THREADS;
@@ -54,10 +58,14 @@ struct MmaGemm {
   static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * Z_ROW_BYTES : 0;
   static constexpr int SA_STAGE_BYTES = F::STAGED_ACT_SCALES ? GROUP_ROWS * SA_ROW_BYTES : 0;
   static constexpr int STAGE_BYTES = A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + SA_STAGE_BYTES;
-  static constexpr bool FLUSHES = F::FLUSH_K > 0;
+  static constexpr bool SCALE_AFTER = SCALE_AFTER_ != 0;
+  // K elements after which partial sums are flushed: the format's (FLUSH_K), or SCALE_AFTER's weight scale group.
+  static constexpr int FLUSH_K = SCALE_AFTER ? GROUP_K : F::FLUSH_K;
+  static constexpr bool FLUSHES = FLUSH_K > 0;
   // With at most 8 live rows the weights can be the m16 operand and the tokens the n8 one (swap-AB): half the MMAs of
-  // padding M to 16. Flushed partial sums are scaled per fragment element, so swapping is kept to formats without.
-  static constexpr bool CAN_SWAP = BM == 16 && T::WARPS_M == 1 && !FLUSHES;
+  // padding M to 16. The format's flushes scale partial sums per fragment element, so swapping is kept to formats
+  // without (SCALE_AFTER's flush reads the swapped layout: one scale per weight column).
+  static constexpr bool CAN_SWAP = BM == 16 && T::WARPS_M == 1 && F::FLUSH_K == 0;
   // f32 partial-sum accumulators live next to the main ones when partial sums are flushed.
   static constexpr int ACCUMULATORS = MT * NT * 4 * (FLUSHES ? 2 : 1);
   static constexpr int PIPELINE_BYTES = T::STAGES * STAGE_BYTES;
@@ -72,13 +80,17 @@ struct MmaGemm {
   static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
   static_assert(F::FLUSH_K == 0 || F::FLUSH_K % BK == 0 || BK % F::FLUSH_K == 0, "BLOCK_K must divide the flush group or be a multiple of it");
   static_assert(ACCUMULATORS <= 128, "warp tile too large: more than 128 accumulators (partial sums included) per thread");
+  static_assert(SCALE_AFTER_ == 0 || SCALE_AFTER_ == 1, "SCALE_AFTER (group scales on the partial sums) must be 0 or 1");
+  static_assert(!SCALE_AFTER || (F::SCALES == kScaleDequant && F::STAGED_SCALES && !F::HAS_ZERO),
+                "SCALE_AFTER needs K-group weight scales and no zero points (a zero point is subtracted before the scale)");
 };
 
 // SWAP: at most 8 live rows (M <= 8), weights become the m16 operand and tokens the n8 one (see CAN_SWAP).
 // ROWS: DenseRows, or MoeRows with `moe` its layout's tables.
-template <class F, class T, bool SWAP, class ROWS = DenseRows>
+// SCALE_AFTER: see MmaGemm.
+template <class F, class T, bool SWAP, class ROWS = DenseRows, int SCALE_AFTER = 0>
 __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const MoeParams* moe = nullptr) {
-  using G = MmaGemm<F, T>;
+  using G = MmaGemm<F, T, SCALE_AFTER>;
   constexpr bool IS_MOE = ROWS::LAYOUT != 0;
   using Accumulator = typename F::Accumulator;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
@@ -96,7 +108,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
   constexpr int CPR = G::A_CHUNKS_PER_ROW;
   constexpr int GROUP_K = G::GROUP_K;
   constexpr bool SINGLE_M_TILE = BM == 16;  // one m16 tile per CTA: small-M kernels
-  static_assert(!SWAP || G::CAN_SWAP, "swap-AB needs BLOCK_M = 16, WARPS_M = 1 and a format without flushes");
+  static_assert(!SWAP || G::CAN_SWAP, "swap-AB needs BLOCK_M = 16, WARPS_M = 1 and a format without flushes of its own");
   // cp.async chunk c of a thread is chunk tid + c * THREADS of the stage; when the run lengths and THREADS divide each
   // other, every chunk's address is a per-thread base plus a compile-time offset (no per-chunk index arithmetic).
   constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
@@ -283,6 +295,45 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         }
   };
 
+  // SCALE_AFTER: adds the partial sums, times their columns' compute-type scales (staged group row `row`), to acc and
+  // clears them.
+  auto flush_group_scales = [&](u32 s_smem, int row) {
+    auto compute_to_f32 = [](u32 half_bits) {
+      const unsigned short bits = static_cast<unsigned short>(half_bits);
+      return F::COMPUTE_TYPE == kElementF16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+    };
+    const u32 s_row = s_smem + row * G::S_ROW_BYTES + warp_n * G::WTN * 2;
+#pragma unroll
+    for (int j = 0; j < SPW; ++j) {
+      if constexpr (SWAP) {
+        // part[0][2j][e] is D[strip column group + 8 (e / 2)][token]: the lane's scale pair at 2 * group.
+        u32 word;
+        ld_shared_32(&word, s_row + (j * 16 + group * 2) * 2);
+        const float scale[2] = {compute_to_f32(word & 0xFFFFu), compute_to_f32(word >> 16)};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[0][j * 2][e] = __fmaf_rn(part[0][j * 2][e], scale[e / 2], acc[0][j * 2][e]);
+          part[0][j * 2][e] = 0;
+        }
+      } else {
+        // part[mt][2j + nsub][e] is strip column nsub * 8 + quad * 2 + e % 2, stored at 4 quad + 2 (e % 2) + nsub.
+        u32 words[2];
+        ld_shared_64(words, s_row + (j * 16 + quad * 4) * 2);
+        const float scale[2][2] = {{compute_to_f32(words[0] & 0xFFFFu), compute_to_f32(words[1] & 0xFFFFu)},
+                                   {compute_to_f32(words[0] >> 16), compute_to_f32(words[1] >> 16)}};  // [nsub][e % 2]
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nsub = 0; nsub < 2; ++nsub)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              acc[mt][j * 2 + nsub][e] = __fmaf_rn(part[mt][j * 2 + nsub][e], scale[nsub][e % 2], acc[mt][j * 2 + nsub][e]);
+              part[mt][j * 2 + nsub][e] = 0;
+            }
+      }
+    }
+  };
+
   auto compute_stage = [&](int stage, int kt, bool last_tile) {
     const u32 a_smem = smem + stage * G::STAGE_BYTES;
     const u32 w_smem = a_smem + G::A_STAGE_BYTES;
@@ -301,7 +352,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         // New scale group: fetch this warp's compute-type scales (and zeros) for the group.
-        if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0) {
+        if constexpr (F::SCALES == kScaleDequant && G::GROUP_ROWS > 0 && !G::SCALE_AFTER) {
           const bool reload = ks == 0 || (GROUP_K < F::ATOM_K && (ks * F::KSTEP) % GROUP_K == 0);
           if (reload) {
             const int row = GROUP_K >= BK ? 0 : (atom * F::ATOM_K + ks * F::KSTEP) / GROUP_K;
@@ -339,7 +390,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
               b[nsub][0] = operand_slot<F>(words[j], slot);
               b[nsub][1] = operand_slot<F>(words[j], slot + 1);
             } else {
-              dequant_pair<F>(b[nsub][0], b[nsub][1], words[j], slot, vectors[j], nsub);
+              dequant_pair<F, !G::SCALE_AFTER>(b[nsub][0], b[nsub][1], words[j], slot, vectors[j], nsub);
             }
           }
           if constexpr (SWAP) {
@@ -356,7 +407,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         }
         // A K group ends (or this warp's share of it in this tile, or the CTA's K range): flush its partial sums.
         if constexpr (G::FLUSHES) {
-          constexpr int FLUSH_K = F::FLUSH_K;
+          constexpr int FLUSH_K = G::FLUSH_K;
           const bool chunk_end = i == G::KAW - 1 && ks == 3;
           bool ends;
           int row = 0;
@@ -367,7 +418,13 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
           } else {
             ends = chunk_end && ((kt + 1) * BK % FLUSH_K == 0 || last_tile);
           }
-          if (ends) flush(s_smem, sa_smem, row);
+          if (ends) {
+            if constexpr (G::SCALE_AFTER) {
+              flush_group_scales(s_smem, row);
+            } else {
+              flush(s_smem, sa_smem, row);
+            }
+          }
         }
       }
     }
@@ -388,6 +445,13 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
     compute_stage(it % T::STAGES, kt_begin + it, it == tile_count - 1);
   }
   copy_wait<0>();
+  if constexpr (SWAP && G::SCALE_AFTER) {
+    // The flushed sums are in acc's swapped fragments: transposed through part like the unflushed ones.
+#pragma unroll
+    for (int j = 0; j < SPW; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[0][j * 2][e] = acc[0][j * 2][e];
+  }
   if constexpr (SWAP) {
     // Back to the normal fragment layout: element e of n8 tile nsub is D[column nsub * 8 + 2 * quad + e][token group],
     // held by lane (2 * quad + e) * 4 + group / 2 as its element 2 * nsub + group % 2. Rows 8-15 are dead.
@@ -408,7 +472,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
         }
     }
   }
-  if constexpr (!G::FLUSHES) {
+  if constexpr (!G::FLUSHES || (SWAP && G::SCALE_AFTER)) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -503,15 +567,15 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
   }
 }
 
-template <class F, class T>
+template <class F, class T, int SCALE_AFTER = 0>
 __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
-  if constexpr (MmaGemm<F, T>::CAN_SWAP) {
+  if constexpr (MmaGemm<F, T, SCALE_AFTER>::CAN_SWAP) {
     if (p.m <= 8) {
-      mma_gemm_tiles<F, T, true>(p);
+      mma_gemm_tiles<F, T, true, DenseRows, SCALE_AFTER>(p);
       return;
     }
   }
-  mma_gemm_tiles<F, T, false>(p);
+  mma_gemm_tiles<F, T, false, DenseRows, SCALE_AFTER>(p);
 }
 
 }  // namespace device

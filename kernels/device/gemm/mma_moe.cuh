@@ -10,14 +10,15 @@
 namespace qtune {
 namespace device {
 
-template <class F, class T, int LAYOUT, int PROJECTION>
+// SCALE_AFTER: K-group scales on the partial sums (MmaGemm).
+template <class F, class T, int LAYOUT, int PROJECTION, int SCALE_AFTER = 0>
 __device__ __forceinline__ void mma_moe_gemm(const GemmParams& p, const MoeParams& moe) {
   static_assert(LAYOUT == kMoeTokenIndexed || LAYOUT == kMoeContiguous || LAYOUT == kMoeMasked,
                 "LAYOUT is kMoeTokenIndexed, kMoeContiguous or kMoeMasked");
   static_assert(PROJECTION == kMoeGateUp || PROJECTION == kMoeDown, "PROJECTION is kMoeGateUp or kMoeDown");
   static_assert(T::THREADS >= T::BLOCK_M, "a MoE block's row table is filled by one thread per row: THREADS >= BLOCK_M");
   // Swap-AB would need the live-row count before choosing the instantiation: MoE blocks use the normal fragments.
-  mma_gemm_tiles<F, T, false, MoeRows<LAYOUT, PROJECTION>>(p, &moe);
+  mma_gemm_tiles<F, T, false, MoeRows<LAYOUT, PROJECTION>, SCALE_AFTER>(p, &moe);
 }
 
 // out[t][column] = Σ_slot rows[t · top_k + slot][column] in slot order, in f32, rounded to the output type once.

@@ -84,7 +84,7 @@ __device__ __forceinline__ void load_staged_vectors(StripVectors<F>& v, u32 s_sm
 
 // Register slot `slot` and `slot + 1` of a strip's n8 half as compute-type pairs: dequantized, then scaled when the
 // scale is applied in the dequantization (f16/bf16 activations) and the kernel does not scale the partial sums instead
-// (SCALED = false: the wgmma family's SCALE_AFTER, config gscale=1).
+// (SCALED = false: the mma and wgmma families' SCALE_AFTER, config gscale=1).
 template <class F, bool SCALED = true>
 __device__ __forceinline__ void dequant_pair(u32& b0, u32& b1, const u32* words, int slot, const StripVectors<F>& v, int half) {
   b0 = dequant_slot<F>(words, slot, v.zero[half]);

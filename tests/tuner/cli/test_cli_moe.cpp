@@ -105,7 +105,7 @@ TEST(CliMoe, DryRunPlansTheExpertGemmsAsMoeProblems) {
       {"tune", "--gpu", "h200", "--dry-run", "--format", "w4a16-int4-g128", "--model", "mixtral-8x7b", "--gemms", "moe",
        "--family", "mma", "--tokens", "16", "--db", db, "--jobs", "2", "--output", "json", "--param", "bm=16", "--param", "bn=128",
        "--param", "bk=128", "--param", "wm=1", "--param", "wn=4", "--param", "wk=1", "--param", "stages=4",
-       "--param", "split=1", "--param", "raster=0"});
+       "--param", "split=1", "--param", "raster=0", "--param", "gscale=0"});
   ASSERT_EQ(result.status, 0) << result.err << result.out;
   const nlohmann::json rows = nlohmann::json::parse(result.out);
   ASSERT_EQ(rows.size(), 2u) << result.out;

@@ -3,6 +3,7 @@
 // Turing path also as compute_75 PTX, which is how the GPU tests run it on a newer GPU.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -232,6 +233,65 @@ TEST(MmaCompile, Int4ConfigurationSpread) {
   }
   EXPECT_GE(instantiations.size(), 6u);
   compile_all_or_fail(instantiations);
+}
+
+// K-group scales on the partial sums (gscale=1) compile for Turing, Ampere and Hopper without spilling: f16 and bf16,
+// 4- and 8-bit integer and fp4 weights, groups of 32 to 128 (inside a K tile, one per tile, one over two tiles), the
+// swap-AB decode tile, warps splitting K, 64-row tiles. The issue-16 decode tile (W4A16 int4 g128, N = K = 8192, M = 1)
+// keeps its registers: no more than 8 over gscale=0's, nor over 128.
+TEST(MmaCompile, GroupScalesOnPartialSums) {
+  std::vector<Instantiation> instantiations;
+  const struct {
+    const char* spec;
+    int64_t m;
+    const char* config;
+    bool turing;  // also on sm_75 with 2 stages (64 KiB of shared memory), f16 only
+  } cases[] = {
+      {"w4a16-int4-g128", 1, "bm=16,bn=64,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0", true},
+      {"w4a16-int4-g128", 16, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=2,stages=4,split=2,raster=0", true},
+      {"w4a16-int4-g128-bf16", 1, "bm=16,bn=64,bk=64,wm=1,wn=4,wk=1,stages=4,split=3,raster=0", false},
+      {"w4a16-int4-g32", 32, "bm=32,bn=128,bk=256,wm=1,wn=4,wk=1,stages=3,split=2,raster=0", false},
+      {"w8a16-int8-g128-bf16", 64, "bm=64,bn=128,bk=128,wm=2,wn=4,wk=1,stages=3,split=1,raster=0", false},
+      {"w4a16-e2m1-g32", 8, "bm=16,bn=128,bk=256,wm=1,wn=4,wk=1,stages=4,split=4,raster=0", true},
+  };
+  for (const char* arch : {"sm_75", "sm_80", "sm_90a"}) {
+    const ArchLimits limits = ArchLimits::for_sm(sm_of_arch(arch));
+    for (const auto& c : cases) {
+      if (limits.sm == 75 && !c.turing) continue;
+      const Problem problem{FormatSpec::parse(c.spec), c.m, 8192, 8192, false};
+      KernelConfig config = KernelConfig::parse(std::string(c.config) + ",gscale=1");
+      if (limits.sm == 75) config.params["stages"] = 2;
+      const RuleVerdict verdict = mma_family().check(config, problem, limits);
+      EXPECT_TRUE(verdict.valid) << c.spec << " " << arch << " " << config.to_string() << ": " << verdict.rule << " " << verdict.detail;
+      if (verdict.valid) instantiations.push_back({c.spec, arch, config});
+    }
+  }
+  EXPECT_EQ(instantiations.size(), 3u + 6u + 6u);
+  compile_all_or_fail(instantiations);
+
+  const char* decode = "bm=16,bn=64,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0";
+  std::vector<jit::CompileRequest> requests;
+  for (const char* gscale : {",gscale=0", ",gscale=1"}) {
+    requests.push_back(request_for({"w4a16-int4-g128", "sm_90a", KernelConfig::parse(std::string(decode) + gscale)}));
+  }
+  const std::vector<jit::CompileOutcome> outcomes = jit::Compiler().compile_all(requests);
+  ASSERT_EQ(outcomes.size(), 2u);
+  ASSERT_TRUE(outcomes[0].ok() && outcomes[1].ok()) << outcomes[0].error_message << outcomes[1].error_message;
+  const int scaled_weights = outcomes[0].kernel->resources.registers, scaled_sums = outcomes[1].kernel->resources.registers;
+  std::printf("[ registers ] issue-16 decode tile: gscale=0 %d, gscale=1 %d\n", scaled_weights, scaled_sums);
+  EXPECT_EQ(outcomes[1].kernel->resources.spill_store_bytes, 0);
+  EXPECT_LE(scaled_sums, scaled_weights + 8);
+  EXPECT_LE(scaled_sums, 128);
+
+  // Formats the rule refuses do not compile either: the kernel's static_assert says why.
+  const std::string refused = mma_family().instantiation_source(KernelConfig::parse(std::string(decode) + ",gscale=1"),
+                                                                FormatSpec::parse("w4a16-int4-g128-zp"), "sm_90a");
+  jit::CompileRequest request = request_for({"w4a16-int4-g128", "sm_90a", KernelConfig::parse(decode)});
+  request.source = refused;
+  const std::vector<jit::CompileOutcome> failed = jit::Compiler().compile_all({request});
+  ASSERT_FALSE(failed[0].ok());
+  EXPECT_NE(failed[0].error_message.find("SCALE_AFTER needs K-group weight scales and no zero points"), std::string::npos)
+      << failed[0].error_message.substr(0, 2000);
 }
 
 // The wgmma family compiles every weight-only preset and the further types for sm_90a without spilling, at each

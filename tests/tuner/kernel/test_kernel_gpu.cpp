@@ -175,6 +175,37 @@ TEST(MmaGpu, SwapAbUpToEightRows) {
   expect_all_pass(run_cases(cases));
 }
 
+// The mma family's K-group scales on the partial sums (gscale=1): every group size and weight type that has them (no
+// zero points), f16 and bf16 activations and output; the issue-16 decode tile (swap-AB at M <= 8: M = 1 and 5), warps
+// splitting K with two groups per tile, one group over two K tiles with split-K ranges that start and end inside a
+// group (K = 2048 and 4096 in 3 ranges of 64-deep tiles), 32- and 64-row tiles, rasterization, bias.
+TEST(MmaGpu, GroupScalesOnPartialSums) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  std::vector<Case> cases;
+  int refused = 0;
+  for (const char* spec : {"w4a16-int4-g128", "w4a16-int4-g128-bf16", "w4a16-int4-g128:out=bf16", "w2a16-int2-g64", "w3a16-int3-g32",
+                           "w8a16-int8-g128-bf16", "w4a16-e2m1-g32", "w4a16-int4-g64:scale=f32", "w4a16-int4-block64x128"}) {
+    for (const char* config : {"bm=16,bn=64,bk=128,wm=1,wn=4,wk=1,stages=4,split=4,raster=0,gscale=1",
+                               "bm=16,bn=128,bk=256,wm=1,wn=4,wk=2,stages=4,split=2,raster=0,gscale=1",
+                               "bm=16,bn=64,bk=64,wm=1,wn=4,wk=1,stages=4,split=3,raster=0,gscale=1",
+                               "bm=32,bn=128,bk=128,wm=1,wn=4,wk=1,stages=3,split=2,raster=0,gscale=1",
+                               "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=4,split=1,raster=1,gscale=1"}) {
+      for (const Case& c : {Case{spec, 1, 1024, 2048, config}, Case{spec, 5, 2048, 4096, config, true},
+                            Case{spec, 77, 2048, 4096, config, true}}) {
+        const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
+        if (mma_family().check(KernelConfig::parse(c.config, "mma"), problem, limits).valid) {
+          cases.push_back(c);
+        } else {
+          ++refused;  // tiles at least twice M, or a group the tile's depth does not divide
+        }
+      }
+    }
+  }
+  EXPECT_GE(cases.size(), 80u) << refused << " refused by the rules";
+  expect_all_pass(run_cases(cases));
+}
+
 // The wgmma family (sm_90a only): every weight-only preset and a spread of weight types, token counts from 1 to 300
 // (wgmma N = 16..128, M tails inside one tile), split-K, rasterization, bias, both large shapes.
 TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {

@@ -79,6 +79,49 @@ TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
   });
 }
 
+// The mma MoE kernel with K-group scales on the partial sums (gscale=1): every layout and projection of the W4A16 g128
+// formats (f16, bf16), the decode tile and the warp-K split-K one, sm_80 and sm_90a, no spills; the source names the
+// option only when it is 1, and check() refuses it for zero points.
+TEST(MoeCompile, GroupScalesOnPartialSums) {
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    for (const char* spec : {"w4a16-int4-g128", "w4a16-int4-g128-bf16"}) {
+      for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
+        for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+          for (const char* text : {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0,gscale=1",
+                                   "bm=16,bn=64,bk=256,wm=1,wn=2,wk=2,stages=3,split=2,raster=0,gscale=1"}) {
+            const KernelConfig config = KernelConfig::parse(text);
+            const MoeProblem problem = problem_of(spec, layout, projection);
+            const RuleVerdict verdict = mma_moe::check(config, problem, ArchLimits::for_sm(sm_of_arch(arch)));
+            ASSERT_TRUE(verdict.valid) << spec << " " << arch << " " << text << ": " << verdict.rule << " " << verdict.detail;
+            jit::CompileRequest request;
+            request.source = mma_moe::instantiation_source(config, problem, arch);
+            EXPECT_NE(request.source.find(", 1>(params, moe)"), std::string::npos) << request.source;
+            request.kernel_name = mma_moe::kernel_name(config);
+            request.arch = arch;
+            requests.push_back(request);
+            labels.push_back(std::string(spec) + " " + arch + " " + std::string(moe_layout_name(layout)) + " " +
+                             std::string(moe_projection_name(projection)) + " " + text);
+          }
+        }
+      }
+    }
+  }
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_FALSE(kernel.cubin.empty()) << label;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+  });
+  const MoeProblem zero_points = problem_of("w4a16-int4-g128-zp", MoeLayout::TokenIndexed, MoeProjection::GateUp);
+  EXPECT_EQ(mma_moe::check(KernelConfig::parse("bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0,gscale=1"), zero_points,
+                           ArchLimits::for_sm(90))
+                .rule,
+            "gscale-needs-groups");
+  const std::string unscaled = mma_moe::instantiation_source(
+      KernelConfig::parse("bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0,gscale=0"), zero_points, "sm_90a");
+  EXPECT_NE(unscaled.find("qd::kMoeGateUp>(params, moe)"), std::string::npos) << unscaled;
+}
+
 // Every 4-bit-weight, f16/bf16-activation format of the presets and the compile tests (the wgmma family runs them all).
 const char* kW4A16Formats[] = {"w4a16-int4-ch",      "w4a16-int4-g128",        "w4a16-int4-g128-zp",     "w4a16-int4-g128-bf16",
                                "w4a16-uint4-ch-fzp", "w4a16-fp4-g32",          "w4a16-e2m1-g32-bf16",    "w4a16-int4-block64x128",

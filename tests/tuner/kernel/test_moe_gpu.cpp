@@ -195,6 +195,22 @@ TEST(MoeGpu, MoreFormats) {
   run_all(cases);
 }
 
+// K-group scales on the partial sums (gscale=1): one group per tile, one group over two 64-deep tiles with split-K ranges
+// that start and end inside a group (k = 1024: 16 tiles in ranges of 6, 5 and 5), and a 64-row tile with 2 x 2 warps;
+// every layout, skewed routing and empty experts, f16 and bf16.
+TEST(MoeGpu, GroupScalesOnPartialSums) {
+  QTUNE_REQUIRE_GPU();
+  const FamilyTiles tiles{"mma", "bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0,gscale=1",
+                          "bm=16,bn=64,bk=64,wm=1,wn=4,wk=1,stages=3,split=3,raster=0,gscale=1",
+                          "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0,gscale=1"};
+  const std::vector<const char*> formats = {"w4a16-int4-g128", "w4a16-int4-g128-bf16"};
+  std::vector<MoeCase> cases = token_indexed_cases(tiles, formats, {"uniform", "zipf:1.5"});
+  for (const std::vector<MoeCase>& more : {grouped_cases(tiles, formats), empty_expert_cases(tiles, formats)}) {
+    cases.insert(cases.end(), more.begin(), more.end());
+  }
+  run_all(cases);
+}
+
 // ---- the wgmma MoE kernel (sm_90a) ----
 
 #define QTUNE_REQUIRE_HOPPER()                                                                                           \
