@@ -344,7 +344,7 @@ TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
   MoeTuneOptions options;
   options.problems = {small_problem(16, MoeProjection::Down)};  // token-indexed down: the reduction compiles too
   options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}}, {"wm", {1}}, {"wn", {4}},
-                                    {"wk", {1}},  {"stages", {4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
+                                    {"wk", {1}},  {"stages", {4}}, {"split", {1, 2, 4}}, {"raster", {0}}, {"gscale", {0}}};
   const jit::Compiler compiler(test_compiler_settings());
   MoeTuneServices services;
   services.compiler = &compiler;
@@ -477,7 +477,8 @@ TEST(MoeTune, ModelStrategyMeasuresTheBudgetOfTheWholeSpace) {
   MoeTuneOptions options;
   options.problems = {small_problem(16), small_problem(64)};
   options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {64, 128}},   {"wm", {1}},
-                                    {"wn", {4}},  {"wk", {1}},   {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}}};
+                                    {"wn", {4}},  {"wk", {1}},   {"stages", {3, 4}}, {"split", {1, 2, 4}}, {"raster", {0}},
+                                    {"gscale", {0}}};
   options.strategy = "model";
   options.budget.max_evaluations = 4;
   const jit::Compiler compiler(test_compiler_settings());
@@ -585,7 +586,7 @@ TEST(MoeTune, APeerBaselineIsMeasuredThroughItsEvaluatorAndStoredWithItsParams) 
   MoeTuneOptions options;
   options.problems = {small_problem(16, MoeProjection::Down)};  // the candidate of the test above: compiled already
   options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}}, {"wm", {1}}, {"wn", {4}},
-                                    {"wk", {1}},  {"stages", {4}}, {"split", {1}}, {"raster", {0}}};
+                                    {"wk", {1}},  {"stages", {4}}, {"split", {1}}, {"raster", {0}}, {"gscale", {0}}};
   jit::CompilerSettings settings;
   settings.cache_directory = std::filesystem::path(QTUNE_BINARY_DIR) / "test-cache";
   settings.threads = 2;

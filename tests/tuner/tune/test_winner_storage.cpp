@@ -25,7 +25,8 @@ TuneOptions two_candidates() {
 FakeBackend::TimeFunction times(double split1, double split2) {
   return [=](const Problem&, const KernelConfig& config) {
     if (config.params == std::map<std::string, int>{{"bm", 16}, {"bn", 128}, {"bk", 128}, {"wm", 1}, {"wn", 4},
-                                                    {"wk", 1}, {"stages", 4}, {"split", config.get("split")}, {"raster", 0}}) {
+                                                    {"wk", 1}, {"stages", 4}, {"split", config.get("split")}, {"raster", 0},
+                                                    {"gscale", 0}}) {
       return config.get("split") == 1 ? split1 : split2;
     }
     return 1000.0;
