@@ -488,9 +488,19 @@ KernelConfig MmaFamily::default_config(const Problem& problem, const ArchLimits&
     const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);
     const int split = choose_split(shape, tiles, problem.k / bk);
     for (int stages = shape.stages; stages >= 2; --stages) {
-      const KernelConfig config = make(shape.bm, shape.bn, bk, shape.wm, shape.wn, shape.wk, stages, split);
+      KernelConfig config = make(shape.bm, shape.bn, bk, shape.wm, shape.wn, shape.wk, stages, split);
       const RuleVerdict verdict = check(config, problem, limits);
-      if (verdict.valid) return config;
+      if (verdict.valid) {
+        // K-group scales on the partial sums at decode (M <= 8, the swap-AB tiles), where the format allows it: the
+        // default W4A16 g128 tile at N = K = 8192, M = 1 ran 14.75 us against 16.73 without on the H200 (docs/perf.md,
+        // 2026-12-03, fifteenth session).
+        if (m <= 8) {
+          KernelConfig scaled = config;
+          scaled.params["gscale"] = 1;
+          if (check(scaled, problem, limits).valid) config = scaled;
+        }
+        return config;
+      }
       last_failure = verdict.rule + ": " + verdict.detail;
     }
   }
