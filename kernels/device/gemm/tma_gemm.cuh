@@ -33,6 +33,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/moe_block.cuh"
 #include "gemm/split_k.cuh"
+#include "gemm/swizzled_operand.cuh"
 #include "gemm/tile_schedule.cuh"
 #include "gemm/weight_vectors.cuh"
 #include "gemm/wgmma_ptx.cuh"
@@ -145,10 +146,6 @@ struct TmaGemm {
   static_assert(CONSUMER_THREADS * CONSUMER_REGISTERS + 128 * PRODUCER_REGISTERS <= 65536, "the register file holds the consumers' and the producer's registers");
 };
 
-// Descriptor of a K-major, 128-byte-swizzled B tile: 8-row core groups 1024 bytes apart (SBO); LBO is unused.
-__device__ __forceinline__ u64 swizzled_slab_descriptor(u32 shared) {
-  return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
-}
 
 // Calls body(work, m0, n0) for the work units first, first + stride, ... of the schedule, with the tile of CTA `rank`
 // of each unit's cluster (CLUSTER_M or CLUSTER_N tiles side by side).
@@ -376,10 +373,11 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
 #pragma unroll
         for (int i = 0; i < G::ACCUMULATORS; ++i) wgmma_fence_operand(part[i]);
         wgmma_fence();
+        const SwizzledOperand tokens(base);
 #pragma unroll
         for (int i = 0; i < G::CHUNK_STEPS; ++i) {
           const int step = chunk * G::CHUNK_STEPS + i;
-          const u64 descriptor = swizzled_slab_descriptor(base + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
+          const u64 descriptor = tokens.at((step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
           Mma::run(part, fragment[i], descriptor, i == 0 && fresh ? 0 : 1);
         }
         wgmma_commit();

@@ -15,6 +15,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/moe_rows.cuh"
 #include "gemm/split_k.cuh"
+#include "gemm/swizzled_operand.cuh"
 #include "gemm/tile_schedule.cuh"
 #include "gemm/weight_vectors.cuh"
 #include "gemm/wgmma_ptx.cuh"
@@ -79,10 +80,6 @@ struct WgmmaGemm {
   static_assert(!SCALE_AFTER || PARTIAL_SETS * ACCUMULATORS <= 64, "SCALE_AFTER's partial sums (sets x BLOCK_M / 2 registers) must stay within 64 registers");
 };
 
-// Descriptor of a K-major, 128-byte-swizzled B tile: 8-row core groups 1024 bytes apart (SBO); LBO is unused.
-__device__ __forceinline__ u64 swizzled_tile_descriptor(u32 shared) {
-  return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
-}
 
 // ---- the steps of one pipeline stage, shared by the one-tile-per-CTA kernel below and the persistent MoE kernel
 // (gemm/wgmma_moe.cuh) ----
@@ -243,13 +240,9 @@ template <class G>
 __device__ __forceinline__ void wgmma_issue_stage(u32 smem, int stage, bool continues_group, const u32 (&fragment)[G::KSTEPS][4],
                                                   WgmmaAccumulators<G>& r) {
   using F = typename G::Format;
-  const u32 a_smem = smem + stage * G::STAGE_BYTES;
-  u64 descriptor[G::KSTEPS];
-#pragma unroll
-  for (int step = 0; step < G::KSTEPS; ++step) {
-    // k16 step s reads 32 bytes at offset (s % 4) * 32 of every 128-byte row of slab s / 4.
-    descriptor[step] = swizzled_tile_descriptor(a_smem + (step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
-  }
+  // k16 step s reads 32 bytes at offset (s % 4) * 32 of every 128-byte row of slab s / 4.
+  const SwizzledOperand tokens(smem + stage * G::STAGE_BYTES);
+  auto descriptor = [&](int step) { return tokens.at((step / 4) * G::A_SLAB_BYTES + (step % 4) * 32); };
   r.fence();
   wgmma_fence();
   if constexpr (G::SCALE_AFTER) {
@@ -257,11 +250,11 @@ __device__ __forceinline__ void wgmma_issue_stage(u32 smem, int stage, bool cont
 #pragma unroll
     for (int step = 0; step < G::KSTEPS; ++step) {
       const int scale_d = step % G::SET_STEPS == 0 ? continue_group : 1;
-      WgmmaRs<G::BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(r.partial[step / G::SET_STEPS], fragment[step], descriptor[step], scale_d);
+      WgmmaRs<G::BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(r.partial[step / G::SET_STEPS], fragment[step], descriptor(step), scale_d);
     }
   } else {
 #pragma unroll
-    for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<G::BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(r.acc, fragment[step], descriptor[step], 1);
+    for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<G::BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(r.acc, fragment[step], descriptor(step), 1);
   }
   wgmma_commit();
   r.fence();

@@ -1,0 +1,30 @@
+#pragma once
+// The wgmma shared-memory matrix descriptor of a K-major operand stored in 128-byte-swizzled slabs (8-row core groups
+// 1024 bytes apart: SBO; LBO unused), and the descriptors of the k-steps inside it. Used by the wgmma and tma families.
+#include "gemm/ptx.cuh"
+
+namespace qtune {
+namespace device {
+
+// Descriptor of the swizzled operand at shared address `shared`.
+__device__ __forceinline__ u64 swizzled_operand_descriptor(u32 shared) {
+  return static_cast<u64>((shared & 0x3FFFFu) >> 4) | (1ull << 16) | (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// The descriptors of the k-steps of one operand tile: the tile's own with offset / 16 added to its start-address field
+// ((address & 0x3FFFF) >> 4, bits 0-13). Tile and offsets lie inside the 228 KB shared window, so the field takes the
+// sum without a carry, and a step costs one add instead of the descriptor's mask, shift and or (decode tiles are
+// bound by instruction issue: the DeepSeek-V3 MoE decode kernel lost 64 of its 2120 SASS instructions).
+struct SwizzledOperand {
+  u32 low, high;
+  __device__ __forceinline__ explicit SwizzledOperand(u32 shared) {
+    const u64 descriptor = swizzled_operand_descriptor(shared);
+    low = static_cast<u32>(descriptor);
+    high = static_cast<u32>(descriptor >> 32);
+  }
+  // `offset`: bytes from the tile's start, a multiple of 16.
+  __device__ __forceinline__ u64 at(u32 offset) const { return (static_cast<u64>(high) << 32) | (low + (offset >> 4)); }
+};
+
+}  // namespace device
+}  // namespace qtune
