@@ -174,6 +174,16 @@ KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& l
       int split = std::min(config.get("split"), max_split);
       while (split > 1 && 2 * tiles * (split / 2) >= 3 * std::int64_t{limits.sm_count}) split /= 2;
       config.params["split"] = split;
+      // wgmma decode tiles (16 rows): 256-deep K tiles first, half the pipeline steps per weight; they won every
+      // DeepSeek-V3 decode bucket on the H200, gate-up T = 16 450.8 us against 529.9 at bk = 128 (docs/perf.md,
+      // fifteenth session, call 2).
+      if (&family == &wgmma_family() && bm == 16 && problem.k % 256 == 0 && config.get("bk") < 256) {
+        KernelConfig deep = config;
+        deep.params["bk"] = 256;
+        candidates.push_back(deep);
+        deep.params["split"] = 1;
+        candidates.push_back(deep);
+      }
       candidates.push_back(config);
       config.params["split"] = 1;
       candidates.push_back(config);
