@@ -180,6 +180,14 @@ KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& l
       if (&family == &wgmma_family() && bm == 16 && problem.k % 256 == 0 && config.get("bk") < 256) {
         KernelConfig deep = config;
         deep.params["bk"] = 256;
+        // The down projection's short units (DeepSeek-V3: K = 2048, 8 tiles) run faster on the persistent schedule
+        // (T = 1, 16, 256: 5%, 3%, 1.5% on the H200, two calls); the gate-up's long ones do not (9% slower).
+        if (problem.projection == MoeProjection::Down && problem.layout == MoeLayout::TokenIndexed) {
+          KernelConfig walked = deep;
+          walked.params["split"] = 1;
+          walked.params["persistent"] = 1;
+          candidates.push_back(walked);
+        }
         candidates.push_back(deep);
         deep.params["split"] = 1;
         candidates.push_back(deep);

@@ -181,11 +181,15 @@ TEST(RuntimeMoeSelectWithoutTable, HeuristicPassesTheMoeRulesFromDecodeToPrefill
   // Decode spreads one row over each touched expert: 16-row blocks; 4096 tokens give 128 rows per expert: taller ones.
   EXPECT_EQ(runtime.select_moe(kMoeFormat, deepseek(1)).block_rows, 16);
   EXPECT_GE(runtime.select_moe(kMoeFormat, deepseek(4096)).block_rows, 64);
-  // Decode tiles on wgmma take 256-deep K tiles (every DeepSeek-V3 decode bucket's winner on the H200).
+  // Decode tiles on wgmma take 256-deep K tiles (every DeepSeek-V3 decode bucket's winner on the H200), and the down
+  // projection the persistent schedule (its winner at T = 1, 16 and 256).
   for (const char* projection : {"gate-up", "down"}) {
     const runtime_api::MoeChoice decode = runtime.select_moe(kMoeFormat, deepseek(16, projection));
     EXPECT_EQ(decode.choice.family, "wgmma");
     EXPECT_EQ(decode.choice.params.at("bk"), 256) << decode.choice.config;
+    EXPECT_EQ(decode.choice.params.count("persistent") ? decode.choice.params.at("persistent") : 0,
+              std::string(projection) == "down" ? 1 : 0)
+        << projection << " " << decode.choice.config;
   }
   // At T = 1 the 8 touched experts' tiles are few: the K split stays; at T = 4096 there are plenty: no split.
   EXPECT_EQ(runtime.select_moe(kMoeFormat, deepseek(4096)).choice.params.at("split"), 1);
