@@ -113,7 +113,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
   // other, every chunk's address is a per-thread base plus a compile-time offset (no per-chunk index arithmetic).
   constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
   constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
-  constexpr bool W_REGULAR = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
+  constexpr bool W_REGULAR = RegularWeightChunks<W_CHUNKS, STRIP_CHUNKS, THREADS>::value;
   constexpr bool A_REGULAR = (BM * CPR) % THREADS == 0 && THREADS % CPR == 0;
 
   extern __shared__ __align__(128) unsigned char shared[];
@@ -199,18 +199,7 @@ __device__ __forceinline__ void mma_gemm_tiles(const GemmParams& launch, const M
     // Weights: BLOCK_N / 16 contiguous strip runs.
     const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
     if constexpr (W_REGULAR) {
-      const char* w_source = w_tile + w_thread_offset;
-#pragma unroll
-      for (int c = 0; c < W_CHUNKS / THREADS; ++c) {
-        // The strip and byte of chunk tid + c * THREADS, relative to the thread's first chunk.
-        constexpr int per_strip = STRIP_CHUNKS >= THREADS ? STRIP_CHUNKS / THREADS : 1;
-        const int strip = STRIP_CHUNKS >= THREADS ? c / per_strip : c * (THREADS / STRIP_CHUNKS);
-        const int byte = STRIP_CHUNKS >= THREADS ? (c % per_strip) * THREADS * 16 : 0;
-        // No evict-first hint here: in this unrolled loop sm_90a ptxas left the hint's descriptor registers unset for
-        // some tiles (bk=128 with wk=2 at 256 threads raised illegal instructions in the H200 main job, call Q), as it
-        // did in the wgmma kernel (call N).
-        copy_16(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte);
-      }
+      copy_weight_strips<W_CHUNKS, STRIP_CHUNKS, THREADS>(base + G::A_STAGE_BYTES, w_tile + w_thread_offset, w_strip_stride, tid);
     } else {
 #pragma unroll 4
       for (int i = tid; i < W_CHUNKS; i += THREADS) {

@@ -95,6 +95,28 @@ __device__ __forceinline__ void dequant_pair(u32& b0, u32& b1, const u32* words,
   }
 }
 
+// Copies one K tile of prepacked weights, BLOCK_N / 16 contiguous strip runs of STRIP_CHUNKS 16-byte chunks each
+// (W_CHUNKS in all), to `target` when the chunks split evenly among THREADS threads (REGULAR_WEIGHT_CHUNKS): chunk
+// tid + c * THREADS comes from `source` (the thread's first chunk of the tile: see the kernels' per-thread bases) plus
+// the strip and byte of c. No evict-first hint: in this unrolled loop sm_90a ptxas left the hint's descriptor
+// registers unset for some tiles (illegal instructions on the H200: the mma main job, call Q; the wgmma kernel, call N).
+template <int W_CHUNKS, int STRIP_CHUNKS, int THREADS>
+struct RegularWeightChunks {
+  static constexpr bool value = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
+};
+template <int W_CHUNKS, int STRIP_CHUNKS, int THREADS>
+__device__ __forceinline__ void copy_weight_strips(u32 target, const char* source, long long strip_stride, int tid) {
+  static_assert(RegularWeightChunks<W_CHUNKS, STRIP_CHUNKS, THREADS>::value, "the weight chunks must split evenly among the threads");
+#pragma unroll
+  for (int c = 0; c < W_CHUNKS / THREADS; ++c) {
+    // The strip and byte of chunk tid + c * THREADS, relative to the thread's first chunk.
+    constexpr int per_strip = STRIP_CHUNKS >= THREADS ? STRIP_CHUNKS / THREADS : 1;
+    const int strip = STRIP_CHUNKS >= THREADS ? c / per_strip : c * (THREADS / STRIP_CHUNKS);
+    const int byte = STRIP_CHUNKS >= THREADS ? (c % per_strip) * THREADS * 16 : 0;
+    copy_16(target + (tid + c * THREADS) * 16, source + strip * strip_stride + byte);
+  }
+}
+
 // Stages one K tile's weight scale and zero-point rows ([group][n0, n0 + BN), GROUP_ROWS of them) with cp.async (through registers on sm_75),
 // THREADS threads from `tid`.
 template <class F, int BN, int GROUP_ROWS, int THREADS>

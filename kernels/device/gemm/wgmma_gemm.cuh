@@ -110,7 +110,7 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
   constexpr int GROUP_K = G::GROUP_K;
   constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
   constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
-  constexpr bool W_REGULAR = W_CHUNKS % THREADS == 0 && (STRIP_CHUNKS % THREADS == 0 || THREADS % STRIP_CHUNKS == 0);
+  constexpr bool W_REGULAR = RegularWeightChunks<W_CHUNKS, STRIP_CHUNKS, THREADS>::value;
   const int tid = threadIdx.x;
   const char* a_global = reinterpret_cast<const char*>(p.a);
   const char* w_global = reinterpret_cast<const char*>(p.weights);
@@ -145,18 +145,10 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
     }
   }
   // Weights: BLOCK_N / 16 contiguous strip runs (see mma_gemm.cuh for the per-thread base). No evict-first hint:
-  // with several M tiles the weights are read again, and sm_90a ptxas left the hint's descriptor registers unset
-  // inside this loop (an illegal instruction on the H200, call N).
+  // with several M tiles the weights are read again (and see copy_weight_strips).
   const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
   if constexpr (W_REGULAR) {
-    const char* w_source = w_tile + w_thread_offset;
-#pragma unroll
-    for (int c = 0; c < W_CHUNKS / THREADS; ++c) {
-      constexpr int per_strip = STRIP_CHUNKS >= THREADS ? STRIP_CHUNKS / THREADS : 1;
-      const int strip = STRIP_CHUNKS >= THREADS ? c / per_strip : c * (THREADS / STRIP_CHUNKS);
-      const int byte = STRIP_CHUNKS >= THREADS ? (c % per_strip) * THREADS * 16 : 0;
-      cp_async_16(base + G::A_STAGE_BYTES + (tid + c * THREADS) * 16, w_source + strip * w_strip_stride + byte);
-    }
+    copy_weight_strips<W_CHUNKS, STRIP_CHUNKS, THREADS>(base + G::A_STAGE_BYTES, w_tile + w_thread_offset, w_strip_stride, tid);
   } else {
     for (int i = tid; i < W_CHUNKS; i += THREADS) {
       cp_async_16(base + G::A_STAGE_BYTES + i * 16, w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16);
