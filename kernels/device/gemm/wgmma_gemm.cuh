@@ -61,6 +61,14 @@ struct WgmmaGemm {
   static constexpr int PARTIAL_SETS = SCALE_AFTER ? (GROUP_K > 0 && GROUP_K < BK ? BK / GROUP_K : 1) : 0;
   static constexpr int SET_STEPS = PARTIAL_SETS > 1 ? KSTEPS / PARTIAL_SETS : KSTEPS;
   static constexpr int STAGES_PER_GROUP = SCALE_AFTER && GROUP_K > BK ? GROUP_K / BK : 1;
+  // SCALE_AFTER: whether the it-th K tile of a range of tile_count tiles from kt_begin starts / ends a K group that
+  // spans stages (a split's range may start or end inside one).
+  static __device__ __forceinline__ bool starts_group(int it, int kt_begin) {
+    return STAGES_PER_GROUP == 1 || it == 0 || (kt_begin + it) % STAGES_PER_GROUP == 0;
+  }
+  static __device__ __forceinline__ bool ends_group(int it, int kt_begin, int tile_count) {
+    return STAGES_PER_GROUP == 1 || it == tile_count - 1 || (kt_begin + it + 1) % STAGES_PER_GROUP == 0;
+  }
   // A MoE GEMM keeps its row tables after the window: source row, target row (int) and router weight (f32) per row.
   static constexpr int MOE_TABLE_BYTES = BM * 12;
 
@@ -84,9 +92,6 @@ struct WgmmaGemm {
 // ---- the steps of one pipeline stage, shared by the one-tile-per-CTA kernel below and the persistent MoE kernel
 // (gemm/wgmma_moe.cuh) ----
 
-// Loads K tile `kt` of the tile with columns n0.. into stage slot `stage`: its token rows (dense: rows m0.. of A, the
-// first rows_valid of them; MoE: the activation rows `source` names, LIVE_BY_SOURCE: rows whose source is -1 are dead,
-// else the first rows_valid), the weights of p (the block's expert's for MoE) and their staged group vectors.
 // The per-thread strides of wgmma_load_stage, the same for every tile of a GEMM: computed once, out of the K loop.
 template <class G>
 struct WgmmaLoadStrides {
@@ -101,6 +106,9 @@ struct WgmmaLoadStrides {
   }
 };
 
+// Loads K tile `kt` of the tile with columns n0.. into stage slot `stage`: its token rows (dense: rows m0.. of A, the
+// first rows_valid of them; MoE: the activation rows `source` names, LIVE_BY_SOURCE: rows whose source is -1 are dead,
+// else the first rows_valid), the weights of p (the block's expert's for MoE) and their staged group vectors.
 template <class G, bool IS_MOE, bool LIVE_BY_SOURCE = false>
 __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, const GemmParams& p, const WgmmaLoadStrides<G>& strides,
                                                  int m0, int n0, int rows_valid, const int* source) {
@@ -332,18 +340,12 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
   registers.clear();
   float (&acc)[G::ACCUMULATORS] = registers.acc;
 
-  // SCALE_AFTER: whether tile `it` of this CTA's K range starts / ends a K group that spans stages (a split's range
-  // may start or end inside one).
-  auto starts_group = [&](int it) { return G::STAGES_PER_GROUP == 1 || it == 0 || (kt_begin + it) % G::STAGES_PER_GROUP == 0; };
-  auto ends_group = [&](int it) {
-    return G::STAGES_PER_GROUP == 1 || it == tile_count - 1 || (kt_begin + it + 1) % G::STAGES_PER_GROUP == 0;
-  };
   auto dequantize_stage = [&](int stage, u32 (&fragment)[G::KSTEPS][4]) { wgmma_dequantize_stage<G>(smem, stage, channel, fragment); };
   auto issue_stage = [&](int it, int stage, const u32 (&fragment)[G::KSTEPS][4]) {
-    wgmma_issue_stage<G>(smem, stage, !starts_group(it), fragment, registers);
+    wgmma_issue_stage<G>(smem, stage, !G::starts_group(it, kt_begin), fragment, registers);
   };
   auto flush_groups = [&](int it, int stage) {
-    if (G::SCALE_AFTER && ends_group(it)) wgmma_flush_groups<G>(smem, stage, registers);
+    if (G::SCALE_AFTER && G::ends_group(it, kt_begin, tile_count)) wgmma_flush_groups<G>(smem, stage, registers);
   };
 
   // ---- the pipeline ----

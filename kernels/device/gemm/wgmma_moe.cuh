@@ -167,12 +167,9 @@ __device__ __forceinline__ void wgmma_moe_persistent_gemm(const GemmParams& laun
     cp_async_commit();
     const int stage = it % T::STAGES;
     wgmma_dequantize_stage<G>(smem, stage, channel, fragment);
-    const bool continues_group = !(G::STAGES_PER_GROUP == 1 || k == 0 || k % G::STAGES_PER_GROUP == 0);
-    wgmma_issue_stage<G>(smem, stage, continues_group, fragment, registers);
+    wgmma_issue_stage<G>(smem, stage, !G::starts_group(k, 0), fragment, registers);
     wgmma_wait<0>();
-    if (G::SCALE_AFTER && (G::STAGES_PER_GROUP == 1 || k == k_tiles - 1 || (k + 1) % G::STAGES_PER_GROUP == 0)) {
-      wgmma_flush_groups<G>(smem, stage, registers);
-    }
+    if (G::SCALE_AFTER && G::ends_group(k, 0, k_tiles)) wgmma_flush_groups<G>(smem, stage, registers);
     if (++k < k_tiles) continue;
 
     // ---- the unit's epilogue: outputs scattered to their pairs' rows, times the router weight (down); no bias ----
