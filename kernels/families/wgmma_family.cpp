@@ -1,6 +1,7 @@
 #include "kernels/families/wgmma_family.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "kernels/device/gemm/abi.cuh"
 #include "kernels/error.hpp"
@@ -56,8 +57,8 @@ struct WgmmaTiles {
 }  // namespace
 
 std::string WgmmaFamily::description() const {
-  return "weight-only quantized GEMM on Hopper wgmma (sm_90a): dequantized weights as the register A operand, "
-         "activations from swizzled shared memory (swap-AB), cp.async pipelines";
+  return "quantized GEMM on Hopper wgmma (sm_90a): dequantized weights as the register A operand, activations from "
+         "swizzled shared memory (swap-AB; fp8 activations widened to f16 as they are staged), cp.async pipelines";
 }
 
 std::vector<ParameterDomain> WgmmaFamily::parameter_space() const {
@@ -87,17 +88,36 @@ ArchSupport WgmmaFamily::supports(const FormatSpec& format, int sm) const {
   if (sm != 90) {
     support.supported = false;
     support.reason = prefix + "wgmma exists only on sm_90 (Hopper, compiled for sm_90a)";
-  } else if (format.activation_is_quantized()) {
+  } else if (auto reason = widening_refusal(format)) {
     support.supported = false;
-    support.reason = prefix + "it takes f16/bf16 activations only (weight-only formats)";
+    support.reason = prefix + *reason;
   }
   return support;
+}
+
+bool WgmmaFamily::widens_activations(const FormatSpec& format) { return format.activation_is_quantized(); }
+
+std::optional<std::string> WgmmaFamily::widening_refusal(const FormatSpec& format) {
+  if (!widens_activations(format)) return std::nullopt;
+  if (format.activation != ActivationType::E4M3 && format.activation != ActivationType::E5M2) {
+    return std::string("it widens fp8 activations (e4m3, e5m2) to f16; ") + to_string(format.activation) +
+           " activations run on the mma and tma families";
+  }
+  const DeviceFormat device = mma::device_format(format);
+  if (device.compute != dv::kElementE4M3 && device.compute != dv::kElementE5M2) {
+    return std::string("its widened path reads weights packed as fp8 operands");
+  }
+  if (device.activation_scales == dv::kActivationScaleGroup) {
+    return std::string("widened activations take per-token or per-tensor scales, not scales per K group");
+  }
+  return std::nullopt;
 }
 
 int WgmmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format) {
   const WgmmaTiles t = WgmmaTiles::from(config);
   const DeviceFormat device = mma::device_format(format);
-  const int a_stage = t.bm * t.bk * 2;
+  // f16 slabs, and for widened fp8 activations the rows as loaded (device::WgmmaGemm::RAW_STAGE_BYTES)
+  const int a_stage = t.bm * t.bk * 2 + (widens_activations(format) ? t.bm * t.bk : 0);
   const int w_stage = (t.bn / 16) * (t.bk / device.atom_k()) * device.atom_bytes();
   const int group = device.stage_group_k();
   const int group_rows = group > 0 ? (group < t.bk ? t.bk / group : 1) : 0;
@@ -150,8 +170,20 @@ RuleVerdict WgmmaFamily::check(const KernelConfig& config, const Problem& proble
   if (t.gscale != 0 && t.gscale != 1) {
     return RuleVerdict::fail("gscale-range", "gscale=" + std::to_string(t.gscale) + ": expected 0 or 1");
   }
+  const bool widened = widens_activations(problem.format);
+  if (widened && t.bm > kWidenedMaxBm) {
+    return RuleVerdict::fail("widened-bm", "bm=" + std::to_string(t.bm) + ": with fp8 activations widened to f16 a tile of more than " +
+                                               std::to_string(kWidenedMaxBm) + " tokens spills (sm_90a ptxas: 255 registers and 24 "
+                                               "bytes of stack at bm=128); the tma family runs those");
+  }
+  if (widened && device.staged_scales() && t.gscale != 1) {
+    return RuleVerdict::fail("widened-groups-need-gscale", "gscale=0: " + problem.format.to_string() +
+                                                               " has f32 K-group scales, which widened fp8 activations apply to "
+                                                               "the groups' partial sums (gscale=1)");
+  }
   if (t.gscale == 1) {
-    if (!device.staged_scales() || device.scale_mode != dv::kScaleDequant || device.has_zero()) {
+    const bool group_scales = device.scale_mode == dv::kScaleDequant || (widened && device.scale_mode == dv::kScaleAccumulator);
+    if (!device.staged_scales() || !group_scales || device.has_zero()) {
       return RuleVerdict::fail("gscale-needs-groups", "gscale=1 scales K groups' partial sums: " + problem.format.to_string() +
                                                           " has no K-group scales, or has zero points");
     }
@@ -218,50 +250,62 @@ KernelConfig WgmmaFamily::default_config(const Problem& problem, const ArchLimit
   // fit the GPU's resident slots (SMs x blocks per SM) and each split keeps at least 4 K tiles: a split past one
   // wave of slots only adds a second wave (M = 256: 128 tiles of 1 block per SM, split 2 was 74 us, split 1 61).
   const int64_t m = problem.m;
-  const int bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
   const int64_t sms = std::max(1, limits.sm_count);
+  // Widened fp8 activations with K-group scales scale the partial sums (gscale=1), which needs overlap 0.
+  const bool scaled_sums = widens_activations(problem.format) && mma::device_format(problem.format).staged_scales();
   std::string last_failure;
-  for (int bn : {128, 64, 256}) {
-    for (int bk : {128, 64, 256}) {
-      if (problem.n % bn != 0 || problem.k % bk != 0) continue;
-      const int64_t tiles = (problem.n / bn) * ceil_div(m, bm);
-      for (int stages = 4; stages >= 2; --stages) {
-        // A stage of wgmmas in flight pays off once the tile is compute-bound (M = 256 and 1024, not 16 or 64).
-        const int overlap = m > 64 && stages >= 3 ? 1 : 0;
-        KernelConfig config;
-        config.family = name();
-        config.params = {{"bm", bm},         {"bn", bn},   {"bk", bk}, {"stages", stages}, {"split", 1}, {"raster", 0},
-                         {"overlap", overlap}, {"gscale", 0}, {"persistent", 0}};
-        const RuleVerdict verdict = check(config, problem, limits);
-        if (!verdict.valid) {
-          last_failure = verdict.rule + ": " + verdict.detail;
-          continue;
+  auto first_fit = [&](int bm) -> std::optional<KernelConfig> {
+    for (int bn : {128, 64, 256}) {
+      for (int bk : {128, 64, 256}) {
+        if (problem.n % bn != 0 || problem.k % bk != 0) continue;
+        const int64_t tiles = (problem.n / bn) * ceil_div(m, bm);
+        for (int stages = 4; stages >= 2; --stages) {
+          // A stage of wgmmas in flight pays off once the tile is compute-bound (M = 256 and 1024, not 16 or 64).
+          const int overlap = m > 64 && stages >= 3 && !scaled_sums ? 1 : 0;
+          KernelConfig config;
+          config.family = name();
+          config.params = {{"bm", bm},           {"bn", bn},
+                           {"bk", bk},           {"stages", stages},
+                           {"split", 1},         {"raster", 0},
+                           {"overlap", overlap}, {"gscale", scaled_sums ? 1 : 0},
+                           {"persistent", 0}};
+          const RuleVerdict verdict = check(config, problem, limits);
+          if (!verdict.valid) {
+            last_failure = verdict.rule + ": " + verdict.detail;
+            continue;
+          }
+          // K-group scales on the partial sums where the format allows it: faster at every decode size measured
+          // (dense W4A16 g128 M = 1, 16, 64 and every DeepSeek-V3 MoE decode bucket on the H200, docs/perf.md 2026-12-03).
+          if (m <= 64) {
+            KernelConfig scaled = config;
+            scaled.params["gscale"] = 1;
+            if (check(scaled, problem, limits).valid) config = scaled;
+          }
+          const int resident = limits.resident_blocks_per_sm(WgmmaTiles::from(config).threads(), estimated_registers(config),
+                                                             shared_bytes(config, problem.format) + kSplitFlagBytes);
+          const int64_t slots = sms * std::max(1, resident);
+          int split = 1;
+          for (int candidate : {2, 4, 8}) {
+            if (tiles * candidate > slots || problem.k / bk / candidate < 4) break;
+            split = candidate;
+          }
+          config.params["split"] = split;
+          return config;
         }
-        // K-group scales on the partial sums where the format allows it: faster at every decode size measured
-        // (dense W4A16 g128 M = 1, 16, 64 and every DeepSeek-V3 MoE decode bucket on the H200, docs/perf.md 2026-12-03).
-        if (m <= 64) {
-          KernelConfig scaled = config;
-          scaled.params["gscale"] = 1;
-          if (check(scaled, problem, limits).valid) config = scaled;
-        }
-        const int resident = limits.resident_blocks_per_sm(WgmmaTiles::from(config).threads(), estimated_registers(config),
-                                                           shared_bytes(config, problem.format) + kSplitFlagBytes);
-        const int64_t slots = sms * std::max(1, resident);
-        int split = 1;
-        for (int candidate : {2, 4, 8}) {
-          if (tiles * candidate > slots || problem.k / bk / candidate < 4) break;
-          split = candidate;
-        }
-        config.params["split"] = split;
-        return config;
       }
     }
+    return std::nullopt;
+  };
+  // A smaller token tile only where the first fits nothing (gscale=1's partial sums of fine K groups at bm >= 64).
+  for (int bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128; bm >= 16; bm /= 2) {
+    if (std::optional<KernelConfig> config = first_fit(bm)) return *config;
   }
   QTUNE_THROW(UnsupportedError, "wgmma family: no configuration fits " + problem.to_string() + " (" + last_failure + ")");
 }
 
 bool WgmmaFamily::preferred_for(const Problem& problem, int) const {
-  return problem.m >= kPreferredFromM;
+  // Widened fp8 activations are not the heuristic's choice until measured against the mma and tma families.
+  return problem.m >= kPreferredFromM && !widens_activations(problem.format);
 }
 
 ParameterRanges WgmmaFamily::curated_ranges(int64_t m) const {

@@ -1,8 +1,13 @@
 #pragma once
-// The "wgmma" kernel family: weight-only quantized GEMM (f16/bf16 activations) on Hopper's warpgroup MMA (sm_90a).
-// Dequantized weights are wgmma's A operand in registers, activations its B operand in swizzled shared memory (swap-AB).
-// Weights, scales and buffers are the mma family's prepacked layout; only the kernel and its parameter space differ.
+// The "wgmma" kernel family: quantized GEMM on Hopper's warpgroup MMA (sm_90a), weight-only formats (f16/bf16
+// activations) and fp8 activations (W4A8, W8A8 fp8), which it widens to f16 as they are staged (exact) and multiplies
+// with weights dequantized to f16 (exact), scales applied to the f32 sums. Dequantized weights are wgmma's A operand in
+// registers, activations its B operand in swizzled shared memory (swap-AB). Weights, scales and buffers are the mma
+// family's prepacked layout (fp8-operand atoms for fp8 activations); only the kernel and its parameter space differ.
 // Device code: kernels/device/gemm/wgmma_gemm.cuh.
+#include <optional>
+#include <string>
+
 #include "kernels/families/mma_family.hpp"
 
 namespace qtune {
@@ -27,6 +32,11 @@ class WgmmaFamily final : public MmaFamily {
   // One token tile per M (wgmma N), every column and depth tile, split-K only while M tiles are few.
   ParameterRanges curated_ranges(int64_t m) const override;
 
+  // Whether the family runs `format` with its activations widened to f16 (quantized activations), and why it cannot
+  // (int8/int4 activations, weights not packed as fp8 operands, activation scales per K group); nullopt: it can.
+  static bool widens_activations(const FormatSpec& format);
+  static constexpr int kWidenedMaxBm = 64;  // rule "widened-bm": larger token tiles spill
+  static std::optional<std::string> widening_refusal(const FormatSpec& format);
   // Dynamic shared memory of a configuration, mirroring device::WgmmaGemm::SHARED_BYTES.
   static int shared_bytes(const KernelConfig& config, const FormatSpec& format);
   // The number of registers per thread check() assumes (calibrated on ptxas reports of sm_90a builds).

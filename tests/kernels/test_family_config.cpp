@@ -262,7 +262,7 @@ TEST(TmaFamilyRules, DefaultConfigFollowsTheH200Sweeps) {
   EXPECT_EQ(default_for("w4a16-int4-ch", 256).get("bm"), 128);
 }
 
-// The wgmma family's rules: its own parameters only, sm_90 only, weight-only formats, divisibility, shared memory,
+// The wgmma family's rules: its own parameters only, sm_90 only, weight-only and fp8-activation formats, divisibility, shared memory,
 // registers, and the default config passes its own check.
 TEST(WgmmaFamilyRules, RulesNameWhatIsWrong) {
   const ArchLimits hopper = ArchLimits::for_sm(90);
@@ -310,8 +310,34 @@ TEST(WgmmaFamilyRules, RulesNameWhatIsWrong) {
   EXPECT_EQ(verdict("bm=128,bn=256,bk=128,stages=2,split=1,raster=0", problem), "registers-per-thread");
   EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=3,split=1,raster=0", Problem{problem.format, 16, 8192, 8192, false}), "bm-over-m");
   EXPECT_EQ(verdict("bm=64,bn=256,bk=128,stages=3,split=1,raster=0", Problem{problem.format, 64, 8320, 8192, false}), "bn-divides-n");
-  EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=3,split=1,raster=0", Problem{FormatSpec::parse("w8a8-fp8-ch"), 64, 8192, 8192, false}),
-            "format-unsupported-on-arch");
+  {  // fp8 activations run widened to f16 on the fp8-operand weight layout (128-deep atoms); int8 ones do not
+    const Problem fp8{FormatSpec::parse("w8a8-fp8-ch"), 64, 8192, 8192, false};
+    const Problem w4a8{FormatSpec::parse("w4a8-int4-fp8"), 16, 8192, 8192, false};
+    const Problem w4a8_g128{FormatSpec::parse("w4a8-int4-g128-fp8"), 16, 8192, 8192, false};
+    EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=3,split=1,raster=0", fp8), "");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=4,split=4,raster=0", w4a8), "");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=64,stages=4,split=4,raster=0", w4a8), "bk-atom");
+    EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=3,split=1,raster=0", Problem{fp8.format, 256, 8192, 8192, false}), "widened-bm");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=4,split=4,raster=0,overlap=0,gscale=0", w4a8_g128), "widened-groups-need-gscale");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=4,split=4,raster=0,overlap=0,gscale=1", w4a8_g128), "");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=256,stages=4,split=4,raster=0,overlap=0,gscale=1", w4a8), "gscale-needs-groups");
+    EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=3,split=1,raster=0", Problem{FormatSpec::parse("w8a8-int8-ch"), 64, 8192, 8192, false}),
+              "format-unsupported-on-arch");
+    EXPECT_EQ(verdict("bm=16,bn=128,bk=128,stages=3,split=1,raster=0",
+                      Problem{FormatSpec::parse("w8a8-fp8-block128x128"), 16, 8192, 8192, false}),
+              "format-unsupported-on-arch");  // activation scales per K group
+    // The shared memory holds each stage's fp8 rows as loaded besides their f16 slabs.
+    const KernelConfig decode = KernelConfig::parse("bm=16,bn=128,bk=256,stages=4,split=4,raster=0", "wgmma");
+    // per stage: f16 slabs 16 x 256 x 2, fp8 rows 16 x 256, 8 strips of two 1024-byte int4 atoms; + the alignment slack
+    EXPECT_EQ(WgmmaFamily::shared_bytes(decode, w4a8.format), 4 * (16 * 256 * 2 + 16 * 256 + 8 * 2 * 1024) + 1024);
+    for (const Problem& p : {fp8, w4a8, w4a8_g128}) {
+      for (int64_t m : {1, 16, 64, 256}) {
+        const Problem at_m{p.format, m, p.n, p.k, false};
+        const KernelConfig config = wgmma_family().default_config(at_m, hopper);
+        EXPECT_TRUE(wgmma_family().check(config, at_m, hopper).valid) << p.format.to_string() << " " << m << " " << config.to_string();
+      }
+    }
+  }
   EXPECT_EQ(wgmma_family().check(KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=2,raster=0", "wgmma"), problem,
                                  ArchLimits::for_sm(80)).rule,
             "format-unsupported-on-arch");

@@ -149,6 +149,17 @@ __device__ __forceinline__ u32 apply_scale(u32 value, u32 scale_pair, u32 zero_p
   }
 }
 
+// Integer codes of register slot `rho` in 8-bit lanes (offset-binary) as exact f16 pairs code - 2^(b-1): `even` holds
+// lanes 0 and 2, `odd` lanes 1 and 3.
+template <class F>
+__device__ __forceinline__ void integer_lanes_as_f16(u32& even, u32& odd, const u32* words, int rho) {
+  static_assert(F::OFFSET_CODES && F::LANE_BITS == 8, "integer weights on fp8 operands are offset-binary in 8-bit lanes");
+  constexpr u32 magic = (0x6400u + (1u << (F::WEIGHT_BITS - 1))) * 0x00010001u;
+  const u32 code = gather_code<F>(words, rho);
+  even = hsub2_f16(and_or(code, 0x00FF00FFu, 0x64006400u), magic);
+  odd = hsub2_f16(and_or(code >> 8, 0x00FF00FFu, 0x64006400u), magic);
+}
+
 // Register slot `rho` as one B register of the 8-bit or 4-bit tensor-core operand (quantized activations).
 template <class F>
 __device__ __forceinline__ u32 operand_slot(const u32* words, int rho) {
@@ -163,13 +174,27 @@ __device__ __forceinline__ u32 operand_slot(const u32* words, int rho) {
                                        operand_mantissa_bits(F::COMPUTE_TYPE));
   } else {
     // Lanes 0/2 and 1/3 as exact f16 pairs (code - 2^(b-1)), converted to fp8 pairs and interleaved back.
-    static_assert(F::OFFSET_CODES && F::LANE_BITS == 8, "integer weights on fp8 operands are offset-binary in 8-bit lanes");
-    constexpr u32 magic = (0x6400u + (1u << (F::WEIGHT_BITS - 1))) * 0x00010001u;
-    const u32 code = gather_code<F>(words, rho);
-    const u32 even = hsub2_f16(and_or(code, 0x00FF00FFu, 0x64006400u), magic);
-    const u32 odd = hsub2_f16(and_or(code >> 8, 0x00FF00FFu, 0x64006400u), magic);
+    u32 even, odd;
+    integer_lanes_as_f16<F>(even, odd, words, rho);
     constexpr bool e5m2 = F::COMPUTE_TYPE == kElementE5M2;
     return prmt(f16x2_to_fp8x2<e5m2>(even), f16x2_to_fp8x2<e5m2>(odd), 0x5140);
+  }
+}
+
+// fp8 activations widened to f16 (the wgmma family, gemm/wgmma_gemm.cuh): register slot `rho` of the fp8-operand
+// layout as two exact f16 pairs, `even` = its lanes 0 and 2, `odd` = lanes 1 and 3 (the K order the activations are
+// widened in). Integer codes through the magic number, float codes as their fp8 operand converted.
+template <class F>
+__device__ __forceinline__ void widened_slot(u32& even, u32& odd, const u32* words, int rho) {
+  static_assert(F::QUANTIZED_ACT && F::FP8_MMA && F::LANE_BITS == 8, "widened_slot reads the fp8-operand layout");
+  if constexpr (!F::IS_FLOAT) {
+    integer_lanes_as_f16<F>(even, odd, words, rho);
+  } else {
+    const u32 operand = operand_slot<F>(words, rho);
+    const u32 lanes = prmt(operand, operand, 0x3120);  // lanes 0, 2 low; 1, 3 high
+    constexpr bool e5m2 = F::COMPUTE_TYPE == kElementE5M2;
+    even = fp8x2_to_f16x2<e5m2>(static_cast<unsigned short>(lanes & 0xFFFFu));
+    odd = fp8x2_to_f16x2<e5m2>(static_cast<unsigned short>(lanes >> 16));
   }
 }
 

@@ -15,6 +15,16 @@ __device__ __forceinline__ float output_scale(const GemmParams& p, float global_
   return scale;
 }
 
+// The f32 scale of activation row `row` (formats with per-token or per-tensor activation scales), else 1.
+template <class F>
+__device__ __forceinline__ float activation_row_scale(const GemmParams& p, long long row) {
+  if constexpr (F::ACTIVATION_SCALES == kActivationScaleToken) {
+    return ld_global_f32(reinterpret_cast<const char*>(p.a_scales) + row * 4LL);
+  } else {
+    return 1.0f;
+  }
+}
+
 // A value of the output type (f16 or bf16 bits) as f32.
 template <class F>
 __device__ __forceinline__ float output_to_f32(unsigned short bits) {

@@ -300,5 +300,19 @@ __device__ __forceinline__ u32 f16x2_to_fp8x2(u32 h) {
   return d;
 }
 
+// Two e4m3 / e5m2 -> two f16, exact (sm_89 and later). The low byte lands in the low half.
+template <bool E5M2>
+__device__ __forceinline__ u32 fp8x2_to_f16x2(unsigned short pair) {
+  u32 h = 0;
+#if __CUDA_ARCH__ >= 890
+  if constexpr (E5M2) {
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h) : "h"(pair));
+  } else {
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(pair));
+  }
+#endif
+  return h;
+}
+
 }  // namespace device
 }  // namespace qtune

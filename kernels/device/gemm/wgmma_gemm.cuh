@@ -1,6 +1,13 @@
 #pragma once
 // C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16 activations.
 //
+// fp8 activations (W4A8, W8A8 fp8: formats with F::QUANTIZED_ACT, on the fp8-operand weight layout) run widened: rows
+// are cp.async-loaded as they are into a landing area and each thread converts the chunks it loaded to f16 (exact)
+// before the stage's barrier; weights are dequantized to exact f16 (integer codes, fp4, fp8), and the weight and
+// activation scales apply to the f32 sums (per channel and token in the epilogue, K groups with SCALE_AFTER). Within
+// each 16 K an fp8 register's lanes 0/2 and 1/3 become one f16 register each, so the activations are widened in the
+// same order: real k = 4q + 2e + h (q < 4, e < 2, h < 2) goes to position 8h + 2q + e.
+//
 // Swap-AB: the dequantized weights are wgmma's A operand, in registers, and the activations its B operand, in shared
 // memory. Warp w of a CTA owns the 16 weight columns of strip w; the four B registers the mma family feeds mma.sync
 // for a strip's two n8 tiles are exactly the m16n8k16 A fragment of those 16 columns, which is what a warp contributes
@@ -38,9 +45,14 @@ struct WgmmaGemm {
   static constexpr int THREADS = T::THREADS;
   static constexpr int WARPS = BN / 16;           // one warp per 16-column weight strip, four per warpgroup
   static constexpr int KA = BK / F::ATOM_K;       // weight atoms along K per tile
-  static constexpr int KSTEPS = BK / F::KSTEP;    // k16 steps per tile
+  static constexpr int KSTEPS = BK / 16;          // wgmma k16 steps per tile
+  static constexpr bool WIDENED = F::QUANTIZED_ACT;  // fp8 activations widened to f16 (above)
+  static constexpr int MMA_TYPE = WIDENED ? kElementF16 : F::COMPUTE_TYPE;  // the wgmma's operand type
+  static constexpr int ACT_BYTES = WIDENED ? 1 : 2;  // bytes of one activation in global memory
   static constexpr int A_SLAB_BYTES = BM * 128;   // 64 K of every token row
   static constexpr int A_STAGE_BYTES = BM * BK * 2;
+  static constexpr int RAW_STAGE_BYTES = WIDENED ? BM * BK : 0;  // fp8 rows as loaded, [row][BK]
+  static constexpr int W_OFFSET = A_STAGE_BYTES + RAW_STAGE_BYTES;  // the stage's weights
   static constexpr int W_STRIP_BYTES = KA * F::ATOM_BYTES;
   static constexpr int W_STAGE_BYTES = WARPS * W_STRIP_BYTES;
   static constexpr int GROUP_K = F::STAGE_GROUP_K;
@@ -50,7 +62,7 @@ struct WgmmaGemm {
   static constexpr int S_STAGE_BYTES = F::STAGED_SCALES ? GROUP_ROWS * S_ROW_BYTES : 0;
   static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * Z_ROW_BYTES : 0;
   // Every stage starts 1024-byte aligned: the swizzle pattern is a function of the shared address.
-  static constexpr int STAGE_BYTES = (A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + 1023) / 1024 * 1024;
+  static constexpr int STAGE_BYTES = (W_OFFSET + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + 1023) / 1024 * 1024;
   static constexpr int ALIGNMENT_SLACK = 1024;  // the dynamic shared window is aligned up to 1024 bytes at run time
   static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
   static constexpr int ACCUMULATORS = BM / 2;   // m64nBM f32 accumulators per thread
@@ -72,18 +84,21 @@ struct WgmmaGemm {
   // A MoE GEMM keeps its row tables after the window: source row, target row (int) and router weight (f32) per row.
   static constexpr int MOE_TABLE_BYTES = BM * 12;
 
-  static_assert(!F::QUANTIZED_ACT, "the wgmma family takes f16/bf16 activations (weights are dequantized to them)");
-  static_assert(F::FLUSH_K == 0, "the wgmma family has no partial-sum flushes");
+  static_assert(!WIDENED || (is_fp8(F::ACTIVATION) && F::FP8_MMA), "the wgmma family widens fp8 activations only (int8 and int4 ones are not)");
+  static_assert(!WIDENED || F::ACTIVATION_SCALES != kActivationScaleGroup, "widened activations take per-token or per-tensor scales (no K groups)");
+  static_assert(WIDENED || F::FLUSH_K == 0, "the wgmma family has no partial-sum flushes (f32 accumulators throughout)");
   static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BLOCK_M (wgmma N, the tokens) must be 16, 32, 64, 128 or 256");
   static_assert(BN % 64 == 0, "BLOCK_N must be a multiple of 64: one warpgroup (4 warps x 16 columns) per 64 columns");
   static_assert(BK % 64 == 0, "BLOCK_K must be a multiple of 64 (one 128-byte swizzled slab of activations)");
+  static_assert(BK % F::ATOM_K == 0, "BLOCK_K must be a multiple of the weight atom depth (64 K for f16/bf16, 128 for fp8 operands)");
   static_assert(T::WARPS_M == 1 && T::WARPS_K == 1 && T::WARPS_N == WARPS, "the wgmma family runs one warp per weight strip (WARPS_N = BLOCK_N / 16)");
   static_assert(GROUP_K == 0 || GROUP_K % BK == 0 || BK % GROUP_K == 0, "BLOCK_K must divide the scale group size or be a multiple of it");
   static_assert(IN_FLIGHT == 0 || IN_FLIGHT == 1, "IN_FLIGHT (wgmma groups kept running) must be 0 or 1");
   static_assert(T::STAGES - 1 - IN_FLIGHT >= 1, "a wgmma group in flight needs STAGES >= 3 (the loads run STAGES - 2 ahead)");
   static_assert(SCALE_AFTER_ == 0 || SCALE_AFTER_ == 1, "SCALE_AFTER (group scales on the partial sums) must be 0 or 1");
-  static_assert(!SCALE_AFTER || (F::SCALES == kScaleDequant && F::STAGED_SCALES && !F::HAS_ZERO),
+  static_assert(!SCALE_AFTER || ((F::SCALES == kScaleDequant || (WIDENED && F::SCALES == kScaleAccumulator)) && F::STAGED_SCALES && !F::HAS_ZERO),
                 "SCALE_AFTER needs K-group weight scales and no zero points (a zero point is subtracted before the scale)");
+  static_assert(!WIDENED || F::SCALES == kScaleEpilogue || SCALE_AFTER, "widened activations with K-group weight scales need SCALE_AFTER (gscale=1)");
   static_assert(!SCALE_AFTER || IN_FLIGHT == 0, "SCALE_AFTER flushes the partial sums after each stage's wgmmas end: IN_FLIGHT must be 0");
   static_assert(!SCALE_AFTER || PARTIAL_SETS * ACCUMULATORS <= 64, "SCALE_AFTER's partial sums (sets x BLOCK_M / 2 registers) must stay within 64 registers");
 };
@@ -102,7 +117,7 @@ struct WgmmaLoadStrides {
     const int tid = threadIdx.x;
     w_strip_stride = static_cast<long long>(k / F::ATOM_K) * F::ATOM_BYTES;
     w_thread_offset = STRIP_CHUNKS >= G::THREADS ? tid * 16LL : (tid / STRIP_CHUNKS) * w_strip_stride + (tid % STRIP_CHUNKS) * 16LL;
-    a_row_bytes = static_cast<long long>(k) * 2;
+    a_row_bytes = static_cast<long long>(k) * G::ACT_BYTES;
   }
 };
 
@@ -114,7 +129,7 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
                                                  int m0, int n0, int rows_valid, const int* source) {
   using F = typename G::Format;
   constexpr int BM = G::BM, BN = G::BN, BK = G::BK, THREADS = G::THREADS;
-  constexpr int CPR = BK / 8;  // 16-byte activation chunks per token row of a tile
+  constexpr int CPR = BK * G::ACT_BYTES / 16;  // 16-byte activation chunks per token row of a tile
   constexpr int GROUP_K = G::GROUP_K;
   constexpr int W_CHUNKS = G::W_STAGE_BYTES / 16;
   constexpr int STRIP_CHUNKS = G::W_STRIP_BYTES / 16;
@@ -128,8 +143,9 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
 
   const u32 base = smem + stage * G::STAGE_BYTES;
   const int k0 = kt * BK;
-  // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8).
-  const char* a_tile = a_global + static_cast<long long>(m0) * a_row_bytes + k0 * 2;
+  // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8); widened ones to the
+  // landing area, row r, chunk c (wgmma_widen_stage converts them).
+  const char* a_tile = a_global + static_cast<long long>(m0) * a_row_bytes + k0 * G::ACT_BYTES;
 #pragma unroll
   for (int c = 0; c < (BM * CPR + THREADS - 1) / THREADS; ++c) {
     const unsigned i = tid + c * THREADS;
@@ -147,8 +163,10 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
       }
       if (live) {
         if constexpr (IS_MOE && !LIVE_BY_SOURCE) source_row = source[row];
-        const char* a_row = IS_MOE ? a_global + source_row * a_row_bytes + k0 * 2 : a_tile + row * a_row_bytes;
-        cp_async_16(base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16), a_row + chunk * 16);
+        const char* a_row = IS_MOE ? a_global + source_row * a_row_bytes + k0 * G::ACT_BYTES : a_tile + row * a_row_bytes;
+        const u32 target = G::WIDENED ? base + G::A_STAGE_BYTES + row * BK + chunk * 16
+                                      : base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16);
+        cp_async_16(target, a_row + chunk * 16);
       }
     }
   }
@@ -156,27 +174,88 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
   // with several M tiles the weights are read again (and see copy_weight_strips).
   const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
   if constexpr (W_REGULAR) {
-    copy_weight_strips<W_CHUNKS, STRIP_CHUNKS, THREADS>(base + G::A_STAGE_BYTES, w_tile + w_thread_offset, w_strip_stride, tid);
+    copy_weight_strips<W_CHUNKS, STRIP_CHUNKS, THREADS>(base + G::W_OFFSET, w_tile + w_thread_offset, w_strip_stride, tid);
   } else {
     for (int i = tid; i < W_CHUNKS; i += THREADS) {
-      cp_async_16(base + G::A_STAGE_BYTES + i * 16, w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16);
+      cp_async_16(base + G::W_OFFSET + i * 16, w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16);
     }
   }
   const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
-  const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+  const u32 s_base = base + G::W_OFFSET + G::W_STAGE_BYTES;
   stage_weight_vectors<F, BN, G::GROUP_ROWS, THREADS>(s_base, s_base + G::S_STAGE_BYTES, p, first_group, n0, tid);
 }
 
-// Dequantizes this warp's strip of the K tile in slot `stage` into the A fragments of its k16 steps.
+// Widened activations: converts the fp8 chunks this thread loaded into slot `stage` (wgmma_load_stage's chunks of
+// this thread, rows below rows_live) to f16 in the swizzled slabs, in the K order of WgmmaGemm. Called once the
+// thread's copies of the stage have landed and before the barrier that hands the stage to the wgmmas, so no other
+// thread's copies are waited for.
 template <class G>
-__device__ __forceinline__ void wgmma_dequantize_stage(u32 smem, int stage, const StripVectors<typename G::Format>& channel,
-                                                       u32 (&fragment)[G::KSTEPS][4]) {
+__device__ __forceinline__ void wgmma_widen_stage(u32 smem, int stage, int rows_live) {
+  if constexpr (G::WIDENED) {
+    using F = typename G::Format;
+    constexpr int BM = G::BM, BK = G::BK, THREADS = G::THREADS;
+    constexpr int CPR = BK / 16;  // 16-byte fp8 chunks per token row
+    constexpr bool e5m2 = F::ACTIVATION == kElementE5M2;
+    const u32 base = smem + stage * G::STAGE_BYTES;
+#pragma unroll
+    for (int c = 0; c < (BM * CPR + THREADS - 1) / THREADS; ++c) {
+      const unsigned i = threadIdx.x + c * THREADS;
+      const int row = i / CPR;
+      const int chunk = i % CPR;
+      if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && row < rows_live) {
+        u32 raw[4];
+        ld_shared_128(raw, base + G::A_STAGE_BYTES + row * BK + chunk * 16);
+        u32 even[4], odd[4];  // the f16 chunks 2 chunk (bytes 0, 2, .., 14) and 2 chunk + 1 (bytes 1, 3, .., 15)
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const u32 lanes = prmt(raw[w], raw[w], 0x3120);
+          even[w] = fp8x2_to_f16x2<e5m2>(static_cast<unsigned short>(lanes & 0xFFFFu));
+          odd[w] = fp8x2_to_f16x2<e5m2>(static_cast<unsigned short>(lanes >> 16));
+        }
+        const int f16_chunk = 2 * chunk;  // 8 f16 each; both in the same 64-K slab
+        const u32 row_base = base + (f16_chunk / 8) * G::A_SLAB_BYTES + row * 128;
+        st_shared_128(row_base + (((f16_chunk % 8) ^ (row & 7)) * 16), even[0], even[1], even[2], even[3]);
+        st_shared_128(row_base + ((((f16_chunk + 1) % 8) ^ (row & 7)) * 16), odd[0], odd[1], odd[2], odd[3]);
+      }
+    }
+  }
+}
+
+// Widened activations: this warp's strip of the K tile in slot `stage` as exact f16 A fragments, unscaled; fp8 k-step
+// ks (32 K) register r of the n8 half h gives the k16 step 2 ks + r its lanes 0/2 (fragment registers h) and 1/3 (2 + h).
+template <class G>
+__device__ __forceinline__ void wgmma_widened_dequantize_stage(u32 smem, int stage, u32 (&fragment)[G::KSTEPS][4]) {
+  using F = typename G::Format;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const u32 w_smem = smem + stage * G::STAGE_BYTES + G::W_OFFSET;
+#pragma unroll
+  for (int atom = 0; atom < G::KA; ++atom) {
+    u32 words[F::THREAD_WORDS];
+    load_atom_words<F>(words, w_smem + (warp * G::KA + atom) * F::ATOM_BYTES, lane);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        u32* target = fragment[atom * 8 + ks * 2 + r];
+#pragma unroll
+        for (int nsub = 0; nsub < 2; ++nsub) widened_slot<F>(target[nsub], target[2 + nsub], words, (ks * 2 + nsub) * 2 + r);
+      }
+    }
+  }
+}
+
+// Dequantizes this warp's strip of the K tile in slot `stage` into the A fragments of its k16 steps (f16/bf16
+// activations).
+template <class G>
+__device__ __forceinline__ void wgmma_weight_only_dequantize_stage(u32 smem, int stage, const StripVectors<typename G::Format>& channel,
+                                                                   u32 (&fragment)[G::KSTEPS][4]) {
   using F = typename G::Format;
   constexpr int GROUP_K = G::GROUP_K;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int group = lane >> 2;
-  const u32 w_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES;
+  const u32 w_smem = smem + stage * G::STAGE_BYTES + G::W_OFFSET;
   const u32 s_smem = w_smem + G::W_STAGE_BYTES;
   const u32 z_smem = s_smem + G::S_STAGE_BYTES;
 #pragma unroll
@@ -204,6 +283,17 @@ __device__ __forceinline__ void wgmma_dequantize_stage(u32 smem, int stage, cons
       target[2] = b[0][1];
       target[3] = b[1][1];
     }
+  }
+}
+
+// This warp's A fragments of the K tile in slot `stage`.
+template <class G>
+__device__ __forceinline__ void wgmma_dequantize_stage(u32 smem, int stage, const StripVectors<typename G::Format>& channel,
+                                                       u32 (&fragment)[G::KSTEPS][4]) {
+  if constexpr (G::WIDENED) {
+    wgmma_widened_dequantize_stage<G>(smem, stage, fragment);
+  } else {
+    wgmma_weight_only_dequantize_stage<G>(smem, stage, channel, fragment);
   }
 }
 
@@ -250,11 +340,11 @@ __device__ __forceinline__ void wgmma_issue_stage(u32 smem, int stage, bool cont
 #pragma unroll
     for (int step = 0; step < G::KSTEPS; ++step) {
       const int scale_d = step % G::SET_STEPS == 0 ? continue_group : 1;
-      WgmmaRs<G::BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(r.partial[step / G::SET_STEPS], fragment[step], descriptor(step), scale_d);
+      WgmmaRs<G::BM, G::MMA_TYPE, G::MMA_TYPE>::run(r.partial[step / G::SET_STEPS], fragment[step], descriptor(step), scale_d);
     }
   } else {
 #pragma unroll
-    for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<G::BM, F::COMPUTE_TYPE, F::COMPUTE_TYPE>::run(r.acc, fragment[step], descriptor(step), 1);
+    for (int step = 0; step < G::KSTEPS; ++step) WgmmaRs<G::BM, G::MMA_TYPE, G::MMA_TYPE>::run(r.acc, fragment[step], descriptor(step), 1);
   }
   wgmma_commit();
   r.fence();
@@ -270,13 +360,21 @@ __device__ __forceinline__ void wgmma_flush_groups(u32 smem, int stage, WgmmaAcc
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int group = lane >> 2;
-    const u32 s_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+    const u32 s_smem = smem + stage * G::STAGE_BYTES + G::W_OFFSET + G::W_STAGE_BYTES;
 #pragma unroll
     for (int set = 0; set < G::PARTIAL_SETS; ++set) {
-      u32 word;
-      ld_shared_32(&word, s_smem + set * G::S_ROW_BYTES + (warp * 16 + group * 2) * 2);
-      const float scale[2] = {compute_to_f32(static_cast<unsigned short>(word & 0xFFFFu)),
-                              compute_to_f32(static_cast<unsigned short>(word >> 16))};
+      float scale[2];
+      if constexpr (F::SCALES == kScaleAccumulator) {
+        // f32 scales in column order (widened fp8 activations)
+        scale[0] = ld_shared_f32(s_smem + set * G::S_ROW_BYTES + (warp * 16 + group) * 4);
+        scale[1] = ld_shared_f32(s_smem + set * G::S_ROW_BYTES + (warp * 16 + group + 8) * 4);
+      } else {
+        // compute-type scales, columns group and group + 8 side by side
+        u32 word;
+        ld_shared_32(&word, s_smem + set * G::S_ROW_BYTES + (warp * 16 + group * 2) * 2);
+        scale[0] = compute_to_f32(static_cast<unsigned short>(word & 0xFFFFu));
+        scale[1] = compute_to_f32(static_cast<unsigned short>(word >> 16));
+      }
       // partial[set][4 j + e] is column warp * 16 + group + 8 (e / 2): scale[e / 2].
 #pragma unroll
       for (int i = 0; i < G::ACCUMULATORS; ++i) r.acc[i] = fmaf(r.partial[set][i], scale[(i % 4) / 2], r.acc[i]);
@@ -360,6 +458,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
   [[maybe_unused]] u32 fragment_odd[G::KSTEPS][4];
   auto run_stage = [&](int it, u32 (&fragment)[G::KSTEPS][4]) {
     cp_async_wait<LOOKAHEAD - 1>();
+    wgmma_widen_stage<G>(smem, it % T::STAGES, rows_valid);
     fence_proxy_async_shared();  // this thread's copies (and the zeroed rows), visible to wgmma before the barrier
     __syncthreads();             // also: every warpgroup's wgmmas of the slot refilled below have ended
     const int next = it + LOOKAHEAD;
@@ -401,7 +500,8 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
     }
   }
 
-  // ---- epilogue: channel scale, global scale, bias, convert, store (C is [M][N]: columns are contiguous) ----
+  // ---- epilogue: channel scale, global scale, token scale, bias, convert, store (C is [M][N]: columns are
+  // contiguous) ----
   const float global_scale = ld_global_f32(reinterpret_cast<const void*>(p.global_scale));
   const char* bias = reinterpret_cast<const char*>(p.bias);
   unsigned short* c_global = reinterpret_cast<unsigned short*>(p.c);
@@ -418,14 +518,14 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& launch, const MoePa
           // Scattered output row, times the router weight (1 except token-indexed down); no bias.
           const int r = j * 8 + quad * 2 + e;
           if (r < rows_valid) {
-            const float value = acc[4 * j + half * 2 + e] * scale * tables.weight[r];
+            const float value = acc[4 * j + half * 2 + e] * scale * tables.weight[r] * activation_row_scale<F>(p, tables.source[r]);
             c_global[static_cast<long long>(tables.target[r]) * p.n + column] = static_cast<unsigned short>(pack_output<F>(value, 0.0f) & 0xFFFFu);
           }
           continue;
         }
         const int row = m0 + j * 8 + quad * 2 + e;
         if (row < p.m) {
-          const float value = acc[4 * j + half * 2 + e] * scale + bias_value;
+          const float value = acc[4 * j + half * 2 + e] * scale * activation_row_scale<F>(p, row) + bias_value;
           c_global[static_cast<long long>(row) * p.n + column] = static_cast<unsigned short>(pack_output<F>(value, 0.0f) & 0xFFFFu);
         }
       }

@@ -157,6 +157,7 @@ __device__ __forceinline__ void wgmma_moe_persistent_gemm(const GemmParams& laun
   int unit = 0, k = 0;
   for (int it = 0; it < total; ++it) {
     cp_async_wait<LOOKAHEAD - 1>();
+    wgmma_widen_stage<G>(smem, it % T::STAGES, BM);  // rows past a unit's live rows are never stored
     fence_proxy_async_shared();  // this thread's copies visible to wgmma before the barrier
     __syncthreads();             // also: every warpgroup's wgmmas of the slot refilled below have ended
     if (unit + 1 < my_units) {
@@ -191,7 +192,7 @@ __device__ __forceinline__ void wgmma_moe_persistent_gemm(const GemmParams& laun
           const int r = j * 8 + quad * 2 + e;
           if (slots.source(slot)[r] >= 0) {
             const float weight = PROJECTION == kMoeDown ? slots.weight(slot)[r] : 1.0f;
-            const float value = registers.acc[4 * j + half * 2 + e] * scale * weight;
+            const float value = registers.acc[4 * j + half * 2 + e] * scale * weight * activation_row_scale<F>(launch, slots.source(slot)[r]);
             c_global[static_cast<long long>(slots.pair(slot)[r]) * launch.n + column] =
                 static_cast<unsigned short>(pack_output<F>(value, 0.0f) & 0xFFFFu);
           }

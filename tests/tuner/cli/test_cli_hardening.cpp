@@ -245,8 +245,8 @@ TEST(CliArchitectures, CompileOffersOnlyArchitecturesAFamilyCompilesFor) {
   expect_refused({"compile", "--arch", "sm_100a", "--format", "w4a4-nvfp4", "--no-db"}, "the bsmma family runs it on sm_120");
   // No family runs fp4 weights with int8 activations anywhere: the format is the problem.
   expect_refused({"compile", "--arch", "sm_90a", "--format", "w4a8-fp4-int8", "--no-db"}, "--format: ");
-  // wgmma takes weight-only formats only; the mma family runs this one here.
-  expect_refused({"compile", "--arch", "sm_90a", "--format", "w8a8-fp8-ch", "--family", "wgmma", "--no-db"},
+  // wgmma takes weight-only and fp8-activation formats; the mma family runs this int8 one here.
+  expect_refused({"compile", "--arch", "sm_90a", "--format", "w8a8-int8-ch", "--family", "wgmma", "--no-db"},
                  "--family: ");
 }
 

@@ -295,7 +295,7 @@ TEST(MmaCompile, GroupScalesOnPartialSums) {
 }
 
 // The wgmma family compiles every weight-only preset and the further types for sm_90a without spilling, at each
-// token tile it offers, and refuses other architectures and quantized activations by name.
+// token tile it offers, and refuses other architectures and int8 activations by name.
 TEST(WgmmaCompile, WeightOnlyFormatsOnSm90a) {
   const ArchLimits hopper = ArchLimits::for_sm(90);
   std::vector<jit::CompileRequest> requests;
@@ -319,11 +319,42 @@ TEST(WgmmaCompile, WeightOnlyFormatsOnSm90a) {
     EXPECT_FALSE(support.supported) << sm;
     EXPECT_NE(support.reason.find("sm_" + std::to_string(sm)), std::string::npos) << support.reason;
   }
-  const ArchSupport quantized = wgmma_family().supports(FormatSpec::parse("w8a8-fp8-ch"), 90);
-  EXPECT_FALSE(quantized.supported);
-  EXPECT_NE(quantized.reason.find("f16/bf16 activations"), std::string::npos) << quantized.reason;
+  const ArchSupport int8 = wgmma_family().supports(FormatSpec::parse("w8a8-int8-ch"), 90);
+  EXPECT_FALSE(int8.supported);
+  EXPECT_NE(int8.reason.find("widens fp8 activations"), std::string::npos) << int8.reason;
   const KernelConfig config = KernelConfig::parse("bm=64,bn=128,bk=128,stages=4,split=1,raster=0", "wgmma");
   EXPECT_THROW(wgmma_family().instantiation_source(config, FormatSpec::parse("w4a16-int4-ch"), "sm_90"), UnsupportedError);
+}
+
+// fp8 activations widened to f16: W4A8 (int4 per channel and g128, fp4 g32, e5m2 activations) and W8A8 fp8 compile
+// for sm_90a without spilling at the heuristic's tile of each M, and the decode tile of W4A8 per channel stays at two
+// 256-thread CTAs per SM (at most 128 registers), as the W4A16 one.
+TEST(WgmmaCompile, WidenedFp8ActivationsOnSm90a) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  auto add = [&](const std::string& spec, int64_t m, const KernelConfig& config) {
+    const Problem problem{FormatSpec::parse(spec), m, 4096, 4096, false};
+    ASSERT_TRUE(wgmma_family().check(config, problem, hopper).valid) << spec << " " << config.to_string();
+    requests.push_back(test_support::family_compile_request(wgmma_family(), config, problem.format, "sm_90a"));
+    labels.push_back(spec + " m=" + std::to_string(m) + " " + config.to_string());
+  };
+  for (const char* spec : {"w4a8-int4-fp8", "w4a8-int4-g128-fp8", "w4a8-fp4-g32-fp8", "w4a8-int4-e5m2", "w8a8-fp8-ch"}) {
+    ASSERT_TRUE(wgmma_family().supports(FormatSpec::parse(spec), 90).supported) << spec;
+    for (int64_t m : {1, 64, 256}) {
+      const Problem problem{FormatSpec::parse(spec), m, 4096, 4096, false};
+      add(spec, m, wgmma_family().default_config(problem, hopper));
+    }
+  }
+  const KernelConfig decode = KernelConfig::parse("bm=16,bn=128,bk=256,stages=4,split=4,raster=0,overlap=0,gscale=0", "wgmma");
+  add("w4a8-int4-fp8", 1, decode);
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label;
+    EXPECT_LE(kernel.resources.registers, 255) << label;
+    if (label.find("bm=16,bn=128,bk=256,stages=4,split=4,raster=0,overlap=0,gscale=0") != std::string::npos) {
+      EXPECT_LE(kernel.resources.registers, 128) << label;
+    }
+  });
 }
 
 // The tma family compiles every format it runs (quantized activations and weight-only) for sm_90a at each tile and

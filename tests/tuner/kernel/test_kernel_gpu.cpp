@@ -233,7 +233,8 @@ TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {
   std::vector<std::string> specs;
   for (const FormatPreset& preset : format_presets()) {
     const FormatSpec format = FormatSpec::parse(preset.name);
-    if (wgmma_family().supports(format, limits.sm).supported) specs.push_back(preset.name);
+    // fp8 activations (widened): WgmmaGpu.WidenedFp8Activations
+    if (wgmma_family().supports(format, limits.sm).supported && !format.activation_is_quantized()) specs.push_back(preset.name);
   }
   for (const char* extra : {"w2a16-int2-g64", "w3a16-int3-g32", "w8a16-int8-g128-bf16", "w5a16-uint5-g32-fzp",
                             "w8a16-uint8-g64-zp-bf16", "w4a16-e2m1-g32", "w8a16-e4m3-ch", "w6a16-e3m2-ch",
@@ -245,6 +246,43 @@ TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {
     cases.push_back({format, 77, 2048, 4096, "", true});
     cases.push_back({format, 77, 2048, 4096, "bm=32,bn=64,bk=64,stages=3,split=3,raster=0,overlap=1"});
   }
+  expect_all_pass(run_cases(cases, wgmma_family()));
+}
+
+// fp8 activations widened to f16 (wgmma family): W4A8 int4 per channel (f32 and f16 scales), g128 (gscale=1), fp4
+// g32 and per channel, int4 with e5m2 activations, W8A8 fp8 (e4m3 per channel and per tensor, e5m2); token counts 1 to 300 (tails inside a tile),
+// split-K, a stage in flight, bias, N = K = 8192 and N = 5120 with K = 13824.
+TEST(WgmmaGpu, WidenedFp8Activations) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  if (!wgmma_family().supports(FormatSpec::parse("w4a8-int4-fp8"), limits.sm).supported) {
+    GTEST_SKIP() << "sm_" << limits.sm << " has no wgmma (the family runs on sm_90 only)";
+  }
+  std::vector<Case> cases;
+  int refused = 0;
+  for (int64_t m : {1, 16, 64, 300}) cases.push_back({"w4a8-int4-fp8", m, 8192, 8192, ""});
+  for (int64_t m : {1, 45}) cases.push_back({"w4a8-int4-fp8", m, 5120, 13824, ""});
+  for (const char* spec : {"w4a8-int4-fp8", "w4a8-int4-fp8:scale=f16", "w4a8-int4-g128-fp8", "w4a8-fp4-g32-fp8", "w4a8-int4-e5m2",
+                           "w4a8-fp4-fp8", "w8a8-fp8-ch", "w8a8-fp8-tensor", "w8a8-e5m2-e5m2"}) {
+    const bool grouped = FormatSpec::parse(spec).weight_scale.group_k > 0;
+    const std::string gscale = grouped ? ",overlap=0,gscale=1" : ",overlap=0,gscale=0";
+    for (const std::string& config : {"bm=16,bn=128,bk=256,stages=4,split=4,raster=0" + gscale,
+                                      "bm=16,bn=64,bk=128,stages=3,split=3,raster=0" + gscale,
+                                      "bm=32,bn=128,bk=128,stages=4,split=2,raster=0" + gscale,
+                                      "bm=64,bn=128,bk=256,stages=3,split=1,raster=1" + gscale,
+                                      std::string("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=1,gscale=0")}) {
+      for (const Case& c : {Case{spec, 1, 1024, 2048, config}, Case{spec, 7, 2048, 4096, config}, Case{spec, 77, 2048, 4096, config, true}}) {
+        const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
+        if (wgmma_family().check(KernelConfig::parse(c.config, "wgmma"), problem, limits).valid) {
+          cases.push_back(c);
+        } else {
+          ++refused;  // bm over M, overlap with K-group scales, g32's partial sums at bm = 64
+        }
+      }
+    }
+    cases.push_back({spec, 33, 4096, 4096, "", true});  // the heuristic's tile
+  }
+  EXPECT_GE(cases.size(), 70u) << refused << " refused by the rules";
   expect_all_pass(run_cases(cases, wgmma_family()));
 }
 

@@ -164,11 +164,11 @@ TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
     EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
     EXPECT_EQ(kernel.resources.spill_load_bytes, 0) << label << " spills";
   });
-  // wgmma is architecture-specific: another target, or a format with quantized activations, is refused by name.
+  // wgmma is architecture-specific: another target, or int8 activations (not widened), is refused by name.
   const KernelConfig config = KernelConfig::parse(kWgmmaConfigs[0], "wgmma");
   EXPECT_THROW(mma_moe::instantiation_source(config, problem_of("w4a16-int4-g128", MoeLayout::TokenIndexed, MoeProjection::GateUp), "sm_90"),
                UnsupportedError);
-  EXPECT_THROW(mma_moe::instantiation_source(config, problem_of("w4a8-int4-fp8", MoeLayout::TokenIndexed, MoeProjection::GateUp), "sm_90a"),
+  EXPECT_THROW(mma_moe::instantiation_source(config, problem_of("w4a8-int4-int8", MoeLayout::TokenIndexed, MoeProjection::GateUp), "sm_90a"),
                UnsupportedError);
   // A family without a MoE kernel is refused naming the config's family.
   EXPECT_THROW(mma_moe::kernel_name(KernelConfig::parse(kWgmmaConfigs[0], "bsmma")), InputError);
@@ -202,6 +202,46 @@ TEST(WgmmaMoeCompile, DecodeWinnerKeepsTwoBlocksPerSm) {
   test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
     EXPECT_LE(kernel.resources.registers, 128) << label << ": two 256-thread CTAs per SM need at most 128 registers";
     EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+  });
+}
+
+// fp8 activations widened to f16 in the wgmma MoE kernel: W4A8 per channel and g128 (gscale=1) and W8A8 fp8, every
+// layout and projection on the decode tile, the persistent schedule on the token-indexed one, without spills; the
+// DeepSeek-V3 decode tile of W4A8 per channel keeps two CTAs per SM (at most 128 registers).
+TEST(WgmmaMoeCompile, WidenedFp8ActivationsEveryLayoutAndProjection) {
+  const ArchLimits hopper = ArchLimits::for_sm(90);
+  std::vector<jit::CompileRequest> requests;
+  std::vector<std::string> labels;
+  for (const char* spec : {"w4a8-int4-fp8:scale=f16", "w4a8-int4-g128-fp8", "w8a8-fp8-ch"}) {
+    const bool grouped = std::string(spec).find("g128") != std::string::npos;
+    const std::string gscale = grouped ? ",gscale=1" : ",gscale=0";
+    for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
+      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+        for (const std::string& text : {"bm=16,bn=128,bk=256,stages=4,split=2,raster=0,overlap=0" + gscale,
+                                        "bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,persistent=1" + gscale}) {
+          if (text.find("persistent=1") != std::string::npos && layout != MoeLayout::TokenIndexed) continue;
+          MoeProblem problem = problem_of(spec, layout, projection);
+          problem.k = 2048;  // 16 K tiles of 128: enough for the persistent schedule's table fill
+          const KernelConfig config = KernelConfig::parse(text, "wgmma");
+          const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
+          ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
+          jit::CompileRequest request;
+          request.source = mma_moe::instantiation_source(config, problem, "sm_90a");
+          request.kernel_name = mma_moe::kernel_name(config);
+          request.arch = "sm_90a";
+          requests.push_back(request);
+          labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +
+                           std::string(moe_projection_name(projection)) + " " + text);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(requests.size(), 3u * 8u);  // 3 layouts x 2 projections + the persistent tile x 2 projections
+  test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label << " spills";
+    if (label.find("w4a8-int4-fp8:scale=f16 token-indexed") != std::string::npos && label.find("bk=256") != std::string::npos) {
+      EXPECT_LE(kernel.resources.registers, 128) << label << ": two 256-thread CTAs per SM need at most 128 registers";
+    }
   });
 }
 

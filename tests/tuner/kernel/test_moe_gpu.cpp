@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/error.hpp"
@@ -304,6 +305,48 @@ TEST(WgmmaMoeGpu, PersistentSchedule) {
             c.config = tile.config;
             cases.push_back(c);
           }
+        }
+      }
+    }
+  }
+  run_all(cases);
+}
+
+// fp8 activations widened to f16 (W4A8 int4 per channel with f32 and f16 scales, g128 with gscale=1, W8A8 fp8): every
+// layout and projection, uniform and skewed routing, empty experts with split-K, the token scales gathered with the
+// rows; the persistent schedule with units of different experts.
+TEST(WgmmaMoeGpu, WidenedFp8Activations) {
+  QTUNE_REQUIRE_HOPPER();
+  const FamilyTiles channel_tiles{"wgmma", "bm=16,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0",
+                                  "bm=16,bn=64,bk=256,stages=3,split=2,raster=0,overlap=0",
+                                  "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,overlap=1"};
+  const FamilyTiles group_tiles{"wgmma", "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1",
+                                "bm=16,bn=64,bk=128,stages=3,split=3,raster=0,overlap=0,gscale=1",
+                                "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,gscale=1"};
+  std::vector<MoeCase> cases;
+  const std::pair<const FamilyTiles*, std::vector<const char*>> sets[] = {
+      {&channel_tiles, {"w4a8-int4-fp8", "w4a8-int4-fp8:scale=f16", "w8a8-fp8-ch"}}, {&group_tiles, {"w4a8-int4-g128-fp8"}}};
+  for (const auto& [tiles, formats] : sets) {
+    for (const std::vector<MoeCase>& more :
+         {token_indexed_cases(*tiles, formats, {"uniform", "zipf:1.5"}), grouped_cases(*tiles, formats), empty_expert_cases(*tiles, formats)}) {
+      cases.insert(cases.end(), more.begin(), more.end());
+    }
+  }
+  for (const auto& [config, k, spec] : {std::tuple<const char*, int64_t, const char*>{
+                                            "bm=16,bn=128,bk=128,stages=3,split=1,raster=0,overlap=0,gscale=0,persistent=1", 640, "w4a8-int4-fp8"},
+                                        {"bm=16,bn=128,bk=128,stages=3,split=1,raster=0,overlap=0,gscale=0,persistent=1", 640, "w8a8-fp8-ch"},
+                                        {"bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1,persistent=1", 2048,
+                                         "w4a8-int4-g128-fp8"}}) {
+    for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+      for (const char* routing : {"uniform", "zipf:3"}) {
+        for (int64_t tokens : {1, 16, 300}) {
+          MoeCase c = routed_case(channel_tiles, spec, MoeLayout::TokenIndexed, projection, routing, tokens);
+          c.experts = 32;
+          c.top_k = 4;
+          c.n = 2048;
+          c.k = k;
+          c.config = config;
+          cases.push_back(c);
         }
       }
     }
