@@ -177,7 +177,10 @@ KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& l
       // wgmma decode tiles (16 rows): 256-deep K tiles first, half the pipeline steps per weight; they won every
       // DeepSeek-V3 decode bucket on the H200, gate-up T = 16 450.8 us against 529.9 at bk = 128 (docs/perf.md,
       // fifteenth session, call 2).
-      if (&family == &wgmma_family() && bm == 16 && problem.k % 256 == 0 && config.get("bk") < 256) {
+      // Widened fp8 activations keep bk = 128: 256 was slower at every W4A8 decode bucket measured (DeepSeek-V3 gate-up
+      // T = 16: 646.0 against 469.6 us; down T = 1: 41.2 against 30.3), and so was the persistent down (36.2).
+      if (&family == &wgmma_family() && bm == 16 && problem.k % 256 == 0 && config.get("bk") < 256 &&
+          !WgmmaFamily::widens_activations(problem.format)) {
         KernelConfig deep = config;
         deep.params["bk"] = 256;
         // The down projection's short units (DeepSeek-V3: K = 2048, 8 tiles) run faster on the persistent schedule

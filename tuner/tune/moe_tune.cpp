@@ -275,8 +275,9 @@ std::vector<std::string> moe_providers_for_families(const std::string& family_te
   if (family_text == "auto") {
     std::vector<std::string> chosen{providers::kMoeProviderName};
     if (runs_one(wgmma_family())) chosen.push_back(providers::kWgmmaMoeProviderName);
-    // The tma MoE kernel where it is Hopper's path: quantized activations (W4A8, W8A8), which the wgmma family does not
-    // run; weight-only formats take it by name (--family tma), as the dense tune takes it only from M = 256.
+    // The tma MoE kernel where it is Hopper's path: quantized activations (W4A8, W8A8; the wgmma family runs fp8 ones
+    // widened to f16, faster at decode); weight-only formats take it by name (--family tma), as the dense tune takes it
+    // only from M = 256.
     const bool quantized_on_tma = std::any_of(formats.begin(), formats.end(), [&](const FormatSpec& format) {
       return format.activation_is_quantized() && tma_family().supports(format, sm).supported;
     });

@@ -187,7 +187,20 @@ __device__ __forceinline__ u32 operand_slot(const u32* words, int rho) {
 template <class F>
 __device__ __forceinline__ void widened_slot(u32& even, u32& odd, const u32* words, int rho) {
   static_assert(F::QUANTIZED_ACT && F::FP8_MMA && F::LANE_BITS == 8, "widened_slot reads the fp8-operand layout");
-  if constexpr (!F::IS_FLOAT) {
+  if constexpr (!F::IS_FLOAT && F::WEIGHT_BITS == 4) {
+    // One plane, two fields per byte: the even slot's low nibbles need the mask only, the odd slot's high nibbles the
+    // 16x magic and an fma (as dequant_slot's int4 on f16); both slots of a word share its shift by a byte.
+    static_assert(F::OFFSET_CODES && F::VALUES_PER_REGISTER == 4, "int4 codes on fp8 operands are offset-binary, four per register");
+    const u32 word = words[rho / 2];
+    const u32 odd_bytes = word >> 8;
+    if (rho % 2 == 0) {
+      even = hsub2_f16(and_or(word, 0x000F000Fu, 0x64006400u), 0x64086408u);       // (1024 + q) - 1032
+      odd = hsub2_f16(and_or(odd_bytes, 0x000F000Fu, 0x64006400u), 0x64086408u);
+    } else {
+      even = hfma2_f16(and_or(word, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u);  // (1024 + 16 q) / 16 - 72
+      odd = hfma2_f16(and_or(odd_bytes, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u);
+    }
+  } else if constexpr (!F::IS_FLOAT) {
     integer_lanes_as_f16<F>(even, odd, words, rho);
   } else {
     const u32 operand = operand_slot<F>(words, rho);

@@ -207,7 +207,7 @@ constexpr const char* kTmaDecode =
 std::string prefixed(const char* family, const char* config) { return std::string(family) + ":" + config; }
 
 // wgmma winners of w4a16-int4-g128 (gate-up with two token ranges, down), a tma winner of W4A8 gate-up, and a wgmma
-// config of W8A8 down (which the wgmma family cannot run: quantized activations).
+// config of W8A8 int8 down (which the wgmma family cannot run: it widens fp8 activations only).
 reports::SelectionTable family_table() {
   reports::SelectionTable table = sample_table();
   table.moe = {moe_rules(256, 8, 4096, 7168, "gate-up",
@@ -216,7 +216,7 @@ reports::SelectionTable family_table() {
                moe_rules(256, 8, 4096, 7168, "gate-up", {{1, std::nullopt, prefixed("tma", kTmaDecode)}}, "token-indexed",
                          "w4a8-int4-fp8"),
                moe_rules(256, 8, 7168, 2048, "down", {{1, std::nullopt, prefixed("wgmma", kWgmmaDown)}}, "token-indexed",
-                         "w8a8-fp8-ch")};
+                         "w8a8-int8-ch")};
   std::sort(table.moe.begin(), table.moe.end(), [](const auto& a, const auto& b) { return a.key() < b.key(); });
   return table;
 }
@@ -270,12 +270,12 @@ TEST_F(RuntimeMoeSelectFamilies, WgmmaWinnerIsRefusedOnAmpereWithTheFamilyReason
   const MoeProblem problem = make_moe_problem(FormatSpec::parse(kMoeFormat), 256, 8, 4096, 7168, 1, "gate-up");
   const reports::SelectionTable table = family_table();
   EXPECT_EQ(select_moe_config(&table, problem, ArchLimits::for_sm(80)).family, &mma_family());
-  // On Hopper, a wgmma config of a format with quantized activations is refused too (the wgmma family's reason).
-  const runtime_api::MoeChoice fp8 = runtime_for("sm_90a")->select_moe("w8a8-fp8-ch", deepseek(1, "down"));
-  EXPECT_EQ(fp8.choice.source, ConfigSource::Heuristic);
-  EXPECT_EQ(fp8.choice.family, "mma");
-  EXPECT_NE(fp8.choice.detail.find("fails rule 'family'"), std::string::npos) << fp8.choice.detail;
-  EXPECT_NE(fp8.choice.detail.find("weight-only"), std::string::npos) << fp8.choice.detail;
+  // On Hopper, a wgmma config of int8 activations is refused too (the wgmma family's reason: it widens fp8 only).
+  const runtime_api::MoeChoice int8 = runtime_for("sm_90a")->select_moe("w8a8-int8-ch", deepseek(1, "down"));
+  EXPECT_EQ(int8.choice.source, ConfigSource::Heuristic);
+  EXPECT_EQ(int8.choice.family, "mma");
+  EXPECT_NE(int8.choice.detail.find("fails rule 'family'"), std::string::npos) << int8.choice.detail;
+  EXPECT_NE(int8.choice.detail.find("widens fp8 activations"), std::string::npos) << int8.choice.detail;
 }
 
 TEST_F(RuntimeMoeSelectFamilies, TmaWinnerIsTunedOnHopperWithItsGatheredRowsInTheScratch) {
@@ -337,13 +337,13 @@ TEST_F(RuntimeMoeSelectFamilies, TmaWinnerIsRefusedOffHopperWithTheFamilyReason)
   EXPECT_NE(why_not.find("'bsmma'"), std::string::npos) << why_not;
 }
 
-// On sm_90 a weight-only format's heuristic is the wgmma family's dense config at the expected rows per expert, one of
-// the points of the wgmma-moe provider's curated space (what a tune of that provider measures); quantized
-// activations, and any format on sm_80, take the mma family's.
+// On sm_90 the heuristic of a weight-only or fp8-activation format is the wgmma family's dense config at the expected
+// rows per expert, one of the points of the wgmma-moe provider's curated space (what a tune of that provider
+// measures); int8 activations, and any format on sm_80, take the mma family's.
 TEST(RuntimeMoeSelectWithoutTable, HopperWeightOnlyHeuristicIsWgmmaInsideTheCuratedSpace) {
   Runtime hopper({.arch = "sm_90a"});
   Runtime ampere({.arch = "sm_80"});
-  for (const char* format : {"w4a16-int4-g128", "w4a16-int4-g128-zp", "w4a16-int4-ch"}) {
+  for (const char* format : {"w4a16-int4-g128", "w4a16-int4-g128-zp", "w4a16-int4-ch", "w4a8-int4-fp8", "w8a8-fp8-ch"}) {
     for (const std::int64_t tokens : {1, 16, 64, 256, 1024, 4096}) {
       for (const char* projection : {"gate-up", "down"}) {
         const MoeShape shape = deepseek(tokens, projection);
@@ -360,12 +360,21 @@ TEST(RuntimeMoeSelectWithoutTable, HopperWeightOnlyHeuristicIsWgmmaInsideTheCura
                   space.configurations.end())
             << label << ": " << choice.choice.config << " is not in the wgmma-moe curated space (" << space.configurations.size()
             << " configs)";
-        EXPECT_EQ(ampere.select_moe(format, shape).choice.family, "mma") << label;
+        if (!FormatSpec::parse(format).activation_is_quantized()) {  // fp8 activations need sm_89
+          EXPECT_EQ(ampere.select_moe(format, shape).choice.family, "mma") << label;
+        }
       }
     }
   }
-  EXPECT_EQ(hopper.select_moe("w4a8-int4-fp8", deepseek(16)).choice.family, "mma");
-  EXPECT_EQ(hopper.select_moe("w8a8-fp8-ch", deepseek(16)).choice.family, "mma");
+  EXPECT_EQ(hopper.select_moe("w8a8-int8-ch", deepseek(16)).choice.family, "mma");
+  // Widened fp8 activations keep 128-deep K tiles and one CTA per unit at decode (256 and the persistent down were
+  // slower on the H200); weight-only decode tiles take 256.
+  for (const char* projection : {"gate-up", "down"}) {
+    const runtime_api::MoeChoice w4a8 = hopper.select_moe("w4a8-int4-fp8", deepseek(16, projection));
+    EXPECT_EQ(w4a8.choice.params.at("bk"), 128) << projection << " " << w4a8.choice.config;
+    EXPECT_EQ(w4a8.choice.params.count("persistent") ? w4a8.choice.params.at("persistent") : 0, 0) << w4a8.choice.config;
+    EXPECT_EQ(hopper.select_moe(kMoeFormat, deepseek(16, projection)).choice.params.at("bk"), 256) << projection;
+  }
   // DeepSeek-V3 gate-up at T = 1: 8 experts x 32 column tiles already fill the GPU, so no K split (the H200's winner
   // had none either).
   EXPECT_EQ(hopper.select_moe(kMoeFormat, deepseek(1)).choice.params.at("split"), 1);

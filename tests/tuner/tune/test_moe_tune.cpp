@@ -316,15 +316,16 @@ TEST(MoeProvider, TmaSpaceIsSmallTokenTilesWithoutClustersOnHopperOnly) {
   EXPECT_EQ(none.removed_by_rule.count("format-unsupported-on-arch"), 1u);
 }
 
-// --family picks the MoE providers: auto adds wgmma-moe where the wgmma family runs a format (sm_90, weight-only) and
-// tma-moe where the tma family runs a format with quantized activations (sm_90, W4A8 and W8A8).
+// --family picks the MoE providers: auto adds wgmma-moe where the wgmma family runs a format (sm_90, weight-only and
+// fp8 activations) and tma-moe where the tma family runs a format with quantized activations (sm_90, W4A8 and W8A8).
 TEST(MoeTune, FamilyPicksTheMoeProviders) {
   const std::vector<FormatSpec> w4a16 = {FormatSpec::parse("w4a16-int4-g128")};
   const std::vector<FormatSpec> w4a8 = {FormatSpec::parse("w4a8-int4-fp8")};
   using Names = std::vector<std::string>;
   EXPECT_EQ(moe_providers_for_families("auto", w4a16, 90), (Names{"mma-moe", "wgmma-moe"}));
   EXPECT_EQ(moe_providers_for_families("auto", w4a16, 80), (Names{"mma-moe"}));
-  EXPECT_EQ(moe_providers_for_families("auto", w4a8, 90), (Names{"mma-moe", "tma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("auto", w4a8, 90), (Names{"mma-moe", "wgmma-moe", "tma-moe"}));
+  EXPECT_EQ(moe_providers_for_families("auto", {FormatSpec::parse("w8a8-int8-ch")}, 90), (Names{"mma-moe", "tma-moe"}));
   EXPECT_EQ(moe_providers_for_families("auto", w4a8, 80), (Names{"mma-moe"}));
   EXPECT_EQ(moe_providers_for_families("wgmma", w4a16, 90), (Names{"wgmma-moe"}));
   EXPECT_EQ(moe_providers_for_families("tma", w4a8, 90), (Names{"tma-moe"}));
