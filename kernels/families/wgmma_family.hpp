@@ -27,7 +27,8 @@ class WgmmaFamily final : public MmaFamily {
   // On the H200 the mma family's swap-AB path wins up to M = 8 and wgmma from M = 16 (docs/perf.md, 2026-11-30:
   // Llama-3-70B with both families tuned at every M): the heuristic and tune --family auto switch here.
   static constexpr int64_t kPreferredFromM = 16;
-  // From kPreferredFromM rows on (heuristic_family asks only where the family runs the format).
+  // From kPreferredFromM rows on, and at every M for W4A8 (fp8 activations widened, 4-bit weights): heuristic_family
+  // asks only where the family runs the format; the tma family, before it, takes quantized activations from its start.
   bool preferred_for(const Problem& problem, int sm) const override;
   // One token tile per M (wgmma N), every column and depth tile, split-K only while M tiles are few.
   ParameterRanges curated_ranges(int64_t m) const override;

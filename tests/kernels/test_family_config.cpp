@@ -224,6 +224,12 @@ TEST(TmaFamilyRules, HeuristicPrefersItForQuantizedActivationsAndLargeM) {
   EXPECT_EQ(heuristic_family(Problem{fp8, 256, 8192, 8192, false}, 90).name(), "tma");
   EXPECT_EQ(heuristic_family(Problem{fp8, 32, 8192, 8192, false}, 90).name(), "tma");
   EXPECT_EQ(heuristic_family(Problem{fp8, 16, 8192, 8192, false}, 90).name(), "mma");
+  // W4A8 below tma's start: wgmma, which widens the fp8 activations (M = 1 on the H200: 15.06 us, mma 26.48)
+  const FormatSpec w4a8 = FormatSpec::parse("w4a8-int4-fp8");
+  EXPECT_EQ(heuristic_family(Problem{w4a8, 1, 8192, 8192, false}, 90).name(), "wgmma");
+  EXPECT_EQ(heuristic_family(Problem{w4a8, 16, 8192, 8192, false}, 90).name(), "wgmma");
+  EXPECT_EQ(heuristic_family(Problem{w4a8, 32, 8192, 8192, false}, 90).name(), "tma");
+  EXPECT_EQ(heuristic_family(Problem{w4a8, 1, 8192, 8192, false}, 89).name(), "mma");
   EXPECT_EQ(heuristic_family(Problem{fp8, 256, 8192, 8192, false}, 89).name(), "mma");
   const FormatSpec int4 = FormatSpec::parse("w4a16-int4-ch");
   EXPECT_EQ(heuristic_family(Problem{int4, 8, 8192, 8192, false}, 90).name(), "mma");

@@ -138,7 +138,8 @@ TEST(RuntimeSelectWithoutTable, HeuristicForTheArchitecturesLimits) {
 }
 
 // On Hopper the heuristic for weight-only formats is the wgmma family from M = 16 on, the tma family from M = 256 on
-// and the mma family below 16 (heuristic_family); quantized activations go to the tma family from M = 32 on. The
+// and the mma family below 16 (heuristic_family); quantized activations go to the tma family from M = 32 on (W4A8 to
+// wgmma below it). The
 // weights are packed once, for the mma layout all three read.
 TEST(RuntimeSelectWithoutTable, HopperHeuristicIsWgmmaFromSixteenRowsAndTmaFromTwoHundredFiftySix) {
   RuntimeOptions options;
@@ -157,6 +158,9 @@ TEST(RuntimeSelectWithoutTable, HopperHeuristicIsWgmmaFromSixteenRowsAndTmaFromT
   // A format wgmma cannot run: the mma heuristic below M = 32, the tma family from there.
   EXPECT_EQ(runtime.select("w8a8-fp8-ch", 16, 8192, 8192).family, "mma");
   EXPECT_EQ(runtime.select("w8a8-fp8-ch", 300, 8192, 8192).family, "tma");
+  // W4A8 below tma's start: wgmma with the fp8 activations widened to f16.
+  EXPECT_EQ(runtime.select("w4a8-int4-fp8", 1, 8192, 8192).family, "wgmma");
+  EXPECT_EQ(runtime.select("w4a8-int4-fp8", 64, 8192, 8192).family, "tma");
   EXPECT_EQ(packing_family(FormatSpec::parse(kFormat), 90).name(), "mma");
 }
 
