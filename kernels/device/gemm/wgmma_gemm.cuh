@@ -186,11 +186,11 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
 }
 
 // Widened activations: converts the fp8 chunks this thread loaded into slot `stage` (wgmma_load_stage's chunks of
-// this thread, rows below rows_live) to f16 in the swizzled slabs, in the K order of WgmmaGemm. Called once the
-// thread's copies of the stage have landed and before the barrier that hands the stage to the wgmmas, so no other
-// thread's copies are waited for.
-template <class G>
-__device__ __forceinline__ void wgmma_widen_stage(u32 smem, int stage, int rows_live) {
+// this thread: rows below rows_live, or with LIVE_BY_SOURCE rows whose source is not -1) to f16 in the swizzled slabs,
+// in the K order of WgmmaGemm. Called once the thread's copies of the stage have landed and before the barrier that
+// hands the stage to the wgmmas, so no other thread's copies are waited for.
+template <class G, bool LIVE_BY_SOURCE = false>
+__device__ __forceinline__ void wgmma_widen_stage(u32 smem, int stage, int rows_live, const int* source = nullptr) {
   if constexpr (G::WIDENED) {
     using F = typename G::Format;
     constexpr int BM = G::BM, BK = G::BK, THREADS = G::THREADS;
@@ -202,7 +202,7 @@ __device__ __forceinline__ void wgmma_widen_stage(u32 smem, int stage, int rows_
       const unsigned i = threadIdx.x + c * THREADS;
       const int row = i / CPR;
       const int chunk = i % CPR;
-      if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && row < rows_live) {
+      if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && (LIVE_BY_SOURCE ? source[row] >= 0 : row < rows_live)) {
         u32 raw[4];
         ld_shared_128(raw, base + G::A_STAGE_BYTES + row * BK + chunk * 16);
         u32 even[4], odd[4];  // the f16 chunks 2 chunk (bytes 0, 2, .., 14) and 2 chunk + 1 (bytes 1, 3, .., 15)

@@ -157,7 +157,9 @@ __device__ __forceinline__ void wgmma_moe_persistent_gemm(const GemmParams& laun
   int unit = 0, k = 0;
   for (int it = 0; it < total; ++it) {
     cp_async_wait<LOOKAHEAD - 1>();
-    wgmma_widen_stage<G>(smem, it % T::STAGES, BM);  // rows past a unit's live rows are never stored
+    // The unit's live rows only (its table is slot unit % 2 until the unit after next requests one); the other rows
+    // keep an earlier unit's values, which reach no output.
+    wgmma_widen_stage<G, true>(smem, it % T::STAGES, BM, slots.source(unit & 1));
     fence_proxy_async_shared();  // this thread's copies visible to wgmma before the barrier
     __syncthreads();             // also: every warpgroup's wgmmas of the slot refilled below have ended
     if (unit + 1 < my_units) {
