@@ -116,8 +116,8 @@ std::optional<std::string> WgmmaFamily::widening_refusal(const FormatSpec& forma
 int WgmmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format) {
   const WgmmaTiles t = WgmmaTiles::from(config);
   const DeviceFormat device = mma::device_format(format);
-  // f16 slabs, and for widened fp8 activations the rows as loaded (device::WgmmaGemm::RAW_STAGE_BYTES)
-  const int a_stage = t.bm * t.bk * 2 + (widens_activations(format) ? t.bm * t.bk : 0);
+  // f16 slabs (widened fp8 activations land in them and are converted in place)
+  const int a_stage = t.bm * t.bk * 2;
   const int w_stage = (t.bn / 16) * (t.bk / device.atom_k()) * device.atom_bytes();
   const int group = device.stage_group_k();
   const int group_rows = group > 0 ? (group < t.bk ? t.bk / group : 1) : 0;

@@ -332,10 +332,10 @@ TEST(WgmmaFamilyRules, RulesNameWhatIsWrong) {
     EXPECT_EQ(verdict("bm=16,bn=128,bk=128,stages=3,split=1,raster=0",
                       Problem{FormatSpec::parse("w8a8-fp8-block128x128"), 16, 8192, 8192, false}),
               "format-unsupported-on-arch");  // activation scales per K group
-    // The shared memory holds each stage's fp8 rows as loaded besides their f16 slabs.
+    // fp8 rows land in their f16 slabs and are widened in place: no shared memory of their own.
     const KernelConfig decode = KernelConfig::parse("bm=16,bn=128,bk=256,stages=4,split=4,raster=0", "wgmma");
-    // per stage: f16 slabs 16 x 256 x 2, fp8 rows 16 x 256, 8 strips of two 1024-byte int4 atoms; + the alignment slack
-    EXPECT_EQ(WgmmaFamily::shared_bytes(decode, w4a8.format), 4 * (16 * 256 * 2 + 16 * 256 + 8 * 2 * 1024) + 1024);
+    // per stage: f16 slabs 16 x 256 x 2, 8 strips of two 1024-byte int4 atoms; + the alignment slack
+    EXPECT_EQ(WgmmaFamily::shared_bytes(decode, w4a8.format), 4 * (16 * 256 * 2 + 8 * 2 * 1024) + 1024);
     for (const Problem& p : {fp8, w4a8, w4a8_g128}) {
       for (int64_t m : {1, 16, 64, 256}) {
         const Problem at_m{p.format, m, p.n, p.k, false};

@@ -2,8 +2,8 @@
 // C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16 activations.
 //
 // fp8 activations (W4A8, W8A8 fp8: formats with F::QUANTIZED_ACT, on the fp8-operand weight layout) run widened: rows
-// are cp.async-loaded as they are into a landing area and each thread converts the chunks it loaded to f16 (exact)
-// before the stage's barrier; weights are dequantized to exact f16 (integer codes, fp4, fp8), and the weight and
+// are cp.async-loaded as they are into the f16 slabs themselves and each thread converts the chunks it loaded to f16
+// in place (exact) before the stage's barrier; weights are dequantized to exact f16 (integer codes, fp4, fp8), and the weight and
 // activation scales apply to the f32 sums (per channel and token in the epilogue, K groups with SCALE_AFTER). Within
 // each 16 K an fp8 register's lanes 0/2 and 1/3 become one f16 register each, so the activations are widened in the
 // same order: real k = 4q + 2e + h (q < 4, e < 2, h < 2) goes to position 8h + 2q + e.
@@ -51,8 +51,7 @@ struct WgmmaGemm {
   static constexpr int ACT_BYTES = WIDENED ? 1 : 2;  // bytes of one activation in global memory
   static constexpr int A_SLAB_BYTES = BM * 128;   // 64 K of every token row
   static constexpr int A_STAGE_BYTES = BM * BK * 2;
-  static constexpr int RAW_STAGE_BYTES = WIDENED ? BM * BK : 0;  // fp8 rows as loaded, [row][BK]
-  static constexpr int W_OFFSET = A_STAGE_BYTES + RAW_STAGE_BYTES;  // the stage's weights
+  static constexpr int W_OFFSET = A_STAGE_BYTES;  // the stage's weights
   static constexpr int W_STRIP_BYTES = KA * F::ATOM_BYTES;
   static constexpr int W_STAGE_BYTES = WARPS * W_STRIP_BYTES;
   static constexpr int GROUP_K = F::STAGE_GROUP_K;
@@ -80,6 +79,13 @@ struct WgmmaGemm {
   }
   static __device__ __forceinline__ bool ends_group(int it, int kt_begin, int tile_count) {
     return STAGES_PER_GROUP == 1 || it == tile_count - 1 || (kt_begin + it + 1) % STAGES_PER_GROUP == 0;
+  }
+  // Widened activations: where 16-byte fp8 chunk c of token row r lands, the first of the two f16 chunks it becomes
+  // (2c, swizzled). The second (2c + 1) has the other parity after the swizzle, so no chunk lands where another
+  // thread's conversion writes: the conversion runs in place, with no shared memory of its own.
+  static __device__ __forceinline__ u32 widened_landing(u32 stage_base, int row, int chunk) {
+    const int f16_chunk = 2 * chunk;
+    return stage_base + (f16_chunk / 8) * A_SLAB_BYTES + row * 128 + (((f16_chunk % 8) ^ (row & 7)) * 16);
   }
   // A MoE GEMM keeps its row tables after the window: source row, target row (int) and router weight (f32) per row.
   static constexpr int MOE_TABLE_BYTES = BM * 12;
@@ -143,8 +149,8 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
 
   const u32 base = smem + stage * G::STAGE_BYTES;
   const int k0 = kt * BK;
-  // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8); widened ones to the
-  // landing area, row r, chunk c (wgmma_widen_stage converts them).
+  // Activations: chunk c of token row r goes to slab c / 8, row r, chunk (c % 8) ^ (r % 8); widened ones to
+  // widened_landing (wgmma_widen_stage converts them in place).
   const char* a_tile = a_global + static_cast<long long>(m0) * a_row_bytes + k0 * G::ACT_BYTES;
 #pragma unroll
   for (int c = 0; c < (BM * CPR + THREADS - 1) / THREADS; ++c) {
@@ -164,7 +170,7 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
       if (live) {
         if constexpr (IS_MOE && !LIVE_BY_SOURCE) source_row = source[row];
         const char* a_row = IS_MOE ? a_global + source_row * a_row_bytes + k0 * G::ACT_BYTES : a_tile + row * a_row_bytes;
-        const u32 target = G::WIDENED ? base + G::A_STAGE_BYTES + row * BK + chunk * 16
+        const u32 target = G::WIDENED ? G::widened_landing(base, row, chunk)
                                       : base + (chunk / 8) * G::A_SLAB_BYTES + row * 128 + (((chunk % 8) ^ (row & 7)) * 16);
         cp_async_16(target, a_row + chunk * 16);
       }
@@ -204,7 +210,8 @@ __device__ __forceinline__ void wgmma_widen_stage(u32 smem, int stage, int rows_
       const int chunk = i % CPR;
       if ((BM * CPR % THREADS == 0 || i < unsigned(BM * CPR)) && (LIVE_BY_SOURCE ? source[row] >= 0 : row < rows_live)) {
         u32 raw[4];
-        ld_shared_128(raw, base + G::A_STAGE_BYTES + row * BK + chunk * 16);
+        const u32 landing = G::widened_landing(base, row, chunk);
+        ld_shared_128(raw, landing);
         u32 even[4], odd[4];  // the f16 chunks 2 chunk (bytes 0, 2, .., 14) and 2 chunk + 1 (bytes 1, 3, .., 15)
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
@@ -212,10 +219,10 @@ __device__ __forceinline__ void wgmma_widen_stage(u32 smem, int stage, int rows_
           even[w] = fp8x2_to_f16x2<e5m2>(static_cast<unsigned short>(lanes & 0xFFFFu));
           odd[w] = fp8x2_to_f16x2<e5m2>(static_cast<unsigned short>(lanes >> 16));
         }
-        const int f16_chunk = 2 * chunk;  // 8 f16 each; both in the same 64-K slab
-        const u32 row_base = base + (f16_chunk / 8) * G::A_SLAB_BYTES + row * 128;
-        st_shared_128(row_base + (((f16_chunk % 8) ^ (row & 7)) * 16), even[0], even[1], even[2], even[3]);
-        st_shared_128(row_base + ((((f16_chunk + 1) % 8) ^ (row & 7)) * 16), odd[0], odd[1], odd[2], odd[3]);
+        const int f16_chunk = 2 * chunk;  // 8 f16 each; both in the same 64-K slab and row
+        st_shared_128(landing, even[0], even[1], even[2], even[3]);
+        st_shared_128(base + (f16_chunk / 8) * G::A_SLAB_BYTES + row * 128 + ((((f16_chunk + 1) % 8) ^ (row & 7)) * 16), odd[0], odd[1],
+                      odd[2], odd[3]);
       }
     }
   }
