@@ -177,8 +177,9 @@ KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& l
       // wgmma decode tiles (16 rows): 256-deep K tiles first, half the pipeline steps per weight; they won every
       // DeepSeek-V3 decode bucket on the H200, gate-up T = 16 450.8 us against 529.9 at bk = 128 (docs/perf.md,
       // fifteenth session, call 2).
-      // Widened fp8 activations keep bk = 128: 256 was slower at every W4A8 decode bucket measured (DeepSeek-V3 gate-up
-      // T = 16: 646.0 against 469.6 us; down T = 1: 41.2 against 30.3), and so was the persistent down (36.2).
+      // Widened fp8 activations keep bk = 128, the W4A8 winner at T = 16 of both projections and at T = 1 of down
+      // (DeepSeek-V3 on the H200: gate-up T = 16 377.8 us against 388.6 at 256; down T = 1 23.2 against 26.5); 256
+      // won only gate-up T = 1 (35.3 against 38.1). The persistent down lost too (28.9 against 26.2).
       if (&family == &wgmma_family() && bm == 16 && problem.k % 256 == 0 && config.get("bk") < 256 &&
           !WgmmaFamily::widens_activations(problem.format)) {
         KernelConfig deep = config;
