@@ -116,6 +116,16 @@ std::vector<CaseResult> run_cases(const std::vector<Case>& cases, const KernelFa
   return results;
 }
 
+// Adds `c` when the family's rules take its config, else counts it as refused.
+void add_if_valid(std::vector<Case>& cases, int& refused, const Case& c, const KernelFamily& family, const ArchLimits& limits) {
+  const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
+  if (family.check(KernelConfig::parse(c.config, family.name()), problem, limits).valid) {
+    cases.push_back(c);
+  } else {
+    ++refused;
+  }
+}
+
 void expect_all_pass(const std::vector<CaseResult>& results) {
   int failed = 0;
   for (const CaseResult& result : results) {
@@ -250,8 +260,8 @@ TEST(WgmmaGpu, WeightOnlyFormatsShapesAndConfigs) {
 }
 
 // fp8 activations widened to f16 (wgmma family): W4A8 int4 per channel (f32 and f16 scales), g128 (gscale=1), fp4
-// g32 and per channel, int4 with e5m2 activations, W8A8 fp8 (e4m3 per channel and per tensor, e5m2); token counts 1 to 300 (tails inside a tile),
-// split-K, a stage in flight, bias, N = K = 8192 and N = 5120 with K = 13824.
+// g32 and per channel, int4 with e5m2 activations, W8A8 fp8 (e4m3 per channel and per tensor, e5m2); token counts 1
+// to 300 (tails inside a tile), split-K, a stage in flight, bias, N = K = 8192 and N = 5120 with K = 13824.
 TEST(WgmmaGpu, WidenedFp8Activations) {
   QTUNE_REQUIRE_GPU();
   const ArchLimits limits = gemm::device_limits();
@@ -271,13 +281,9 @@ TEST(WgmmaGpu, WidenedFp8Activations) {
                                       "bm=32,bn=128,bk=128,stages=4,split=2,raster=0" + gscale,
                                       "bm=64,bn=128,bk=256,stages=3,split=1,raster=1" + gscale,
                                       std::string("bm=64,bn=128,bk=128,stages=4,split=2,raster=0,overlap=1,gscale=0")}) {
+      // refused: bm over M, overlap with K-group scales, g32's partial sums at bm = 64
       for (const Case& c : {Case{spec, 1, 1024, 2048, config}, Case{spec, 7, 2048, 4096, config}, Case{spec, 77, 2048, 4096, config, true}}) {
-        const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
-        if (wgmma_family().check(KernelConfig::parse(c.config, "wgmma"), problem, limits).valid) {
-          cases.push_back(c);
-        } else {
-          ++refused;  // bm over M, overlap with K-group scales, g32's partial sums at bm = 64
-        }
+        add_if_valid(cases, refused, c, wgmma_family(), limits);
       }
     }
     cases.push_back({spec, 33, 4096, 4096, "", true});  // the heuristic's tile
@@ -303,13 +309,9 @@ TEST(WgmmaGpu, GroupScalesOnPartialSums) {
                                "bm=16,bn=64,bk=64,stages=4,split=3,raster=0,overlap=0,gscale=1",
                                "bm=32,bn=128,bk=128,stages=3,split=2,raster=0,overlap=0,gscale=1",
                                "bm=64,bn=64,bk=128,stages=4,split=1,raster=1,overlap=0,gscale=1"}) {
+      // refused: 8 sets of 32 registers at bm = 32, or a group the tile's depth does not divide
       for (const Case& c : {Case{spec, 1, 1024, 2048, config}, Case{spec, 77, 2048, 4096, config, true}}) {
-        const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
-        if (wgmma_family().check(KernelConfig::parse(c.config, "wgmma"), problem, limits).valid) {
-          cases.push_back(c);
-        } else {
-          ++refused;  // 8 sets of 32 registers at bm = 32, or a group the tile's depth does not divide
-        }
+        add_if_valid(cases, refused, c, wgmma_family(), limits);
       }
     }
   }

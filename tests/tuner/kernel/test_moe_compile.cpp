@@ -30,6 +30,15 @@ MoeProblem problem_of(const std::string& spec, MoeLayout layout, MoeProjection p
                     .projection = projection, .layout = layout};
 }
 
+// The NVRTC request of the MoE GEMM `config` runs for `problem` on `arch`.
+jit::CompileRequest gemm_request(const KernelConfig& config, const MoeProblem& problem, const std::string& arch) {
+  jit::CompileRequest request;
+  request.source = mma_moe::instantiation_source(config, problem, arch);
+  request.kernel_name = mma_moe::kernel_name(config);
+  request.arch = arch;
+  return request;
+}
+
 TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
   std::vector<jit::CompileRequest> requests;
   std::vector<std::string> labels;
@@ -52,10 +61,7 @@ TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
             const MoeProblem problem = problem_of(spec, layout, projection);
             const RuleVerdict verdict = mma_moe::check(config, problem, ArchLimits::for_sm(sm));
             ASSERT_TRUE(verdict.valid) << spec << " " << arch << " " << text << ": " << verdict.rule << " " << verdict.detail;
-            jit::CompileRequest request;
-            request.source = mma_moe::instantiation_source(config, problem, arch);
-            request.kernel_name = mma_moe::kernel_name(config);
-            request.arch = arch;
+            const jit::CompileRequest request = gemm_request(config, problem, arch);
             requests.push_back(request);
             labels.push_back(std::string(spec) + " " + arch + " " + std::string(moe_layout_name(layout)) + " " +
                              std::string(moe_projection_name(projection)) + " " + text);
@@ -146,10 +152,7 @@ TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
           const MoeProblem problem = problem_of(spec, layout, projection);
           const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
           ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
-          jit::CompileRequest request;
-          request.source = mma_moe::instantiation_source(config, problem, "sm_90a");
-          request.kernel_name = mma_moe::kernel_name(config);
-          request.arch = "sm_90a";
+          const jit::CompileRequest request = gemm_request(config, problem, "sm_90a");
           EXPECT_EQ(request.kernel_name, "qtune_wgmma_moe_gemm");
           requests.push_back(request);
           labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +
@@ -191,10 +194,7 @@ TEST(WgmmaMoeCompile, DecodeWinnerKeepsTwoBlocksPerSm) {
       problem.n = projection == MoeProjection::GateUp ? 4096 : 7168;
       problem.k = projection == MoeProjection::GateUp ? 7168 : 2048;
       const KernelConfig config = KernelConfig::parse(text, "wgmma");
-      jit::CompileRequest request;
-      request.source = mma_moe::instantiation_source(config, problem, "sm_90a");
-      request.kernel_name = mma_moe::kernel_name(config);
-      request.arch = "sm_90a";
+      const jit::CompileRequest request = gemm_request(config, problem, "sm_90a");
       requests.push_back(request);
       labels.push_back(std::string(moe_projection_name(projection)) + " " + text);
     }
@@ -225,10 +225,7 @@ TEST(WgmmaMoeCompile, WidenedFp8ActivationsEveryLayoutAndProjection) {
           const KernelConfig config = KernelConfig::parse(text, "wgmma");
           const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
           ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
-          jit::CompileRequest request;
-          request.source = mma_moe::instantiation_source(config, problem, "sm_90a");
-          request.kernel_name = mma_moe::kernel_name(config);
-          request.arch = "sm_90a";
+          const jit::CompileRequest request = gemm_request(config, problem, "sm_90a");
           requests.push_back(request);
           labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +
                            std::string(moe_projection_name(projection)) + " " + text);
@@ -301,10 +298,7 @@ TEST(TmaMoeCompile, QuantizedActivationFormatsEveryLayoutAndProjectionOnSm90a) {
           const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
           ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
           EXPECT_EQ(mma_moe::gathers(config, problem), layout == MoeLayout::TokenIndexed);
-          jit::CompileRequest request;
-          request.source = mma_moe::instantiation_source(config, problem, "sm_90a");
-          request.kernel_name = mma_moe::kernel_name(config);
-          request.arch = "sm_90a";
+          const jit::CompileRequest request = gemm_request(config, problem, "sm_90a");
           EXPECT_EQ(request.kernel_name, "qtune_tma_moe_gemm");
           requests.push_back(request);
           labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "kernels/error.hpp"
@@ -198,6 +197,34 @@ TEST(MoeGpu, MoreFormats) {
 
 // K-group scales on the partial sums (gscale=1): one group per tile, one group over two 64-deep tiles with split-K ranges
 // that start and end inside a group (k = 1024: 16 tiles in ranges of 6, 5 and 5), and a 64-row tile with 2 x 2 warps;
+// Every layout: token-indexed over `routings`, the grouped layouts, and empty experts with split-K.
+std::vector<MoeCase> all_layout_cases(const FamilyTiles& tiles, const std::vector<const char*>& formats,
+                                      const std::vector<const char*>& routings) {
+  std::vector<MoeCase> cases = token_indexed_cases(tiles, formats, routings);
+  for (const std::vector<MoeCase>& more : {grouped_cases(tiles, formats), empty_expert_cases(tiles, formats)}) {
+    cases.insert(cases.end(), more.begin(), more.end());
+  }
+  return cases;
+}
+
+// The persistent schedule's cases of one tile: top-4 of 32 experts, N = 2048 (several units per CTA of the grid), K
+// given, both projections, uniform and Zipf 3 routing (most experts empty), T = 1, 16, 300.
+std::vector<MoeCase> persistent_cases(const char* config, int64_t k, const std::vector<const char*>& formats) {
+  std::vector<MoeCase> cases;
+  for (const char* spec : formats) {
+    for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+      for (const char* routing : {"uniform", "zipf:3"}) {
+        for (int64_t tokens : {1, 16, 300}) {
+          MoeCase c{.spec = spec, .projection = projection, .routing = routing, .tokens = tokens, .experts = 32, .top_k = 4,
+                    .n = 2048, .k = k, .config = config, .family = "wgmma"};
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  return cases;
+}
+
 // every layout, skewed routing and empty experts, f16 and bf16.
 TEST(MoeGpu, GroupScalesOnPartialSums) {
   QTUNE_REQUIRE_GPU();
@@ -205,11 +232,7 @@ TEST(MoeGpu, GroupScalesOnPartialSums) {
                           "bm=16,bn=64,bk=64,wm=1,wn=4,wk=1,stages=3,split=3,raster=0,gscale=1",
                           "bm=64,bn=64,bk=128,wm=2,wn=2,wk=1,stages=3,split=1,raster=0,gscale=1"};
   const std::vector<const char*> formats = {"w4a16-int4-g128", "w4a16-int4-g128-bf16"};
-  std::vector<MoeCase> cases = token_indexed_cases(tiles, formats, {"uniform", "zipf:1.5"});
-  for (const std::vector<MoeCase>& more : {grouped_cases(tiles, formats), empty_expert_cases(tiles, formats)}) {
-    cases.insert(cases.end(), more.begin(), more.end());
-  }
-  run_all(cases);
+  run_all(all_layout_cases(tiles, formats, {"uniform", "zipf:1.5"}));
 }
 
 // ---- the wgmma MoE kernel (sm_90a) ----
@@ -247,11 +270,7 @@ TEST(WgmmaMoeGpu, GroupScalesOnPartialSums) {
                           "bm=16,bn=64,bk=64,stages=3,split=3,raster=0,overlap=0,gscale=1",
                           "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,gscale=1"};
   const std::vector<const char*> formats = {"w4a16-int4-g128", "w4a16-int4-g128-bf16"};
-  std::vector<MoeCase> cases = token_indexed_cases(tiles, formats, {"uniform", "zipf:1.5"});
-  for (const std::vector<MoeCase>& more : {grouped_cases(tiles, formats), empty_expert_cases(tiles, formats)}) {
-    cases.insert(cases.end(), more.begin(), more.end());
-  }
-  run_all(cases);
+  run_all(all_layout_cases(tiles, formats, {"uniform", "zipf:1.5"}));
 }
 
 // Every token tile of the curated space (16 to 128 rows) and bf16 output, at DeepSeek-V3's top-8 over 32 experts.
@@ -293,21 +312,8 @@ TEST(WgmmaMoeGpu, PersistentSchedule) {
     const bool scaled = std::string(tile.config).find("gscale=1") != std::string::npos;
     const std::vector<const char*> formats = scaled ? std::vector<const char*>{"w4a16-int4-g128", "w4a16-int4-g128-bf16"}
                                                     : std::vector<const char*>{"w4a16-int4-g128", "w4a16-int4-ch", "w4a16-int4-g128-zp"};
-    for (const char* spec : formats) {
-      for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-        for (const char* routing : {"uniform", "zipf:3"}) {
-          for (int64_t tokens : {1, 16, 300}) {
-            MoeCase c = routed_case(kWgmmaTiles, spec, MoeLayout::TokenIndexed, projection, routing, tokens);
-            c.experts = 32;
-            c.top_k = 4;
-            c.n = 2048;
-            c.k = tile.k;
-            c.config = tile.config;
-            cases.push_back(c);
-          }
-        }
-      }
-    }
+    const std::vector<MoeCase> more = persistent_cases(tile.config, tile.k, formats);
+    cases.insert(cases.end(), more.begin(), more.end());
   }
   run_all(cases);
 }
@@ -323,33 +329,13 @@ TEST(WgmmaMoeGpu, WidenedFp8Activations) {
   const FamilyTiles group_tiles{"wgmma", "bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1",
                                 "bm=16,bn=64,bk=128,stages=3,split=3,raster=0,overlap=0,gscale=1",
                                 "bm=64,bn=128,bk=128,stages=4,split=1,raster=0,overlap=0,gscale=1"};
-  std::vector<MoeCase> cases;
-  const std::pair<const FamilyTiles*, std::vector<const char*>> sets[] = {
-      {&channel_tiles, {"w4a8-int4-fp8", "w4a8-int4-fp8:scale=f16", "w8a8-fp8-ch"}}, {&group_tiles, {"w4a8-int4-g128-fp8"}}};
-  for (const auto& [tiles, formats] : sets) {
-    for (const std::vector<MoeCase>& more :
-         {token_indexed_cases(*tiles, formats, {"uniform", "zipf:1.5"}), grouped_cases(*tiles, formats), empty_expert_cases(*tiles, formats)}) {
-      cases.insert(cases.end(), more.begin(), more.end());
-    }
-  }
-  for (const auto& [config, k, spec] : {std::tuple<const char*, int64_t, const char*>{
-                                            "bm=16,bn=128,bk=128,stages=3,split=1,raster=0,overlap=0,gscale=0,persistent=1", 640, "w4a8-int4-fp8"},
-                                        {"bm=16,bn=128,bk=128,stages=3,split=1,raster=0,overlap=0,gscale=0,persistent=1", 640, "w8a8-fp8-ch"},
-                                        {"bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1,persistent=1", 2048,
-                                         "w4a8-int4-g128-fp8"}}) {
-    for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
-      for (const char* routing : {"uniform", "zipf:3"}) {
-        for (int64_t tokens : {1, 16, 300}) {
-          MoeCase c = routed_case(channel_tiles, spec, MoeLayout::TokenIndexed, projection, routing, tokens);
-          c.experts = 32;
-          c.top_k = 4;
-          c.n = 2048;
-          c.k = k;
-          c.config = config;
-          cases.push_back(c);
-        }
-      }
-    }
+  std::vector<MoeCase> cases = all_layout_cases(channel_tiles, {"w4a8-int4-fp8", "w4a8-int4-fp8:scale=f16", "w8a8-fp8-ch"},
+                                                {"uniform", "zipf:1.5"});
+  for (const std::vector<MoeCase>& more :
+       {all_layout_cases(group_tiles, {"w4a8-int4-g128-fp8"}, {"uniform", "zipf:1.5"}),
+        persistent_cases("bm=16,bn=128,bk=128,stages=3,split=1,raster=0,overlap=0,gscale=0,persistent=1", 640, {"w4a8-int4-fp8", "w8a8-fp8-ch"}),
+        persistent_cases("bm=16,bn=128,bk=256,stages=4,split=1,raster=0,overlap=0,gscale=1,persistent=1", 2048, {"w4a8-int4-g128-fp8"})}) {
+    cases.insert(cases.end(), more.begin(), more.end());
   }
   run_all(cases);
 }

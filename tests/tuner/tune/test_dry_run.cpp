@@ -153,10 +153,13 @@ TEST(TuneCommand, FamilyAutoTunesMmaThenWgmmaOnHopper) {
   EXPECT_EQ(ms_of("mma", true), (std::set<std::int64_t>{1, 16}));
   EXPECT_EQ(ms_of("wgmma", true), (std::set<std::int64_t>{16, 64}));
   EXPECT_EQ(ms_of("mma", false), (std::set<std::int64_t>{1, 16, 64}));  // an explicit list tunes everything
-  // A format wgmma cannot run stays with mma at every M.
-  const std::vector<Problem> fp8 = build_problem_set({FormatSpec::parse("w8a8-fp8-ch")}, {{4096, 4096}}, {1, 64});
-  EXPECT_EQ(problems_for_family(find_family("mma"), both, fp8, 90, true).size(), 2u);
-  EXPECT_TRUE(problems_for_family(find_family("wgmma"), both, fp8, 90, true).empty());
+  // A format wgmma cannot run (int8 activations) stays with mma at every M.
+  const std::vector<Problem> int8 = build_problem_set({FormatSpec::parse("w8a8-int8-ch")}, {{4096, 4096}}, {1, 64});
+  EXPECT_EQ(problems_for_family(find_family("mma"), both, int8, 90, true).size(), 2u);
+  EXPECT_TRUE(problems_for_family(find_family("wgmma"), both, int8, 90, true).empty());
+  // fp8 activations, which wgmma widens to f16, from M = 1 (W4A8 M = 1 on the H200: wgmma 15.06 us, mma 26.48).
+  const std::vector<Problem> fp8 = build_problem_set({FormatSpec::parse("w4a8-int4-fp8")}, {{4096, 4096}}, {1, 64});
+  EXPECT_EQ(problems_for_family(find_family("wgmma"), both, fp8, 90, true).size(), 2u);
   EXPECT_EQ(run_qtune({"tune", "--gpu", "h200", "--dry-run", "--formats", "w4a16-int4-ch", "--shape", "4096,4096",
                        "--db", (dir / "cli.db").string(), "--family", "mma,tcgen05"}),
             2);

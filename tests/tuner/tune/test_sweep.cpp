@@ -83,7 +83,7 @@ TEST(Sweep, CuratedRangesWithTheDefaultFirst) {
 TEST(Sweep, RefusesAFormatTheFamilyDoesNotRun) {
   SweepOptions options = explicit_sweep();
   options.family = "wgmma";
-  options.format = FormatSpec::parse("w8a8-fp8-ch");  // quantized activations: not the wgmma family's
+  options.format = FormatSpec::parse("w8a8-int8-ch");  // int8 activations: not the wgmma family's (it widens fp8 ones)
   FakeCompiler compiler;
   FakeBackend backend;
   EXPECT_THROW(run_sweep(options, h200_target(), compiler, backend), UnsupportedError);
