@@ -37,6 +37,9 @@ class WgmmaFamily final : public MmaFamily {
   // (int8/int4 activations, weights not packed as fp8 operands, activation scales per K group); nullopt: it can.
   static bool widens_activations(const FormatSpec& format);
   static constexpr int kWidenedMaxBm = 64;  // rule "widened-bm": larger token tiles spill
+  // Whether the hand-written rules take the widened path for `format`: fp8 activations with weights of at most 4 bits
+  // (W4A8), where it was measured faster; 8-bit weights (W8A8 fp8) lost to the tma and mma families at M = 1 and 16.
+  static bool widened_preferred(const FormatSpec& format);
   static std::optional<std::string> widening_refusal(const FormatSpec& format);
   // Dynamic shared memory of a configuration, mirroring device::WgmmaGemm::SHARED_BYTES.
   static int shared_bytes(const KernelConfig& config, const FormatSpec& format);

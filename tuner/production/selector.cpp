@@ -204,7 +204,11 @@ KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& l
     }
   };
   // wgmma won every DeepSeek-V3 MoE problem measured on the H200 (docs/perf.md, eleventh session) and wins dense from M = 16.
-  if (wgmma_family().supports(problem.format, limits.sm).supported) add_dense_config(wgmma_family(), mma_moe::swap_ab_splits(rows).back());
+  // fp8 activations: W4A8 only (WgmmaFamily::widened_preferred), which beat Humming's MoE kernel at every decode bucket.
+  const bool widened = WgmmaFamily::widens_activations(problem.format);
+  if (wgmma_family().supports(problem.format, limits.sm).supported && (!widened || WgmmaFamily::widened_preferred(problem.format))) {
+    add_dense_config(wgmma_family(), mma_moe::swap_ab_splits(rows).back());
+  }
   add_dense_config(mma, std::numeric_limits<int>::max());
   for (const char* text : {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,raster=0",
                            "bm=16,bn=64,bk=128,wm=1,wn=2,wk=1,stages=4,split=1,raster=0",

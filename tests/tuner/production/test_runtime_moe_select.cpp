@@ -337,13 +337,13 @@ TEST_F(RuntimeMoeSelectFamilies, TmaWinnerIsRefusedOffHopperWithTheFamilyReason)
   EXPECT_NE(why_not.find("'bsmma'"), std::string::npos) << why_not;
 }
 
-// On sm_90 the heuristic of a weight-only or fp8-activation format is the wgmma family's dense config at the expected
-// rows per expert, one of the points of the wgmma-moe provider's curated space (what a tune of that provider
-// measures); int8 activations, and any format on sm_80, take the mma family's.
+// On sm_90 the heuristic of a weight-only or W4A8 (fp8 activations widened) format is the wgmma family's dense config
+// at the expected rows per expert, one of the points of the wgmma-moe provider's curated space (what a tune of that
+// provider measures); W8A8 (fp8 or int8), and any format on sm_80, take the mma family's.
 TEST(RuntimeMoeSelectWithoutTable, HopperWeightOnlyHeuristicIsWgmmaInsideTheCuratedSpace) {
   Runtime hopper({.arch = "sm_90a"});
   Runtime ampere({.arch = "sm_80"});
-  for (const char* format : {"w4a16-int4-g128", "w4a16-int4-g128-zp", "w4a16-int4-ch", "w4a8-int4-fp8", "w8a8-fp8-ch"}) {
+  for (const char* format : {"w4a16-int4-g128", "w4a16-int4-g128-zp", "w4a16-int4-ch", "w4a8-int4-fp8"}) {
     for (const std::int64_t tokens : {1, 16, 64, 256, 1024, 4096}) {
       for (const char* projection : {"gate-up", "down"}) {
         const MoeShape shape = deepseek(tokens, projection);
@@ -367,6 +367,7 @@ TEST(RuntimeMoeSelectWithoutTable, HopperWeightOnlyHeuristicIsWgmmaInsideTheCura
     }
   }
   EXPECT_EQ(hopper.select_moe("w8a8-int8-ch", deepseek(16)).choice.family, "mma");
+  EXPECT_EQ(hopper.select_moe("w8a8-fp8-ch", deepseek(16)).choice.family, "mma");  // 8-bit weights: not widened by rule
   // Widened fp8 activations keep 128-deep K tiles and one CTA per unit at decode (256 and the persistent down were
   // slower on the H200); weight-only decode tiles take 256.
   for (const char* projection : {"gate-up", "down"}) {
