@@ -6,14 +6,22 @@
 namespace qtune {
 
 FamilySupport family_support(const FormatSpec& format, int sm) {
-  FamilySupport result{sm, nullptr, ""};
+  FamilySupport result{sm, nullptr, {}, ""};
   std::set<std::string> said;  // a family built on another (wgmma on mma) repeats its reason
   for (const KernelFamily* family : kernel_families()) {
     const ArchSupport support = family->supports(format, sm);
-    if (support.supported) return {sm, family, ""};
-    if (said.insert(support.reason).second) result.reason += (result.reason.empty() ? "" : "; ") + support.reason;
+    if (support.supported) {
+      result.families.push_back(family);
+    } else if (said.insert(support.reason).second) {
+      result.reason += (result.reason.empty() ? "" : "; ") + support.reason;
+    }
   }
-  if (result.reason.empty()) result.reason = format.to_string() + ": no kernel family";
+  if (!result.families.empty()) {
+    result.family = result.families.front();
+    result.reason.clear();
+  } else if (result.reason.empty()) {
+    result.reason = format.to_string() + ": no kernel family";
+  }
   return result;
 }
 

@@ -9,12 +9,13 @@
 
 namespace qtune {
 
-// The first family of kernel_families() that runs `format` on `sm` (the packing family), or none, with every
-// family's reason.
+// The first family of kernel_families() that runs `format` on `sm` (the packing family), every family that runs it
+// (in that order: what `tune --family auto` may search), or none, with every family's reason.
 struct FamilySupport {
   int sm = 0;
-  const KernelFamily* family = nullptr;  // null when no family runs the format on `sm`
-  std::string reason;                    // every family's distinct reason, '; '-separated, when none does
+  const KernelFamily* family = nullptr;         // null when no family runs the format on `sm`
+  std::vector<const KernelFamily*> families;    // every family that runs it, `family` first
+  std::string reason;                           // every family's distinct reason, '; '-separated, when none does
 };
 FamilySupport family_support(const FormatSpec& format, int sm);
 // family_support for each of known_architectures().

@@ -131,9 +131,12 @@ void run_show(const FormatsOptions& options) {
     out["architectures"] = nlohmann::json::array();
     for (const FamilySupport& arch : support) {
       const bool supported = arch.family != nullptr;
+      nlohmann::json families = nlohmann::json::array();
+      for (const KernelFamily* family : arch.families) families.push_back(family->name());
       out["architectures"].push_back({{"sm", arch.sm},
                                       {"supported", supported},
                                       {"family", supported ? nlohmann::json(arch.family->name()) : nlohmann::json()},
+                                      {"families", families},
                                       {"reason", arch.reason}});
     }
     std::cout << out.dump(2) << "\n";
@@ -154,7 +157,11 @@ void run_show(const FormatsOptions& options) {
   table.add_row({"output", to_string(format.output)});
   table.add_row({"bits per weight", bits_text(format)});
   for (const FamilySupport& arch : support) {
-    const std::string answer = arch.family != nullptr ? "yes (" + arch.family->name() + " family)" : "no: " + arch.reason;
+    std::string names;
+    for (const KernelFamily* family : arch.families) names += (names.empty() ? "" : ", ") + family->name();
+    const std::string answer = arch.family == nullptr       ? "no: " + arch.reason
+                               : arch.families.size() == 1 ? "yes (" + names + " family)"
+                                                           : "yes (" + names + " families)";
     table.add_row({"sm_" + std::to_string(arch.sm), answer});
   }
   table.print(std::cout, style);

@@ -211,6 +211,11 @@ TEST(CliArchitectures, FormatsShowSaysWhichFamilyRunsTheFormat) {
   ASSERT_EQ(result.status, 0) << result.err;
   EXPECT_NE(result.out.find("is unsupported on sm_75: bf16 activations need sm_80 or later"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("sm_80              yes (mma family)"), std::string::npos) << result.out;
+  // Every family that runs it is named: on the H200 W4A8 runs on mma, tma and wgmma (widened).
+  result = run_qtune({"formats", "show", "w4a8-int4-fp8"});
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_NE(result.out.find("sm_90              yes (mma, tma, wgmma families)"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("sm_89              yes (mma family)"), std::string::npos) << result.out;
 
   result = run_qtune({"formats", "show", "w4a4-nvfp4", "--output", "json"});
   ASSERT_EQ(result.status, 0) << result.err;
@@ -221,6 +226,7 @@ TEST(CliArchitectures, FormatsShowSaysWhichFamilyRunsTheFormat) {
     EXPECT_EQ(arch.at("supported").get<bool>(), consumer_blackwell) << arch.dump();
     if (consumer_blackwell) {
       EXPECT_EQ(arch.at("family").get<std::string>(), "bsmma") << arch.dump();
+      EXPECT_EQ(arch.at("families"), nlohmann::json::array({"bsmma"})) << arch.dump();
     } else {
       EXPECT_FALSE(arch.at("reason").get<std::string>().empty()) << arch.dump();
     }
