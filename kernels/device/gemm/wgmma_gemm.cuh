@@ -1,10 +1,11 @@
 #pragma once
-// C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16 activations.
+// C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias) on Hopper's warpgroup MMA (wgmma, sm_90a), f16/bf16 or fp8 activations.
 //
 // fp8 activations (W4A8, W8A8 fp8: formats with F::QUANTIZED_ACT, on the fp8-operand weight layout) run widened: rows
 // are cp.async-loaded as they are into the f16 slabs themselves and each thread converts the chunks it loaded to f16
-// in place (exact) before the stage's barrier; weights are dequantized to exact f16 (integer codes, fp4, fp8), and the weight and
-// activation scales apply to the f32 sums (per channel and token in the epilogue, K groups with SCALE_AFTER). Within
+// in place (exact) before the stage's barrier; weights are dequantized to exact f16 (integer codes, fp4, fp8), and
+// the weight and activation scales apply to the f32 sums (per channel and token in the epilogue, K groups with
+// SCALE_AFTER). Within
 // each 16 K an fp8 register's lanes 0/2 and 1/3 become one f16 register each, so the activations are widened in the
 // same order: real k = 4q + 2e + h (q < 4, e < 2, h < 2) goes to position 8h + 2q + e.
 //
