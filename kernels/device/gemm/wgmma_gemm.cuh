@@ -5,9 +5,8 @@
 // are cp.async-loaded as they are into the f16 slabs themselves and each thread converts the chunks it loaded to f16
 // in place (exact) before the stage's barrier; weights are dequantized to exact f16 (integer codes, fp4, fp8), and
 // the weight and activation scales apply to the f32 sums (per channel and token in the epilogue, K groups with
-// SCALE_AFTER). Within
-// each 16 K an fp8 register's lanes 0/2 and 1/3 become one f16 register each, so the activations are widened in the
-// same order: real k = 4q + 2e + h (q < 4, e < 2, h < 2) goes to position 8h + 2q + e.
+// SCALE_AFTER). Within each 16 K an fp8 register's lanes 0/2 and 1/3 become one f16 register each, so the activations
+// are widened in the same order: real k = 4q + 2e + h (q < 4, e < 2, h < 2) goes to position 8h + 2q + e.
 //
 // Swap-AB: the dequantized weights are wgmma's A operand, in registers, and the activations its B operand, in shared
 // memory. Warp w of a CTA owns the 16 weight columns of strip w; the four B registers the mma family feeds mma.sync
