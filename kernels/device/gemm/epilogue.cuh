@@ -58,10 +58,7 @@ __device__ __forceinline__ void store_swap_ab_tile(const GemmParams& p, const fl
     for (int e = 0; e < 2; ++e) {
       const int row = m0 + j * 8 + quad * 2 + e;
       if (row < p.m) {
-        float row_scale = 1.0f;
-        if constexpr (F::ACTIVATION_SCALES == kActivationScaleToken) {
-          row_scale = ld_global_f32(reinterpret_cast<const char*>(p.a_scales) + row * 4LL);
-        }
+        const float row_scale = activation_row_scale<F>(p, row);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float value = acc[4 * j + half * 2 + e] * scale[half] * row_scale + bias_value[half];

@@ -51,7 +51,6 @@ struct WgmmaGemm {
   static constexpr int ACT_BYTES = WIDENED ? 1 : 2;  // bytes of one activation in global memory
   static constexpr int A_SLAB_BYTES = BM * 128;   // 64 K of every token row
   static constexpr int A_STAGE_BYTES = BM * BK * 2;
-  static constexpr int W_OFFSET = A_STAGE_BYTES;  // the stage's weights
   static constexpr int W_STRIP_BYTES = KA * F::ATOM_BYTES;
   static constexpr int W_STAGE_BYTES = WARPS * W_STRIP_BYTES;
   static constexpr int GROUP_K = F::STAGE_GROUP_K;
@@ -61,7 +60,7 @@ struct WgmmaGemm {
   static constexpr int S_STAGE_BYTES = F::STAGED_SCALES ? GROUP_ROWS * S_ROW_BYTES : 0;
   static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * Z_ROW_BYTES : 0;
   // Every stage starts 1024-byte aligned: the swizzle pattern is a function of the shared address.
-  static constexpr int STAGE_BYTES = (W_OFFSET + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + 1023) / 1024 * 1024;
+  static constexpr int STAGE_BYTES = (A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + 1023) / 1024 * 1024;
   static constexpr int ALIGNMENT_SLACK = 1024;  // the dynamic shared window is aligned up to 1024 bytes at run time
   static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
   static constexpr int ACCUMULATORS = BM / 2;   // m64nBM f32 accumulators per thread
@@ -81,8 +80,9 @@ struct WgmmaGemm {
     return STAGES_PER_GROUP == 1 || it == tile_count - 1 || (kt_begin + it + 1) % STAGES_PER_GROUP == 0;
   }
   // Widened activations: where 16-byte fp8 chunk c of token row r lands, the first of the two f16 chunks it becomes
-  // (2c, swizzled). The second (2c + 1) has the other parity after the swizzle, so no chunk lands where another
-  // thread's conversion writes: the conversion runs in place, with no shared memory of its own.
+  // (2c, at slab 2c / 8, row r, chunk (2c % 8) ^ (r % 8)). The second (2c + 1) is at this address ^ 16: its swizzled
+  // index differs in the lowest bit, the other parity, so no chunk lands where another thread's conversion writes and
+  // the conversion runs in place, with no shared memory of its own.
   static __device__ __forceinline__ u32 widened_landing(u32 stage_base, int row, int chunk) {
     const int f16_chunk = 2 * chunk;
     return stage_base + (f16_chunk / 8) * A_SLAB_BYTES + row * 128 + (((f16_chunk % 8) ^ (row & 7)) * 16);
@@ -180,14 +180,14 @@ __device__ __forceinline__ void wgmma_load_stage(u32 smem, int stage, int kt, co
   // with several M tiles the weights are read again (and see copy_weight_strips).
   const char* w_tile = w_global + (static_cast<long long>(n0 / 16) * (p.k / F::ATOM_K) + k0 / F::ATOM_K) * F::ATOM_BYTES;
   if constexpr (W_REGULAR) {
-    copy_weight_strips<W_CHUNKS, STRIP_CHUNKS, THREADS>(base + G::W_OFFSET, w_tile + w_thread_offset, w_strip_stride, tid);
+    copy_weight_strips<W_CHUNKS, STRIP_CHUNKS, THREADS>(base + G::A_STAGE_BYTES, w_tile + w_thread_offset, w_strip_stride, tid);
   } else {
     for (int i = tid; i < W_CHUNKS; i += THREADS) {
-      cp_async_16(base + G::W_OFFSET + i * 16, w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16);
+      cp_async_16(base + G::A_STAGE_BYTES + i * 16, w_tile + (i / STRIP_CHUNKS) * w_strip_stride + (i % STRIP_CHUNKS) * 16);
     }
   }
   const int first_group = GROUP_K > 0 ? k0 / GROUP_K : 0;
-  const u32 s_base = base + G::W_OFFSET + G::W_STAGE_BYTES;
+  const u32 s_base = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
   stage_weight_vectors<F, BN, G::GROUP_ROWS, THREADS>(s_base, s_base + G::S_STAGE_BYTES, p, first_group, n0, tid);
 }
 
@@ -219,10 +219,8 @@ __device__ __forceinline__ void wgmma_widen_stage(u32 smem, int stage, int rows_
           even[w] = fp8x2_to_f16x2<e5m2>(static_cast<unsigned short>(lanes & 0xFFFFu));
           odd[w] = fp8x2_to_f16x2<e5m2>(static_cast<unsigned short>(lanes >> 16));
         }
-        const int f16_chunk = 2 * chunk;  // 8 f16 each; both in the same 64-K slab and row
         st_shared_128(landing, even[0], even[1], even[2], even[3]);
-        st_shared_128(base + (f16_chunk / 8) * G::A_SLAB_BYTES + row * 128 + ((((f16_chunk + 1) % 8) ^ (row & 7)) * 16), odd[0], odd[1],
-                      odd[2], odd[3]);
+        st_shared_128(landing ^ 16u, odd[0], odd[1], odd[2], odd[3]);  // f16 chunk 2 chunk + 1 (widened_landing)
       }
     }
   }
@@ -235,7 +233,7 @@ __device__ __forceinline__ void wgmma_widened_dequantize_stage(u32 smem, int sta
   using F = typename G::Format;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const u32 w_smem = smem + stage * G::STAGE_BYTES + G::W_OFFSET;
+  const u32 w_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES;
 #pragma unroll
   for (int atom = 0; atom < G::KA; ++atom) {
     u32 words[F::THREAD_WORDS];
@@ -262,7 +260,7 @@ __device__ __forceinline__ void wgmma_weight_only_dequantize_stage(u32 smem, int
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int group = lane >> 2;
-  const u32 w_smem = smem + stage * G::STAGE_BYTES + G::W_OFFSET;
+  const u32 w_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES;
   const u32 s_smem = w_smem + G::W_STAGE_BYTES;
   const u32 z_smem = s_smem + G::S_STAGE_BYTES;
 #pragma unroll
@@ -367,7 +365,7 @@ __device__ __forceinline__ void wgmma_flush_groups(u32 smem, int stage, WgmmaAcc
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int group = lane >> 2;
-    const u32 s_smem = smem + stage * G::STAGE_BYTES + G::W_OFFSET + G::W_STAGE_BYTES;
+    const u32 s_smem = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
 #pragma unroll
     for (int set = 0; set < G::PARTIAL_SETS; ++set) {
       float scale[2];
