@@ -18,6 +18,7 @@
 #include "kernels/moe.hpp"
 #include "tests/tuner/kernel/kernel_test_support.hpp"
 #include "tuner/jit/compiler.hpp"
+#include "tuner/providers/moe_provider.hpp"
 
 namespace qtune {
 namespace {
@@ -28,15 +29,6 @@ const char* kConfigs[] = {"bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=4,split=1,r
 MoeProblem problem_of(const std::string& spec, MoeLayout layout, MoeProjection projection) {
   return MoeProblem{.format = FormatSpec::parse(spec), .experts = 8, .top_k = 2, .tokens = 64, .n = 1024, .k = 1024,
                     .projection = projection, .layout = layout};
-}
-
-// The NVRTC request of the MoE GEMM `config` runs for `problem` on `arch`.
-jit::CompileRequest gemm_request(const KernelConfig& config, const MoeProblem& problem, const std::string& arch) {
-  jit::CompileRequest request;
-  request.source = mma_moe::instantiation_source(config, problem, arch);
-  request.kernel_name = mma_moe::kernel_name(config);
-  request.arch = arch;
-  return request;
 }
 
 TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
@@ -61,7 +53,7 @@ TEST(MoeCompile, EveryLayoutAndProjectionWithoutSpills) {
             const MoeProblem problem = problem_of(spec, layout, projection);
             const RuleVerdict verdict = mma_moe::check(config, problem, ArchLimits::for_sm(sm));
             ASSERT_TRUE(verdict.valid) << spec << " " << arch << " " << text << ": " << verdict.rule << " " << verdict.detail;
-            const jit::CompileRequest request = gemm_request(config, problem, arch);
+            const jit::CompileRequest request = providers::moe_compile_request(config, problem, arch);
             requests.push_back(request);
             labels.push_back(std::string(spec) + " " + arch + " " + std::string(moe_layout_name(layout)) + " " +
                              std::string(moe_projection_name(projection)) + " " + text);
@@ -101,11 +93,8 @@ TEST(MoeCompile, GroupScalesOnPartialSums) {
             const MoeProblem problem = problem_of(spec, layout, projection);
             const RuleVerdict verdict = mma_moe::check(config, problem, ArchLimits::for_sm(sm_of_arch(arch)));
             ASSERT_TRUE(verdict.valid) << spec << " " << arch << " " << text << ": " << verdict.rule << " " << verdict.detail;
-            jit::CompileRequest request;
-            request.source = mma_moe::instantiation_source(config, problem, arch);
+            const jit::CompileRequest request = providers::moe_compile_request(config, problem, arch);
             EXPECT_NE(request.source.find(", 1>(params, moe)"), std::string::npos) << request.source;
-            request.kernel_name = mma_moe::kernel_name(config);
-            request.arch = arch;
             requests.push_back(request);
             labels.push_back(std::string(spec) + " " + arch + " " + std::string(moe_layout_name(layout)) + " " +
                              std::string(moe_projection_name(projection)) + " " + text);
@@ -152,7 +141,7 @@ TEST(WgmmaMoeCompile, EveryW4A16FormatLayoutAndProjectionOnSm90a) {
           const MoeProblem problem = problem_of(spec, layout, projection);
           const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
           ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
-          const jit::CompileRequest request = gemm_request(config, problem, "sm_90a");
+          const jit::CompileRequest request = providers::moe_compile_request(config, problem, "sm_90a");
           EXPECT_EQ(request.kernel_name, "qtune_wgmma_moe_gemm");
           requests.push_back(request);
           labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +
@@ -194,7 +183,7 @@ TEST(WgmmaMoeCompile, DecodeWinnerKeepsTwoBlocksPerSm) {
       problem.n = projection == MoeProjection::GateUp ? 4096 : 7168;
       problem.k = projection == MoeProjection::GateUp ? 7168 : 2048;
       const KernelConfig config = KernelConfig::parse(text, "wgmma");
-      const jit::CompileRequest request = gemm_request(config, problem, "sm_90a");
+      const jit::CompileRequest request = providers::moe_compile_request(config, problem, "sm_90a");
       requests.push_back(request);
       labels.push_back(std::string(moe_projection_name(projection)) + " " + text);
     }
@@ -225,7 +214,7 @@ TEST(WgmmaMoeCompile, WidenedFp8ActivationsEveryLayoutAndProjection) {
           const KernelConfig config = KernelConfig::parse(text, "wgmma");
           const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
           ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
-          const jit::CompileRequest request = gemm_request(config, problem, "sm_90a");
+          const jit::CompileRequest request = providers::moe_compile_request(config, problem, "sm_90a");
           requests.push_back(request);
           labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +
                            std::string(moe_projection_name(projection)) + " " + text);
@@ -298,7 +287,7 @@ TEST(TmaMoeCompile, QuantizedActivationFormatsEveryLayoutAndProjectionOnSm90a) {
           const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
           ASSERT_TRUE(verdict.valid) << spec << " " << text << ": " << verdict.rule << " " << verdict.detail;
           EXPECT_EQ(mma_moe::gathers(config, problem), layout == MoeLayout::TokenIndexed);
-          const jit::CompileRequest request = gemm_request(config, problem, "sm_90a");
+          const jit::CompileRequest request = providers::moe_compile_request(config, problem, "sm_90a");
           EXPECT_EQ(request.kernel_name, "qtune_tma_moe_gemm");
           requests.push_back(request);
           labels.push_back(std::string(spec) + " " + std::string(moe_layout_name(layout)) + " " +
