@@ -72,7 +72,7 @@ __device__ __forceinline__ void store_swap_ab_moe_tile(const GemmParams& p, cons
     for (int e = 0; e < 2; ++e) {
       const int r = j * 8 + quad * 2 + e;
       if (r < live_rows) {
-        const float row_scale = activation_row_scale<F>(p, m0 + r);
+        float row_scale = activation_row_scale<F>(p, m0 + r);  // times the router weight below (down)
         long long target = m0 + r;
         if constexpr (LAYOUT == kMoeTokenIndexed) {
           const int pair = load_int(reinterpret_cast<const int*>(moe.rows) + m0 + r);
