@@ -288,6 +288,7 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
   moe_options.budget_fraction = options.budget_fraction;
   moe_options.problems = problems;
   moe_options.providers = moe_providers;
+  moe_options.auto_families = options.family == "auto";
   moe_options.space.curated = options.space != "full";
   for (const std::string& text : options.params) {
     auto [name, values] = tune::parse_parameter_values(text);
@@ -642,7 +643,8 @@ void add_tune_command(CLI::App& app) {
                       "list such as mma,wgmma (every problem for each); humming (Humming's TuningConfig, run by its "
                       "peer: docs/peers.md; auto includes it where its peer is installed); a problem's winner is the "
                       "fastest of all. MoE expert GEMMs run in the MoE kernels of the mma, wgmma and tma families named "
-                      "(auto: mma; on sm_90 wgmma for weight-only and fp8-activation formats, tma for quantized activations)")
+                      "(auto: mma; on sm_90 wgmma for weight-only and fp8-activation formats, tma for quantized activations, each only "
+                      "at the rows per expert where it can win: docs/moe.md)")
       ->capture_default_str();
   command->add_option("--space", options->space,
                       "curated: per-M parameter ranges (a few hundred candidates per problem); full: the family's whole "

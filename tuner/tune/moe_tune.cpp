@@ -268,6 +268,32 @@ void measure_baseline(const std::string& baseline, const providers::ProviderProb
 
 }  // namespace
 
+bool moe_auto_tune_covers(std::string_view provider, const std::vector<std::string>& providers, const FormatSpec& format,
+                          std::int64_t rows_per_expert, int sm) {
+  const auto present = [&](std::string_view name) { return std::find(providers.begin(), providers.end(), name) != providers.end(); };
+  const bool wgmma_runs_it = present(providers::kWgmmaMoeProviderName) && wgmma_family().supports(format, sm).supported;
+  const bool tma_runs_it = present(providers::kTmaMoeProviderName) && tma_family().supports(format, sm).supported;
+  const bool quantized = format.activation_is_quantized();
+  // The wgmma MoE kernel where the hand-written rules prefer it: weight-only formats, and W4A8 widened to f16.
+  const bool wgmma_preferred = wgmma_runs_it && (!quantized || WgmmaFamily::widened_preferred(format));
+  if (provider == providers::kMoeProviderName) {
+    // DeepSeek-V3 on the H200: mma-moe lost every token bucket to wgmma-moe once wgmma had its MoE tiles, W4A16 g128
+    // by 1.2-1.4x (T = 1 ... 256, 4096) and W4A8 by 1.3-1.9x (docs/perf.md, thirteenth to sixteenth sessions).
+    return !wgmma_preferred;
+  }
+  if (provider == providers::kTmaMoeProviderName && wgmma_preferred) {
+    // From half its dense start (the dense tune's one bucket beyond): W4A8 at 8 rows per expert (T = 256) ran 1022.5 us
+    // on wgmma-moe, at 32 (T = 1024) tma won (1527.2 against wgmma's 1621), H200 2026-12-03.
+    return rows_per_expert >= TmaFamily::kPreferredFromM / 2;
+  }
+  if (provider == providers::kWgmmaMoeProviderName && quantized && tma_runs_it) {
+    // Widened token tiles stop at kWidenedMaxBm rows (rule widened-bm): beyond, an expert's weights are read once per
+    // 64 rows, where tma's 128-row tiles read them once (W4A8 T = 4096, 128 rows per expert: tma won, H200 2026-12-03).
+    return rows_per_expert <= WgmmaFamily::kWidenedMaxBm;
+  }
+  return true;
+}
+
 std::vector<std::string> moe_providers_for_families(const std::string& family_text, const std::vector<FormatSpec>& formats, int sm) {
   const auto runs_one = [&](const KernelFamily& family) {
     return std::any_of(formats.begin(), formats.end(), [&](const FormatSpec& format) { return family.supports(format, sm).supported; });
@@ -356,6 +382,10 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
     db::ConfigId best_config{};
     for (const providers::MoeProvider* provider : moe_providers) {
       if (report.interrupted) break;
+      if (options.auto_families &&
+          !moe_auto_tune_covers(provider->name(), options.providers, problem.format, problem_report.rows_per_expert, target.limits.sm)) {
+        continue;
+      }
       providers::SpaceRequest space_request = options.space;
       if (!exhaustive) space_request.max_configs = 0;  // the strategy chooses within the budget
       const providers::ProviderSpace space = provider->enumerate(provider_problem, target.limits, space_request, nullptr);

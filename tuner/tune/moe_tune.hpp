@@ -71,6 +71,12 @@ std::vector<MoeProblem> moe_problems_of_model(const search::ModelShapes& model, 
 // names none, or names wgmma where it runs none of the formats.
 std::vector<std::string> moe_providers_for_families(const std::string& family_text, const std::vector<FormatSpec>& formats, int sm);
 
+// With --family auto, whether `provider` is searched on a problem of `format` with `rows_per_expert` rows per touched
+// expert when `providers` are all searched: each MoE kernel only where it can win, as auto_tune_covers does for the
+// dense families by M (searching all three everywhere took the DeepSeek-V3 W4A8 tune past the main job's 10 minutes).
+bool moe_auto_tune_covers(std::string_view provider, const std::vector<std::string>& providers, const FormatSpec& format,
+                          std::int64_t rows_per_expert, int sm);
+
 // The store's key of a MoE problem.
 db::MoeProblemKey moe_problem_key(const MoeProblem& problem);
 
@@ -78,6 +84,8 @@ struct MoeTuneOptions {
   std::vector<MoeProblem> problems;
   // The MoE providers searched, in order ("mma-moe", "wgmma-moe"; moe_providers_for_families picks them from --family).
   std::vector<std::string> providers{providers::kMoeProviderName};
+  // --family auto: each provider searches only the problems moe_auto_tune_covers gives it (a named list: all of them).
+  bool auto_families = false;
   providers::SpaceRequest space;  // curated or whole, narrowed parameters, max_configs = the evaluation budget
   // "exhaustive": every configuration of the space (capped by space.max_configs, spread evenly). "random", "halving",
   // "model": the whole space is compiled and the strategy measures budget.max_evaluations of it; the model strategy's

@@ -336,6 +336,38 @@ TEST(MoeTune, FamilyPicksTheMoeProviders) {
   expect_input_error([&] { moe_providers_for_families("wgmma", w4a16, 80); }, {"--family", "wgmma", "sm_80"});
 }
 
+// --family auto searches each MoE kernel only where it can win, by rows per touched expert: on sm_90 no mma-moe where
+// wgmma-moe is the preferred path, tma-moe for W4A8 from 16 rows, widened wgmma-moe up to 64; elsewhere all of them.
+TEST(MoeTune, AutoSearchesEachMoeKernelWhereItCanWin) {
+  const FormatSpec w4a16 = FormatSpec::parse("w4a16-int4-g128"), w4a8 = FormatSpec::parse("w4a8-int4-fp8");
+  const FormatSpec w8a8_fp8 = FormatSpec::parse("w8a8-fp8-ch"), w8a8_int8 = FormatSpec::parse("w8a8-int8-ch");
+  const auto covered = [](const FormatSpec& format, std::int64_t rows, int sm = 90) {
+    const std::vector<std::string> all = moe_providers_for_families("auto", {format}, sm);
+    std::vector<std::string> searched;
+    for (const std::string& provider : all) {
+      if (moe_auto_tune_covers(provider, all, format, rows, sm)) searched.push_back(provider);
+    }
+    return searched;
+  };
+  using Names = std::vector<std::string>;
+  for (const std::int64_t rows : {1, 8, 32, 128, 1024}) {
+    EXPECT_EQ(covered(w4a16, rows), (Names{"wgmma-moe"})) << rows;
+    EXPECT_EQ(covered(w4a16, rows, 80), (Names{"mma-moe"})) << rows;
+    EXPECT_EQ(covered(w8a8_int8, rows), (Names{"mma-moe", "tma-moe"})) << rows;  // wgmma does not widen int8
+  }
+  EXPECT_EQ(covered(w4a8, 1), (Names{"wgmma-moe"}));
+  EXPECT_EQ(covered(w4a8, 8), (Names{"wgmma-moe"}));
+  EXPECT_EQ(covered(w4a8, 16), (Names{"wgmma-moe", "tma-moe"}));
+  EXPECT_EQ(covered(w4a8, 64), (Names{"wgmma-moe", "tma-moe"}));
+  EXPECT_EQ(covered(w4a8, 65), (Names{"tma-moe"}));
+  EXPECT_EQ(covered(w4a8, 128, 80), (Names{"mma-moe"}));
+  // W8A8 fp8: the widened path is not the preferred one (it lost at M = 1 and 16), so mma and tma stay at every size.
+  EXPECT_EQ(covered(w8a8_fp8, 1), (Names{"mma-moe", "wgmma-moe", "tma-moe"}));
+  EXPECT_EQ(covered(w8a8_fp8, 128), (Names{"mma-moe", "tma-moe"}));
+  // With one provider there is nothing to choose between: it covers every problem.
+  EXPECT_TRUE(moe_auto_tune_covers("mma-moe", {"mma-moe"}, w4a16, 1, 90));
+}
+
 // The whole MoE tune with a double for the worker: every candidate's result is stored, the fastest verified one wins,
 // a failed verification never does, and a rerun skips the problem.
 TEST(MoeTune, RunStoresEveryResultAndTheFastestVerifiedWinner) {
@@ -464,6 +496,15 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
   ASSERT_TRUE(again.reports.front().skipped);
   ASSERT_TRUE(again.reports.front().winner.has_value());
   EXPECT_EQ(again.reports.front().winner->family, "wgmma");
+  // --family auto: wgmma-moe is Hopper's path for W4A16 at every size, so mma-moe's space is not searched.
+  jobs_of_provider.clear();
+  options.auto_families = true;
+  options.retune = true;
+  const MoeTuneReport automatic = run_moe_tune(options, target, dir / "q.db", services);
+  EXPECT_EQ(jobs_of_provider, (std::map<std::string, int>{{"wgmma-moe", 2}}));
+  EXPECT_EQ(automatic.reports.front().candidates, 2u);
+  options.auto_families = false;
+  options.retune = false;
   // Only the MoE providers are known.
   options.providers = {"bsmma-moe"};
   expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "bsmma-moe"});
