@@ -79,11 +79,14 @@ int run(int argc, char** argv) {
   void* device_zeros = upload(packed.zeros.data(), packed.zeros.size());
   void* device_global_scale = upload(packed.global_scale.data(), packed.global_scale.size());
 
-  // Per call: activations in, output out, on the caller's stream.
-  std::vector<__half> activations(static_cast<std::size_t>(m * k));
+  // Per call: activations in, output out, on the caller's stream. Here they are quantized on the host in the format's
+  // activation type (f16 for weight-only formats; codes and per-token scales for W4A8/W8A8); a model does it on the GPU.
+  std::vector<float> activations(static_cast<std::size_t>(m * k));
   std::normal_distribution<float> unit(0.0f, 1.0f);
-  for (__half& value : activations) value = __float2half(unit(random));
-  void* device_a = upload(activations.data(), activations.size() * sizeof(__half));
+  for (float& value : activations) value = unit(random);
+  const rt::PackedActivations packed_a = runtime->quantize_activations(format, m, n, k, activations);
+  void* device_a = upload(packed_a.a.data(), packed_a.a.size());
+  void* device_a_scales = upload(packed_a.a_scales.data(), packed_a.a_scales.size());
   void* device_c = nullptr;
   check(cudaMalloc(&device_c, static_cast<std::size_t>(m * n) * sizeof(__half)), "cudaMalloc");
   cudaStream_t stream = nullptr;
@@ -91,6 +94,7 @@ int run(int argc, char** argv) {
 
   rt::GemmArguments arguments;
   arguments.a = device_a;
+  arguments.a_scales = device_a_scales;
   arguments.weights = device_weights;
   arguments.scales = device_scales;
   arguments.zeros = device_zeros;
@@ -108,7 +112,7 @@ int run(int argc, char** argv) {
               static_cast<double>(__half2float(output[3])), sum, runtime->loaded_kernel_count());
 
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
-  for (void* pointer : {device_weights, device_scales, device_zeros, device_global_scale, device_a, device_c}) {
+  for (void* pointer : {device_weights, device_scales, device_zeros, device_global_scale, device_a, device_a_scales, device_c}) {
     if (pointer != nullptr) check(cudaFree(pointer), "cudaFree");
   }
   return 0;

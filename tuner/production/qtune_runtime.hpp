@@ -110,6 +110,13 @@ struct PackedWeights {
   std::vector<std::uint8_t> global_scale;
 };
 
+// Activations in the layout gemm() reads (host bytes; copy each to the GPU): `a` is f16/bf16 for weight-only formats,
+// else the quantized codes; `a_scales` the activation scales of formats that have them (empty otherwise).
+struct PackedActivations {
+  std::vector<std::uint8_t> a;
+  std::vector<std::uint8_t> a_scales;
+};
+
 // Device addresses of one GEMM C[M,N] = A[M,K] * dequant(W[N,K])^T (+ bias[N]).
 struct GemmArguments {
   const void* a = nullptr;             // [m][k] activations, row-major, in the format's activation type (f16 or bf16)
@@ -211,6 +218,12 @@ class Runtime {
   // Quantizes f32 weights [n][k] with qtune's round-to-nearest quantizer, then packs them.
   PackedWeights quantize_and_prepack(std::string_view format, std::int64_t n, std::int64_t k,
                                      std::span<const float> weights) const;
+
+  // Quantizes f32 activations [m][k] with qtune's quantizer (per-token scales, fp8/int8 codes: what the format says)
+  // into the layout gemm() of this shape reads. CPU only: a production model quantizes on the GPU; this is for
+  // examples, tests and offline checks.
+  PackedActivations quantize_activations(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k,
+                                         std::span<const float> activations) const;
 
   // Compiles or loads the kernel of this GEMM now, so that the first gemm() does not wait for it.
   void load(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias = false);

@@ -451,6 +451,23 @@ PackedWeights Runtime::quantize_and_prepack(std::string_view format, std::int64_
   return impl_->pack(quantize_weights(spec, {weights.begin(), weights.end()}, n, k));
 }
 
+PackedActivations Runtime::quantize_activations(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k,
+                                                std::span<const float> activations) const {
+  std::lock_guard lock(impl_->mutex);
+  const FormatSpec& spec = impl_->format(format);
+  if (activations.size() != static_cast<std::size_t>(m) * static_cast<std::size_t>(k)) {
+    QTUNE_INPUT_ERROR("activations: " + std::to_string(activations.size()) + " values for m x k = " + std::to_string(m) + " x " +
+                      std::to_string(k));
+  }
+  const Impl::Plan& plan = impl_->plan(format, m, n, k, false);
+  PackedBuffers packed = plan.selection.family->prepack_activations(
+      qtune::quantize_activations(spec, {activations.begin(), activations.end()}, m, k), plan.selection.config);
+  PackedActivations result;
+  result.a = std::move(packed["a"]);
+  if (const auto scales = packed.find("a_scales"); scales != packed.end()) result.a_scales = std::move(scales->second);
+  return result;
+}
+
 void Runtime::load(std::string_view format, std::int64_t m, std::int64_t n, std::int64_t k, bool has_bias) {
   std::lock_guard lock(impl_->mutex);
   impl_->kernel(impl_->plan(format, m, n, k, has_bias));

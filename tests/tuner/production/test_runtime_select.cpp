@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -32,6 +33,7 @@ namespace {
 
 using runtime_api::ConfigSource;
 using runtime_api::Runtime;
+using runtime_api::PackedActivations;
 using runtime_api::RuntimeOptions;
 using test_support::TempDir;
 using namespace testing;
@@ -405,6 +407,32 @@ TEST(RuntimePrepack, WrongSizesNameTheField) {
   const std::vector<std::uint32_t> zeros(quantized.scales.bits.size(), 8);
   EXPECT_EQ(input_error([&] { runtime.prepack("w4a16-int4-g128", 256, 512, {.codes = quantized.codes, .scale_bits = quantized.scales.bits, .zero_point_bits = zeros}); })
                 .rfind("weights.zero_points:", 0), 0u);
+}
+
+// Activations for gemm(): f16 bits for weight-only formats, fp8 codes and per-token f32 scales for W4A8, each decoding
+// to what the quantizer stored; a wrong count names the field.
+TEST(RuntimePrepack, ActivationsQuantizeIntoTheLayoutTheGemmReads) {
+  RuntimeOptions options;
+  options.arch = "sm_90a";
+  const Runtime runtime(options);
+  const std::int64_t m = 5, n = 256, k = 512;
+  const std::vector<float> values = random_normal(static_cast<size_t>(m * k), 11, 0.0f, 1.0f);
+  const PackedActivations half = runtime.quantize_activations("w4a16-int4-ch", m, n, k, values);
+  EXPECT_EQ(half.a.size(), static_cast<size_t>(m * k * 2));
+  EXPECT_TRUE(half.a_scales.empty());
+  const QuantizedActivations w4a8 = quantize_activations(FormatSpec::parse("w4a8-int4-fp8"), values, m, k);
+  const PackedActivations fp8 = runtime.quantize_activations("w4a8-int4-fp8", m, n, k, values);
+  ASSERT_EQ(fp8.a.size(), static_cast<size_t>(m * k));
+  EXPECT_TRUE(std::equal(fp8.a.begin(), fp8.a.end(), w4a8.codes.begin()));
+  ASSERT_EQ(fp8.a_scales.size(), static_cast<size_t>(m) * sizeof(float));
+  for (std::int64_t row = 0; row < m; ++row) {
+    float scale = 0;
+    std::memcpy(&scale, fp8.a_scales.data() + row * sizeof(float), sizeof(float));
+    EXPECT_GT(scale, 0.0f) << row;
+    EXPECT_FLOAT_EQ(scale, w4a8.scales.at(row, 0) * w4a8.global_scale) << row;  // the row's scale, global folded in
+  }
+  EXPECT_EQ(input_error([&] { runtime.quantize_activations("w4a8-int4-fp8", m, n, k, std::span(values).first(values.size() - 1)); })
+                .rfind("activations:", 0), 0u);
 }
 
 TEST(RuntimePrepack, WeightsFromCodesDecodesWhatTheQuantizerStored) {
