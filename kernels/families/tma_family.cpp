@@ -33,18 +33,21 @@ constexpr int kOverlapWhenAbsent = 0;
 constexpr int kPromoteWhenAbsent = 128;
 // Configs recorded before "pingpong" existed let the consumer warpgroups issue independently.
 constexpr int kPingpongWhenAbsent = 0;
+// Configs recorded before "kgroups" existed had one consumer warpgroup per 64 columns.
+constexpr int kKgroupsWhenAbsent = 1;
 // What the hand rules choose for fp8 without K-group scales: never promote (H200, 2026-12-02: W8A8 fp8 M = 1024
 // 103.6 us with 256-token tiles and a group in flight against 124.2 promoting every 128 K; the CPU-reference check
 // at K = 8192 and 13824 passes).
 constexpr int kDefaultPromote = 0;
 
 struct TmaTiles {
-  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap, promote, pingpong;
+  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap, promote, pingpong, kgroups;
 
   static TmaTiles from(const KernelConfig& config) {
     const auto overlap = config.params.find("overlap");
     const auto promote = config.params.find("promote");
     const auto pingpong = config.params.find("pingpong");
+    const auto kgroups = config.params.find("kgroups");
     return {config.get("bm"),
             config.get("bn"),
             config.get("bk"),
@@ -56,9 +59,10 @@ struct TmaTiles {
             config.get("persistent"),
             overlap == config.params.end() ? kOverlapWhenAbsent : overlap->second,
             promote == config.params.end() ? kPromoteWhenAbsent : promote->second,
-            pingpong == config.params.end() ? kPingpongWhenAbsent : pingpong->second};
+            pingpong == config.params.end() ? kPingpongWhenAbsent : pingpong->second,
+            kgroups == config.params.end() ? kKgroupsWhenAbsent : kgroups->second};
   }
-  int consumers() const { return bn / 64; }
+  int consumers() const { return bn / 64 * kgroups; }
   int threads() const { return 128 * (consumers() + 1); }
   int cluster_m() const { return multicast == kMulticastWeights ? cluster : 1; }
   int cluster_n() const { return multicast == kMulticastWeights ? 1 : cluster; }
@@ -66,11 +70,12 @@ struct TmaTiles {
   int64_t tiles(const Problem& problem) const {
     return (problem.n / (bn * cluster_n())) * ceil_div(problem.m, bm * cluster_m()) * cluster;
   }
-  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST, OVERLAP, PROMOTE, PINGPONG>
+  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST, OVERLAP, PROMOTE, PINGPONG, KGROUPS>
   std::string template_arguments() const {
     return std::to_string(bm) + ", " + std::to_string(bn) + ", " + std::to_string(bk) + ", " + std::to_string(stages) + ", " +
            std::to_string(split) + ", " + std::to_string(raster) + ", " + std::to_string(cluster) + ", " + std::to_string(multicast) +
-           ", " + std::to_string(overlap) + ", " + std::to_string(promote) + ", " + std::to_string(pingpong);
+           ", " + std::to_string(overlap) + ", " + std::to_string(promote) + ", " + std::to_string(pingpong) + ", " +
+           std::to_string(kgroups);
   }
 };
 
@@ -123,6 +128,10 @@ std::vector<ParameterDomain> TmaFamily::parameter_space() const {
       {"pingpong", {0, 1}, "PINGPONG: 1 = the two consumer warpgroups (bn=128) take turns on the tensor cores batch by "
                            "batch, each flushing and converting while the other's wgmmas run (not with overlap=1)",
        kPingpongWhenAbsent},
+      {"kgroups", {1, 2}, "KGROUPS: consumer warpgroups per 64 columns; 2 = they take the tile's K slots in turn, one "
+                          "converting while the other's wgmmas run, and add their sums once per tile (bn=64, not with "
+                          "overlap=1 or pingpong=1, a flush interval of at most bk)",
+       kKgroupsWhenAbsent},
   };
 }
 
@@ -151,7 +160,8 @@ int TmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format
   const int z_stage = device.staged_zeros() ? group_rows * t.bn * 2 : 0;
   const int sa_stage = device.staged_activation_scales() ? group_rows * t.bm * 4 : 0;
   const int stage = (a_stage + w_stage + s_stage + z_stage + sa_stage + 1023) / 1024 * 1024;
-  return t.stages * stage + 1024;  // + the run-time alignment of the window to 1024 bytes
+  const int exchange = t.kgroups > 1 ? t.bn / 64 * 128 * (t.bm / 2) * 4 : 0;  // the odd K group's sums of a tile
+  return t.stages * stage + exchange + 1024;  // + the run-time alignment of the window to 1024 bytes
 }
 
 int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const FormatSpec& format) {
@@ -218,6 +228,17 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
                                                          " K tiles of bk=" + number(t.bk) + " must split into split=" +
                                                          number(t.split) + " equal even ranges");
   }
+  if (t.kgroups != 1 && t.kgroups != 2) {
+    return RuleVerdict::fail("kgroups-range", "kgroups=" + number(t.kgroups) + ": expected 1 or 2");
+  }
+  if (t.kgroups == 2 && (t.bn != 64 || t.overlap == 1 || t.pingpong == 1)) {
+    return RuleVerdict::fail("kgroups-alone", "kgroups=2 takes bn=64 (four consumer warpgroups would leave too few registers) "
+                                              "and hides the conversion its own way: not with overlap=1 or pingpong=1");
+  }
+  if (t.kgroups == 2 && flush > t.bk) {
+    return RuleVerdict::fail("kgroups-flush", "kgroups=2 flushes each K group within its own slots: the flush interval " +
+                                                  number(flush) + " must be at most bk=" + number(t.bk));
+  }
   if ((t.cluster == 1) != (t.multicast == kMulticastNone)) {
     return RuleVerdict::fail("cluster-multicast", t.cluster == 1 ? "multicast=" + number(t.multicast) + " needs cluster=2"
                                                                  : "cluster=2 without multicast shares nothing: same as cluster=1");
@@ -251,9 +272,9 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
                                                    number(limits.max_shared_per_block) + " a block may use on sm_" + number(limits.sm));
   }
   const int registers = estimated_consumer_registers(config, problem.format);
-  if (registers > consumer_registers(t.bn)) {
+  if (registers > consumer_registers(t.consumers())) {
     return RuleVerdict::fail("registers-per-thread", "about " + number(registers) + " registers per consumer thread needed, " +
-                                                         number(consumer_registers(t.bn)) + " available: it would spill");
+                                                         number(consumer_registers(t.consumers())) + " available: it would spill");
   }
   return check_m_tiling(t.bm, t.raster, problem);
 }
@@ -325,22 +346,23 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
   // warpgroups, split-K); from M = 256 on 128- or 256-token tiles, rasterized, persistent, with or without a cluster;
   // bk = 256 won for fp8 (fewer barriers per flush), bk = 64 for f16 (a group in flight). fp8 without K-group scales
   // wins by never promoting (promote = 0: 256-token tiles, a group in flight); taking turns (pingpong = 1) lost
-  // everywhere it was timed (3-18% slower; 2026-12-02, docs/perf.md), so the curated search leaves it off. check()
+  // everywhere it was timed (3-18% slower; 2026-12-02, docs/perf.md), so the curated search leaves it off; two K groups
+  // of consumers (kgroups = 2) are not measured on a GPU yet, so they are searched only when asked (--param). check()
   // drops what a format's atom, flushes or registers rule out, so the ranges serve every format.
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
     return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {128, 256}}, {"stages", {4, 8}},     {"split", {1, 2}},
             {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}}, {"persistent", {0, 1}}, {"overlap", {0, 1}},
-            {"promote", {128, 0}}, {"pingpong", {0}}};
+            {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
   }
   if (m <= 256) {
     return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {4, 5, 6}}, {"split", {1}},
             {"raster", {2}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}},
-            {"promote", {128, 0}}, {"pingpong", {0}}};
+            {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
   }
   return {{"bm", {128, 256}}, {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
           {"raster", {2}},    {"cluster", {1, 2}}, {"multicast", {0, 2}},  {"persistent", {1}}, {"overlap", {0, 1}},
-          {"promote", {128, 0}}, {"pingpong", {0}}};
+          {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
 }
 
 KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
@@ -393,7 +415,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     config.family = name();
     config.params = {{"bm", shape.bm}, {"bn", shape.bn}, {"bk", shape.bk}, {"stages", 2},      {"split", 1},       {"raster", 0},
                      {"cluster", 1},    {"multicast", 0}, {"persistent", 0}, {"overlap", 0},     {"promote", promote},
-                     {"pingpong", 0}};
+                     {"pingpong", 0},   {"kgroups", 1}};
     const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
     const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, 8);
     const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);

@@ -153,6 +153,21 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
   EXPECT_EQ(verdict("bm=128," + base + plain + ",pingpong=1", block), "");
   EXPECT_EQ(verdict("bm=128,bn=64,bk=128,stages=4,split=1,raster=0" + plain + ",pingpong=1", fp8), "pingpong-two-warpgroups");
   EXPECT_EQ(verdict("bm=128," + base + plain + ",overlap=1,promote=0,pingpong=1", fp8), "pingpong-overlap");
+  // kgroups=2: one column group (bn=64), no group in flight or turns, flushes within a slot; its exchange counts in the
+  // shared memory (8 slots of 24 KiB fit with one, not with a 64 KiB exchange of 256 tokens).
+  const std::string narrow = "bn=64,bk=256,stages=4,split=1,raster=0" + plain + ",promote=0";
+  EXPECT_EQ(verdict("bm=64," + narrow + ",kgroups=2", w4a8), "");
+  EXPECT_EQ(verdict("bm=64,bn=64,bk=256,stages=8,split=1,raster=0" + plain + ",promote=0,kgroups=2", w4a8), "");
+  EXPECT_EQ(verdict("bm=64," + base + plain + ",promote=0,kgroups=2", w4a8), "kgroups-alone");  // bn=128
+  EXPECT_EQ(verdict("bm=64," + narrow + ",overlap=1,kgroups=2", w4a8), "kgroups-alone");
+  EXPECT_EQ(verdict("bm=64,bn=64,bk=128,stages=4,split=1,raster=0" + plain + ",promote=256,kgroups=2", fp8), "kgroups-flush");
+  EXPECT_EQ(verdict("bm=64,bn=64,bk=128,stages=4,split=1,raster=0" + plain + ",promote=128,kgroups=2", fp8), "");
+  EXPECT_EQ(verdict("bm=64,bn=64,bk=64,stages=4,split=1,raster=0" + plain + ",kgroups=2",
+                    Problem{FormatSpec::parse("w4a16-int4-g128"), 256, 8192, 8192, false}), "");  // g128 scales dequantize: no flush
+  EXPECT_EQ(verdict("bm=64," + narrow + ",kgroups=3", w4a8), "parameter-domain");
+  EXPECT_EQ(TmaFamily::threads(KernelConfig::parse("bm=64," + narrow + ",kgroups=2", "tma")), 384);
+  EXPECT_EQ(TmaFamily::shared_bytes(KernelConfig::parse("bm=64," + narrow + ",kgroups=2", "tma"), w4a8.format),
+            TmaFamily::shared_bytes(KernelConfig::parse("bm=64," + narrow, "tma"), w4a8.format) + 128 * 32 * 4);
   EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0", fp8), "smem-per-block");
   EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0", Problem{FormatSpec::parse("w4a4-int4-ch"), 256, 8192, 8192, false}),
             "format-unsupported-on-arch");
@@ -248,23 +263,23 @@ TEST(TmaFamilyRules, DefaultConfigFollowsTheH200Sweeps) {
     return tma_family().default_config(Problem{FormatSpec::parse(spec), m, 8192, 8192, false}, hopper);
   };
   EXPECT_EQ(default_for("w8a8-fp8-ch", 64).to_string(),
-            "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0");
+            "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
   EXPECT_EQ(default_for("w8a8-fp8-ch", 4096).to_string(),
-            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0");
+            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1");
   // Block scales flush every 128 K whatever promote says: 128-token tiles, 256 K deep.
   EXPECT_EQ(default_for("w8a8-fp8-block128x128", 4096).to_string(),
-            "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0");
+            "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
   // W4A8: 256-deep slots while M <= 256, a group in flight, no promotions.
   EXPECT_EQ(default_for("w4a8-int4-fp8", 64).to_string(),
-            "bm=64,bn=64,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0");
+            "bm=64,bn=64,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
   EXPECT_EQ(default_for("w4a8-int4-fp8", 256).to_string(),
-            "bm=128,bn=128,bk=256,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0");
+            "bm=128,bn=128,bk=256,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
   EXPECT_EQ(default_for("w4a8-int4-fp8", 1024).to_string(),
-            "bm=256,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0");
+            "bm=256,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1");
   EXPECT_EQ(default_for("w8a8-int8-ch", 1024).to_string(),
-            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0");
+            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0,kgroups=1");
   EXPECT_EQ(default_for("w4a16-int4-ch", 1024).to_string(),
-            "bm=256,bn=128,bk=64,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0");
+            "bm=256,bn=128,bk=64,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0,kgroups=1");
   EXPECT_EQ(default_for("w4a16-int4-ch", 256).get("bm"), 128);
 }
 

@@ -41,8 +41,10 @@
 namespace qtune {
 namespace device {
 
-// Named barriers of the consumers: 1 for the split-K reduction, 2 + g for consumer warpgroup g's turn (PINGPONG).
+// Named barriers of the consumers: 1 for the split-K reduction, 2 + g for consumer warpgroup g's turn (PINGPONG),
+// 4 + c for the K groups of column group c meeting at a tile's end (KGROUPS).
 constexpr int kTurnBarrier = 2;
+constexpr int kKGroupBarrier = 4;
 
 enum MulticastMode : int {
   kMulticastNone = 0,
@@ -53,7 +55,7 @@ enum MulticastMode : int {
 // Block tile, pipeline depth, split-K, rasterization and clusters of the tma family. Persistence is not a template
 // parameter: the same kernel runs one unit per CTA or persistently, as the launch grid decides.
 template <int BM, int BN, int BK, int STAGES_, int SPLIT, int RASTER_, int CLUSTER_, int MULTICAST_, int OVERLAP_ = 0,
-          int PROMOTE_ = 128, int PINGPONG_ = 0>
+          int PROMOTE_ = 128, int PINGPONG_ = 0, int KGROUPS_ = 1>
 struct TmaTiles {
   static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = BK;
   static constexpr int STAGES = STAGES_, SPLIT_K = SPLIT, RASTER = RASTER_, CLUSTER = CLUSTER_, MULTICAST = MULTICAST_;
@@ -66,7 +68,12 @@ struct TmaTiles {
   // other's have completed, so each one's flush (and conversion) runs under the other's wgmmas. Slower on the H200
   // wherever timed (3-18%, docs/perf.md 2026-12-02 H5): kept as a searchable choice, off by default.
   static constexpr bool PINGPONG = PINGPONG_ != 0;
-  static constexpr int CONSUMERS = BN / 64;              // consumer warpgroups, one per 64 weight columns
+  // 2: two consumer warpgroups per 64 weight columns take the tile's K slots in turn (even and odd), so one converts
+  // while the other's wgmmas run; their sums meet in shared memory once per tile. A 64-token tile with one consumer
+  // warpgroup left 64% of issue cycles without an eligible warp (Nsight Compute, H200, W4A8 M = 64, 2026-12-03).
+  static constexpr int KGROUPS = KGROUPS_;
+  static constexpr int COLUMN_GROUPS = BN / 64;          // one per 64 weight columns
+  static constexpr int CONSUMERS = COLUMN_GROUPS * KGROUPS;  // consumer warpgroups
   static constexpr int THREADS = 128 * (CONSUMERS + 1);  // and the producer warpgroup
   static constexpr int CLUSTER_M = MULTICAST == kMulticastWeights ? CLUSTER : 1;  // tiles of a cluster along M
   static constexpr int CLUSTER_N = MULTICAST == kMulticastWeights ? 1 : CLUSTER;  // and along N
@@ -85,6 +92,9 @@ struct TmaTiles {
   static_assert(PINGPONG_ == 0 || PINGPONG_ == 1, "PINGPONG (consumer warpgroups take turns on the tensor cores) is 0 or 1");
   static_assert(!PINGPONG || BN == 128, "PINGPONG needs two consumer warpgroups to take turns: BLOCK_N = 128");
   static_assert(!(PINGPONG && OVERLAP), "PINGPONG and OVERLAP are two ways to hide the same work: choose one");
+  static_assert(KGROUPS_ == 1 || KGROUPS_ == 2, "KGROUPS (consumer warpgroups per 64 columns, taking K slots in turn) is 1 or 2");
+  static_assert(KGROUPS_ == 1 || BN == 64, "KGROUPS = 2 takes BLOCK_N = 64: four consumer warpgroups would leave too few registers");
+  static_assert(KGROUPS_ == 1 || (!OVERLAP && !PINGPONG), "KGROUPS = 2 hides one warpgroup's conversion under the other's wgmmas: not with OVERLAP or PINGPONG");
 };
 
 template <class F, class T>
@@ -113,7 +123,10 @@ struct TmaGemm {
   static constexpr int STAGE_BYTES =
       (A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES + SA_STAGE_BYTES + 1023) / 1024 * 1024;
   static constexpr int ALIGNMENT_SLACK = 1024;  // the dynamic shared window is aligned up to 1024 bytes at run time
-  static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + ALIGNMENT_SLACK;
+  static constexpr int ACCUMULATORS = BM / 2;  // m64 x nBM per warpgroup: BM / 2 per thread
+  // KGROUPS = 2: the odd K group's f32 sums of a tile, [accumulator / 4][thread][4] per column group, after the ring.
+  static constexpr int EXCHANGE_BYTES = T::KGROUPS > 1 ? T::COLUMN_GROUPS * 128 * ACCUMULATORS * 4 : 0;
+  static constexpr int SHARED_BYTES = T::STAGES * STAGE_BYTES + EXCHANGE_BYTES + ALIGNMENT_SLACK;
   // What the copy engine delivers to each CTA per slot (activation group scales come by cp.async, counted as arrivals).
   static constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + W_STAGE_BYTES + S_STAGE_BYTES + Z_STAGE_BYTES;
   // The format flushes only to promote fp8 partial sums (no K-group scales): how often is the tiles' PROMOTE.
@@ -124,14 +137,15 @@ struct TmaGemm {
   static constexpr int CHUNK_K = FLUSHES && FLUSH_K < BK ? FLUSH_K : BK;
   static constexpr int CHUNKS = BK / CHUNK_K;
   static constexpr int CHUNK_STEPS = CHUNK_K / F::KSTEP;
-  static constexpr int ACCUMULATORS = BM / 2;  // m64 x nBM per warpgroup: BM / 2 per thread
   // The "full" barrier of a slot: the producer's arrival with the transaction count, and with staged activation scales
-  // one cp.async arrival per producer lane; the "empty" one: every consumer warp of every CTA of the cluster.
+  // one cp.async arrival per producer lane; the "empty" one: every consumer warp of every CTA of the cluster that reads
+  // the slot (one K group's).
   static constexpr int FULL_ARRIVALS = 1 + (F::STAGED_ACT_SCALES ? 32 : 0);
-  static constexpr int EMPTY_ARRIVALS = T::CONSUMERS * 4 * T::CLUSTER;
+  static constexpr int EMPTY_ARRIVALS = T::COLUMN_GROUPS * 4 * T::CLUSTER;
   static constexpr int PRODUCER_REGISTERS = 56;
   static constexpr int CONSUMER_REGISTERS = T::CONSUMERS == 1 ? 240 : 224;
   static constexpr int CONSUMER_THREADS = T::CONSUMERS * 128;
+  static constexpr int EPILOGUE_THREADS = T::COLUMN_GROUPS * 128;  // K group 0, which reduces split-K and stores
 
   static_assert(F::LANE_BITS == 16 || F::LANE_BITS == 8, "the tma family runs f16/bf16 and 8-bit tensor-core operands (wgmma has no 4-bit ones)");
   static_assert(BK % F::ATOM_K == 0, "BLOCK_K must be a multiple of the weight atom (64 K for f16/bf16, 128 K for 8-bit operands)");
@@ -143,6 +157,7 @@ struct TmaGemm {
   static_assert(CHUNK_K % F::KSTEP == 0, "a flush group is whole wgmma k-steps");
   static_assert(ACCUMULATORS * (FLUSHES ? 2 : 1) <= 128, "too many accumulators per consumer thread: BLOCK_M <= 128 when partial sums are flushed, <= 256 otherwise");
   static_assert(BM * 4 % 16 == 0, "activation scale rows are whole 16-byte chunks");
+  static_assert(T::KGROUPS == 1 || !FLUSHES || FLUSH_K <= BK, "KGROUPS = 2: each K group flushes within its own slots (a flush interval of at most BLOCK_K)");
   static_assert(CONSUMER_THREADS * CONSUMER_REGISTERS + 128 * PRODUCER_REGISTERS <= 65536, "the register file holds the consumers' and the producer's registers");
 };
 
@@ -297,7 +312,9 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
   } else {
     // ---------------- consumers ----------------
     claim_registers<G::CONSUMER_REGISTERS>();
-    const int strip = warpgroup * 4 + warp_in_group;  // this warp's 16 weight columns
+    const int column_group = T::KGROUPS > 1 ? warpgroup % T::COLUMN_GROUPS : warpgroup;
+    const int k_group = T::KGROUPS > 1 ? warpgroup / T::COLUMN_GROUPS : 0;  // takes the unit's K tiles k_group, + KGROUPS, ...
+    const int strip = column_group * 4 + warp_in_group;  // this warp's 16 weight columns
     const int group = lane >> 2;
     const int quad = lane & 3;
     Partial part[G::ACCUMULATORS];
@@ -439,7 +456,35 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
           parity ^= 1;
         }
       };
-      if constexpr (!T::OVERLAP) {
+      if constexpr (T::KGROUPS > 1) {
+        // This K group's tiles; the ring positions of the other group's are skipped, then the unit's all at once.
+        int slot = stage;
+        u32 slot_phase = phase;
+        if (k_group > 0) next_slot(slot, slot_phase);
+        bool fresh = true;
+        for (int kt = work.kt_begin + k_group; kt < work.kt_end; kt += T::KGROUPS) {
+          mbarrier_wait(full0 + slot * 8, slot_phase);
+          const u32 base = smem + slot * G::STAGE_BYTES;
+#pragma unroll
+          for (int chunk = 0; chunk < G::CHUNKS; ++chunk) {
+            u32 fragment[G::CHUNK_STEPS][4];
+            build(base, chunk, fragment);
+            issue(base, chunk, fragment, fresh);
+            fresh = complete(base, chunk, kt);
+          }
+          release(slot);
+#pragma unroll
+          for (int i = 0; i < T::KGROUPS; ++i) next_slot(slot, slot_phase);
+        }
+        for (int kt = work.kt_begin; kt < work.kt_end; ++kt) next_slot(stage, phase);
+        if constexpr (!G::FLUSHES) {
+          // A group with no tile in this unit (a one-tile split) holds an earlier unit's sums: it adds nothing.
+          if (work.kt_begin + k_group >= work.kt_end) {
+#pragma unroll
+            for (int i = 0; i < G::ACCUMULATORS; ++i) part[i] = 0;
+          }
+        }
+      } else if constexpr (!T::OVERLAP) {
         bool fresh = true;  // the next wgmma starts a new partial sum
         for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
           mbarrier_wait(full0 + stage * 8, phase);
@@ -500,6 +545,33 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = static_cast<float>(part[i]);
       }
 
+      if constexpr (T::KGROUPS > 1) {
+        // The odd K group hands its sums to the even one through shared memory; the even one reduces split-K and stores.
+        const u32 exchange = smem + T::STAGES * G::STAGE_BYTES + column_group * (128 * G::ACCUMULATORS * 4) + (tid % 128) * 16;
+        if (k_group == 1) {
+#pragma unroll
+          for (int i = 0; i < G::ACCUMULATORS; i += 4) st_shared_f32x4(exchange + i * 128 * 4, acc + i);
+        }
+        named_barrier_sync(kKGroupBarrier + column_group, 256);
+        if (k_group == 0) {
+#pragma unroll
+          for (int i = 0; i < G::ACCUMULATORS; i += 4) {
+            float other[4];
+            ld_shared_f32x4(other, exchange + i * 128 * 4);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i + e] += other[e];
+          }
+        }
+        named_barrier_sync(kKGroupBarrier + column_group, 256);  // the exchange is free for the next unit
+        if (k_group == 1) {
+          if constexpr (G::FLUSHES) {
+#pragma unroll
+            for (int i = 0; i < G::ACCUMULATORS; ++i) acc[i] = 0.0f;
+          }
+          return;
+        }
+      }
+
       // Accumulator acc[4 j + e] is D[column strip * 16 + group + 8 (e / 2)][token 8 j + 2 quad + e % 2].
       constexpr int OCTETS = BM / 8;
       bool holds_sum = true;
@@ -507,7 +579,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         holds_sum = reduce_split_k<T::SPLIT_K, OCTETS>(
             reinterpret_cast<float*>(p.workspace), schedule.tiles * CLUSTER, work.tile * CLUSTER + static_cast<int>(rank), work.split,
             BM * BN, strip * OCTETS, lane, true, tid == 0, last_split_flag, [&](int j) -> float* { return acc + 4 * j; },
-            [&](int j) { return j * 8 < rows_valid; }, [] { named_barrier_sync(1, G::CONSUMER_THREADS); });
+            [&](int j) { return j * 8 < rows_valid; }, [] { named_barrier_sync(1, G::EPILOGUE_THREADS); });
       }
       if (holds_sum) {
         // ---- epilogue: channel, token and global scales, bias, convert, store (C is [M][N]) ----

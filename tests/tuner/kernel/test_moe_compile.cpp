@@ -297,6 +297,17 @@ TEST(TmaMoeCompile, QuantizedActivationFormatsEveryLayoutAndProjectionOnSm90a) {
     }
   }
   EXPECT_EQ(requests.size(), std::size(kTmaFormats) * 10);  // 3 layouts x 2 projections + 2 more tiles x 2 projections
+  // Two K groups of consumers per 64 columns (kgroups=2), both projections.
+  for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
+    const KernelConfig config = KernelConfig::parse(
+        "bm=64,bn=64,bk=128,stages=6,split=1,raster=0,cluster=1,multicast=0,persistent=1,overlap=0,promote=0,pingpong=0,kgroups=2", "tma");
+    MoeProblem problem = problem_of("w4a8-int4-fp8", MoeLayout::TokenIndexed, projection);
+    problem.n = 4096;
+    const RuleVerdict verdict = mma_moe::check(config, problem, hopper);
+    ASSERT_TRUE(verdict.valid) << verdict.rule << " " << verdict.detail;
+    requests.push_back(providers::moe_compile_request(config, problem, "sm_90a"));
+    labels.push_back("w4a8-int4-fp8 kgroups=2 " + std::string(moe_projection_name(projection)));
+  }
   for (MoeProjection projection : {MoeProjection::GateUp, MoeProjection::Down}) {
     jit::CompileRequest request;
     request.source = mma_moe::gather_instantiation_source(problem_of("w4a8-int4-fp8", MoeLayout::TokenIndexed, projection), "sm_90a");

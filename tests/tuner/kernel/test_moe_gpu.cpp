@@ -385,6 +385,9 @@ std::vector<MoeCase> tma_persistent_cases() {
   tiles.push_back({"w8a8-fp8-block128x128", "bm=64,bn=128,bk=128,stages=4,split=1,cluster=2,multicast=1,persistent=1,overlap=0,promote=128" + rest});
   tiles.push_back({"w8a8-int8-ch", "bm=32,bn=128,bk=128,stages=4,split=1,cluster=1,multicast=0,persistent=1,overlap=1,promote=128" + rest});
   tiles.push_back({"w4a8-int4-fp8:out=bf16", "bm=16,bn=64,bk=256,stages=4,split=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128" + rest});
+  // Two K groups of consumers per 64 columns (kgroups=2): no flush, and block scales flushed per slot in a cluster.
+  tiles.push_back({"w4a8-int4-fp8", "bm=64,bn=64,bk=128,stages=6,split=1,cluster=1,multicast=0,persistent=1,overlap=0,promote=0" + rest + ",kgroups=2"});
+  tiles.push_back({"w8a8-fp8-block128x128", "bm=32,bn=64,bk=128,stages=5,split=2,cluster=2,multicast=1,persistent=1,overlap=0,promote=128" + rest + ",kgroups=2"});
   std::vector<MoeCase> cases;
   for (size_t i = 0; i < tiles.size(); ++i) {
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
@@ -427,7 +430,7 @@ TEST(TmaMoeCases, EveryConfigurationPassesTheRulesOnHopper) {
     EXPECT_TRUE(verdict.valid) << label(c) << ": " << verdict.rule << " " << verdict.detail;
     EXPECT_EQ(mma_moe::gathers(config, problem), c.layout == MoeLayout::TokenIndexed) << label(c);
   }
-  EXPECT_EQ(cases.size(), 3u * 2 * 4 * 3 + 3 * 2 * 2 * 3 * 3 + 3 * 3 * 2 + (4 * 3 + 5) * 2);
+  EXPECT_EQ(cases.size(), 3u * 2 * 4 * 3 + 3 * 2 * 2 * 3 * 3 + 3 * 3 * 2 + (4 * 3 + 7) * 2);
 }
 
 // The MoE baseline (cuBLAS grouped GEMM, f16 weights dequantized) through the same check: every pair row.
