@@ -361,12 +361,15 @@ def _plain(config):
 
 
 def _first_error_line(log):
-    """The first line of a compiler log that says error (else its first line)."""
+    """The compiler log's first line that says what went wrong: an error line other than ptxas's closing "aborted due
+    to errors" (which names nothing), else that one, else the log's first line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    for line in lines:
-        if "error" in line:
-            return line[:300]
-    return lines[0][:300] if lines else "(the compiler said nothing)"
+    errors = [line for line in lines if "error" in line.lower()]
+    specific = [line for line in errors if "aborted due to errors" not in line]
+    for found in (specific, errors, lines):
+        if found:
+            return found[0][:300]
+    return "(the compiler said nothing)"
 
 
 def _activations(problem, operands, device, rows):
@@ -436,9 +439,9 @@ def _last_compile_error():
                 logs.append((os.path.getmtime(path), path))
         for _, path in sorted(logs, reverse=True)[:1]:
             with open(path, encoding="utf-8", errors="replace") as stream:
-                for line in stream:
-                    if "error" in line:
-                        return line.strip()[:300]
+                log = stream.read()
+            if "error" in log.lower():
+                return _first_error_line(log)
     except Exception as error:  # noqa: BLE001  (the message is a courtesy; the refusal stands without it)
         return f"(no compiler log: {type(error).__name__})"
     return "(no error line in the compiler log)"
