@@ -236,7 +236,8 @@ class Runtime {
   // The configuration for a MoE GEMM by the dense rules: the table's `moe` entry for (format, experts, top_k, n, k,
   // projection, token-indexed), its token range holding T (tuned); else the nearest entry of the format and projection
   // in (ln n, ln k, ln experts, ln top_k), its range for T (fallback); else a hand-written config at the expected
-  // rows per expert (heuristic: the wgmma family's on sm_90 for weight-only formats, else the mma family's). A table
+  // rows per expert (heuristic: on sm_90 the wgmma family's for weight-only formats and W4A8, the tma family's for
+  // quantized activations above 64 rows per expert and W4A8's gate-up from 32, else the mma family's). A table
   // config that fails the MoE kernel's rules here gives way to the heuristic, as does one of a family the runtime
   // does not launch here (wgmma off sm_90 or for quantized activations; tma off sm_90 or for 4-bit compute).
   // InputError naming "projection", "experts", "top_k" (0 or more than experts), "tokens" (0), "n", "k".

@@ -203,6 +203,27 @@ KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& l
       // No dense shape fits N and K: the next family's, or the small tiles below, may.
     }
   };
+  // Quantized activations on the tma MoE kernel where the H200 measured it ahead (DeepSeek-V3 W4A8, docs/perf.md,
+  // seventeenth session): 128-token tiles beyond the widened wgmma tiles' 64 rows per expert (T = 4096: the tune's
+  // winners of both projections, gate-up 2981.1 us, down 2699.5), and 64-token tiles for W4A8's gate-up from 32 rows
+  // (T = 1024: 1527.4 us, every wgmma candidate slower than tma's second best, 1621.4; the down projection stays on
+  // wgmma, 1342.2 against tma's 1448.5). A persistent grid walks the units (1.4% ahead of one CTA per unit at T = 4096).
+  // W8A8 fp8 takes the tall tiles by the dense evidence (its tma kernels lead from M = 32; not measured as MoE yet).
+  if (problem.format.activation_is_quantized() && tma_family().supports(problem.format, limits.sm).supported) {
+    const bool tall = rows > WgmmaFamily::kWidenedMaxBm;
+    const bool w4a8_gate_up = rows >= 32 && problem.projection == MoeProjection::GateUp && WgmmaFamily::widened_preferred(problem.format);
+    if (tall || w4a8_gate_up) {
+      // 8-bit weights fill shared memory twice as fast: their slots are 128 K deep (the dense default's at large M).
+      const std::string bm = tall ? "128" : "64";
+      for (const char* bk : {"256", "128"}) {
+        for (const char* persistent : {"1", "0"}) {
+          candidates.push_back(KernelConfig::parse("bm=" + bm + ",bn=128,bk=" + bk + ",stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=" +
+                                                       persistent + ",overlap=1,promote=0,pingpong=0,kgroups=1",
+                                                   tma_family().name()));
+        }
+      }
+    }
+  }
   // wgmma won every DeepSeek-V3 MoE problem measured on the H200 (docs/perf.md, eleventh session) and wins dense from M = 16.
   // fp8 activations: W4A8 only (WgmmaFamily::widened_preferred), which beat Humming's MoE kernel at every decode bucket.
   const bool widened = WgmmaFamily::widens_activations(problem.format);

@@ -193,6 +193,22 @@ TEST(RuntimeMoeSelectWithoutTable, HeuristicPassesTheMoeRulesFromDecodeToPrefill
   }
   // At T = 1 the 8 touched experts' tiles are few: the K split stays; at T = 4096 there are plenty: no split.
   EXPECT_EQ(runtime.select_moe(kMoeFormat, deepseek(4096)).choice.params.at("split"), 1);
+  // W4A8 takes the tma kernel's measured winners: 128-token tiles at 128 rows per expert (T = 4096) in both projections,
+  // 64-token tiles for the gate-up at 32 (T = 1024), whose down projection stays on wgmma; decode stays on wgmma.
+  for (const char* projection : {"gate-up", "down"}) {
+    const runtime_api::MoeChoice prefill = runtime.select_moe("w4a8-int4-fp8", deepseek(4096, projection));
+    EXPECT_EQ(prefill.choice.family, "tma") << projection;
+    EXPECT_EQ(prefill.choice.config,
+              "bm=128,bn=128,bk=256,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1");
+    EXPECT_EQ(runtime.select_moe("w4a8-int4-fp8", deepseek(16, projection)).choice.family, "wgmma") << projection;
+  }
+  const runtime_api::MoeChoice gate_up = runtime.select_moe("w4a8-int4-fp8", deepseek(1024, "gate-up"));
+  EXPECT_EQ(gate_up.choice.family, "tma");
+  EXPECT_EQ(gate_up.choice.params.at("bm"), 64);
+  EXPECT_EQ(runtime.select_moe("w4a8-int4-fp8", deepseek(1024, "down")).choice.family, "wgmma");
+  // W8A8 fp8 with 128 rows per expert: the tma kernel too (its dense kernels lead from M = 32); below, mma as before.
+  EXPECT_EQ(runtime.select_moe("w8a8-fp8-ch", deepseek(4096)).choice.family, "tma");
+  EXPECT_EQ(runtime.select_moe("w8a8-fp8-ch", deepseek(1024)).choice.family, "mma");
 }
 
 // ---- which family's MoE kernel: mma everywhere, on sm_90 wgmma for weight-only formats and tma ----
@@ -339,7 +355,8 @@ TEST_F(RuntimeMoeSelectFamilies, TmaWinnerIsRefusedOffHopperWithTheFamilyReason)
 
 // On sm_90 the heuristic of a weight-only or W4A8 (fp8 activations widened) format is the wgmma family's dense config
 // at the expected rows per expert, one of the points of the wgmma-moe provider's curated space (what a tune of that
-// provider measures); W8A8 (fp8 or int8), and any format on sm_80, take the mma family's.
+// provider measures), except W4A8's prefill, the tma-moe winners of its curated space; W8A8 (fp8 or int8) below 64
+// rows per expert, and any format on sm_80, take the mma family's.
 TEST(RuntimeMoeSelectWithoutTable, HopperWeightOnlyHeuristicIsWgmmaInsideTheCuratedSpace) {
   Runtime hopper({.arch = "sm_90a"});
   Runtime ampere({.arch = "sm_80"});
@@ -349,17 +366,20 @@ TEST(RuntimeMoeSelectWithoutTable, HopperWeightOnlyHeuristicIsWgmmaInsideTheCura
         const MoeShape shape = deepseek(tokens, projection);
         const std::string label = std::string(format) + " " + projection + " T=" + std::to_string(tokens);
         const runtime_api::MoeChoice choice = hopper.select_moe(format, shape);
-        ASSERT_EQ(choice.choice.family, "wgmma") << label << ": " << choice.choice.config;
+        // W4A8 prefill takes the tma kernel's measured winners (128 rows per expert; the gate-up's 32).
+        const bool on_tma = std::string(format) == "w4a8-int4-fp8" && (tokens == 4096 || (tokens == 1024 && std::string(projection) == "gate-up"));
+        ASSERT_EQ(choice.choice.family, on_tma ? "tma" : "wgmma") << label << ": " << choice.choice.config;
         EXPECT_EQ(choice.arch, "sm_90a");
         const MoeProblem problem =
             make_moe_problem(FormatSpec::parse(format), shape.experts, shape.top_k, shape.n, shape.k, tokens, projection);
         // The provider's curated space at the uniform routing's rows per expert, every point of it.
-        const providers::ProviderSpace space = providers::wgmma_moe_provider().enumerate(
-            providers::moe_provider_problem(problem), ArchLimits::for_sm(90), providers::SpaceRequest{}, nullptr);
+        const providers::MoeProvider& provider = on_tma ? providers::tma_moe_provider() : providers::wgmma_moe_provider();
+        const providers::ProviderSpace space =
+            provider.enumerate(providers::moe_provider_problem(problem), ArchLimits::for_sm(90), providers::SpaceRequest{}, nullptr);
         EXPECT_NE(std::find(space.configurations.begin(), space.configurations.end(), choice.choice.config),
                   space.configurations.end())
-            << label << ": " << choice.choice.config << " is not in the wgmma-moe curated space (" << space.configurations.size()
-            << " configs)";
+            << label << ": " << choice.choice.config << " is not in the " << provider.name() << " curated space ("
+            << space.configurations.size() << " configs)";
         if (!FormatSpec::parse(format).activation_is_quantized()) {  // fp8 activations need sm_89
           EXPECT_EQ(ampere.select_moe(format, shape).choice.family, "mma") << label;
         }
