@@ -220,7 +220,8 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_progress(tune::ConsoleProg
                                                                const std::vector<const KernelFamily*>& families,
                                                                const std::vector<std::vector<Problem>>& problems_of_family,
                                                                const TuneCommandOptions& options, std::size_t threads,
-                                                               std::size_t humming_problems) {
+                                                               std::size_t humming_problems, std::size_t moe_problems,
+                                                               std::size_t* moe_stage) {
   const std::size_t candidates = options.space == "full" ? 20000 : 300;
   double evaluated_share = options.budget_fraction.value_or(1.0);
   if (options.budget_evals) {
@@ -246,6 +247,12 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_progress(tune::ConsoleProg
     const std::size_t measure = plan.add_stage(
         "measuring humming", evaluations * (options.time_budget_s + tune::kEvaluationOverheadSeconds), "measuring");
     stages.emplace_back(compile, measure);
+  }
+  if (moe_problems > 0) {
+    // The MoE expert GEMMs last, counted in problems: each compiles and measures its providers' spaces (the MoE
+    // kernels of a shape are shared by its token buckets, so most of a bucket's compiles are cache hits).
+    *moe_stage = plan.add_stage("moe", static_cast<double>(moe_problems) * (per_problem.compile_seconds / 4 + per_problem.measure_seconds),
+                                "moe");
   }
   progress.set_plan(std::move(plan), threads, options.time_budget_s);
   return stages;
@@ -278,7 +285,8 @@ class FamilyConsole final : public tune::FamilyRunObserver {
 int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& problems,
             const std::vector<std::string>& moe_providers, const tune::TuneTarget& target, const tune::MeasureSettings& measure,
             const jit::CompilerSettings& settings, const std::filesystem::path& cache, reports::OutputStyle style,
-            std::optional<reports::Table>& machine_table, peers::PeerHost* baseline_peers) {
+            std::optional<reports::Table>& machine_table, peers::PeerHost* baseline_peers, tune::ConsoleProgress& progress,
+            std::size_t progress_stage) {
   tune::MoeTuneOptions moe_options;
   moe_options.strategy = options.strategy;
   moe_options.strategy_options.seed = options.seed;
@@ -323,12 +331,13 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
       };
     }
   }
-  services.problem_finished = [](const tune::MoeProblemReport& report) {
-    std::cerr << "qtune tune: " << report.problem.to_string() << ": "
-              << (report.skipped ? "winner stored already"
-                                 : std::to_string(report.candidates) + " candidates, " + std::to_string(report.measured) +
-                                       " measured" + (report.winner ? ", winner " + fixed(report.winner_us, 3) + " us" : ""))
-              << "\n";
+  std::size_t problems_done = 0;
+  services.problem_finished = [&](const tune::MoeProblemReport& report) {
+    progress.problem_line(progress_stage, ++problems_done, problems.size(),
+                          report.problem.to_string() + ": " +
+                              (report.skipped ? "winner stored already"
+                                              : std::to_string(report.candidates) + " candidates, " + std::to_string(report.measured) +
+                                                    " measured" + (report.winner ? ", winner " + fixed(report.winner_us, 3) + " us" : "")));
   };
   std::string provider_names;
   for (const std::string& name : moe_providers) provider_names += (provider_names.empty() ? "" : ", ") + name;
@@ -543,8 +552,9 @@ int run(const TuneCommandOptions& options) {
   }
   tune::ConsoleProgress progress(std::cerr, isatty(STDERR_FILENO) != 0);
   const std::size_t threads = jit::compiler_thread_count(options.jobs);
+  std::size_t moe_stage = 0;
   const std::vector<std::pair<std::size_t, std::size_t>> stages =
-      plan_progress(progress, families, problems_of_family, options, threads, humming.problems.size());
+      plan_progress(progress, families, problems_of_family, options, threads, humming.problems.size(), moe_problems.size(), &moe_stage);
   FamilyConsole console(progress, stages, families.size(), options.dry_run, style);
   tune::FamilyRuns runs;
   if (!shard_problems.empty()) {
@@ -586,7 +596,7 @@ int run(const TuneCommandOptions& options) {
   int moe_status = 0;
   if (!moe_problems.empty() && !runs.interrupted) {
     moe_status = run_moe(options, moe_problems, moe_providers, target, measure, settings, cache, style, moe_table,
-                         moe_baseline_peers.get());
+                         moe_baseline_peers.get(), progress, moe_stage);
   }
   if (style != reports::OutputStyle::Text) {
     std::vector<std::pair<std::string, const reports::Table*>> parts;

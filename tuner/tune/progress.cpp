@@ -228,6 +228,14 @@ void ConsoleProgress::problem_finished(const ProblemReport& report) {
   draw_bar();
 }
 
+void ConsoleProgress::problem_line(std::size_t stage, std::size_t done, std::size_t total, const std::string& line) {
+  end_stages();  // the families' stages before it are over
+  plan_.set_progress(stage, done, total);
+  clear_bar();
+  out_ << "[" << done << "/" << total << "] " << line << "; " << run_text() << "\n";
+  out_.flush();
+}
+
 void ConsoleProgress::note(const std::string& message) {
   clear_bar();
   out_ << "note: " << message << "\n";

@@ -81,6 +81,9 @@ class ConsoleProgress final : public TuneObserver {
   void evaluated(const EvaluationEvent& event) override;
   void problem_finished(const ProblemReport& report) override;
   void note(const std::string& message) override;
+  // A stage counted in whole problems (the MoE expert GEMMs after the dense families): `done` of `total` finished;
+  // prints "[done/total] line; run P%, ETA ..." (the bar's share and ETA cover the whole run).
+  void problem_line(std::size_t stage, std::size_t done, std::size_t total, const std::string& line);
 
   // "1h02m", "3m05s", "12s"; "?" when unknown.
   static std::string format_duration(double seconds);

@@ -161,5 +161,30 @@ TEST(Progress, OneBarCoversEveryFamilyAndPhase) {
   EXPECT_GT(first_done, text.find("compiling wgmma")) << "100% before the last family: " << text;
 }
 
+// The MoE expert GEMMs are the run's last stage, counted in problems: a line each, with the whole run's share and ETA
+// (the dense families' stages before it count as done).
+TEST(Progress, MoeProblemsAreTheLastStageOfTheOneBar) {
+  std::ostringstream out;
+  {
+    ConsoleProgress progress(out, false);
+    WorkPlan plan;
+    const std::size_t compile = plan.add_stage("compiling mma", 5);
+    const std::size_t measure = plan.add_stage("measuring mma", 5);
+    const std::size_t moe = plan.add_stage("moe", 10, "moe");
+    progress.set_plan(std::move(plan), 1, 1.0);
+    progress.start_stages(compile, measure);
+    EXPECT_DOUBLE_EQ(progress.plan().fraction(), 0.0);
+    progress.problem_line(moe, 1, 4, "w4a8-int4-fp8 moe gate-up T=1: 48 candidates, 8 measured, winner 40.111 us");
+    EXPECT_DOUBLE_EQ(progress.plan().fraction(), (10.0 + 2.5) / 20.0);
+    progress.problem_line(moe, 4, 4, "w4a8-int4-fp8 moe down T=4096: 112 candidates, 17 measured, winner 2699.480 us");
+    EXPECT_DOUBLE_EQ(progress.plan().fraction(), 1.0);
+  }
+  const std::string text = out.str();
+  EXPECT_NE(text.find("[1/4] w4a8-int4-fp8 moe gate-up T=1: 48 candidates, 8 measured, winner 40.111 us; run 62%, ETA "),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("[4/4] w4a8-int4-fp8 moe down T=4096: 112 candidates, 17 measured, winner 2699.480 us; run 100%, ETA 0s"),
+            std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace qtune::tune
