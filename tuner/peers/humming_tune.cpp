@@ -283,6 +283,10 @@ search::Evaluation evaluate(ProblemContext& context, std::optional<KernelConfig>
     remember(config_id, evaluation);
   }
   if (!evaluation.valid) ++context.report.invalid;
+  if (!evaluation.valid && phase == "heuristic") {
+    const std::string why = candidate.message.empty() ? candidate.verification_summary : candidate.message;
+    context.report.heuristic_failure = providers::to_string(candidate.outcome) + (why.empty() ? "" : ": " + why.substr(0, 160));
+  }
   event.config = *config;
   event.valid = evaluation.valid;
   event.time_us = evaluation.valid ? evaluation.time_us : 0;

@@ -141,6 +141,7 @@ std::string ConsoleProgress::describe(const ProblemReport& report) {
     if (report.winner_reason != "fastest") text += " [" + report.winner_reason + "]";
     if (report.heuristic_us) text += "; heuristic " + fixed(*report.heuristic_us, 2) + " us (" +
                                      fixed(*report.heuristic_us / report.winner_us, 2) + "x)";
+    if (!report.heuristic_failure.empty()) text += "; heuristic failed (" + report.heuristic_failure + ")";
   } else {
     text += "; no valid candidate";
   }

@@ -107,6 +107,7 @@ struct ProblemReport {
   std::size_t invalid = 0;      // failed verification, errors, crashes, timeouts (now or before)
   std::optional<KernelConfig> heuristic;
   std::optional<double> heuristic_us;
+  std::string heuristic_failure;  // why the heuristic's pick has no time: its outcome and message ("" when timed)
   std::optional<KernelConfig> table;  // TuneOptions::table_selection's pick
   std::optional<double> table_us;
   std::optional<KernelConfig> winner;

@@ -161,6 +161,22 @@ TEST(Progress, OneBarCoversEveryFamilyAndPhase) {
   EXPECT_GT(first_done, text.find("compiling wgmma")) << "100% before the last family: " << text;
 }
 
+// A heuristic pick that failed (Humming's own, when its kernel fails the check) is said in the problem's line: the
+// line has no heuristic time then, and the reader should know why.
+TEST(Progress, AFailedHeuristicIsNamedInTheProblemLine) {
+  ProblemReport report;
+  report.problem = Problem{FormatSpec::parse("w4a8-int4-fp8:scale=f16"), 1024, 8192, 8192, false};
+  report.winner = KernelConfig::parse("bm=128,bn=256", "humming");
+  report.winner_us = 124.32;
+  report.winner_reason = "fastest";
+  EXPECT_EQ(ConsoleProgress::describe(report).find("heuristic"), std::string::npos);
+  report.heuristic_failure = "verification-failed: FAIL rel inf > 0.01 (1024x8192); 2097152 NaN/inf";
+  EXPECT_NE(ConsoleProgress::describe(report).find(
+                "; winner 124.32 us bm=128,bn=256; heuristic failed (verification-failed: FAIL rel inf > 0.01 (1024x8192); 2097152 NaN/inf)"),
+            std::string::npos)
+      << ConsoleProgress::describe(report);
+}
+
 // The MoE expert GEMMs are the run's last stage, counted in problems: a line each, with the whole run's share and ETA
 // (the dense families' stages before it count as done).
 TEST(Progress, MoeProblemsAreTheLastStageOfTheOneBar) {
