@@ -456,6 +456,20 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
           parity ^= 1;
         }
       };
+      // One slot without a group in flight: wait for it, run its chunks (build, issue, complete), release it.
+      auto run_slot = [&](int slot, u32 slot_phase, int kt, bool& fresh) {
+        mbarrier_wait(full0 + slot * 8, slot_phase);
+        const u32 base = smem + slot * G::STAGE_BYTES;
+#pragma unroll
+        for (int chunk = 0; chunk < G::CHUNKS; ++chunk) {
+          u32 fragment[G::CHUNK_STEPS][4];
+          build(base, chunk, fragment);
+          if constexpr (T::PINGPONG) named_barrier_sync(kTurnBarrier + warpgroup, G::CONSUMER_THREADS);  // my turn
+          issue(base, chunk, fragment, fresh);
+          fresh = complete(base, chunk, kt);
+        }
+        release(slot);
+      };
       if constexpr (T::KGROUPS > 1) {
         // This K group's tiles; the ring positions of the other group's are skipped, then the unit's all at once.
         int slot = stage;
@@ -463,16 +477,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         if (k_group > 0) next_slot(slot, slot_phase);
         bool fresh = true;
         for (int kt = work.kt_begin + k_group; kt < work.kt_end; kt += T::KGROUPS) {
-          mbarrier_wait(full0 + slot * 8, slot_phase);
-          const u32 base = smem + slot * G::STAGE_BYTES;
-#pragma unroll
-          for (int chunk = 0; chunk < G::CHUNKS; ++chunk) {
-            u32 fragment[G::CHUNK_STEPS][4];
-            build(base, chunk, fragment);
-            issue(base, chunk, fragment, fresh);
-            fresh = complete(base, chunk, kt);
-          }
-          release(slot);
+          run_slot(slot, slot_phase, kt, fresh);
 #pragma unroll
           for (int i = 0; i < T::KGROUPS; ++i) next_slot(slot, slot_phase);
         }
@@ -487,17 +492,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       } else if constexpr (!T::OVERLAP) {
         bool fresh = true;  // the next wgmma starts a new partial sum
         for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
-          mbarrier_wait(full0 + stage * 8, phase);
-          const u32 base = smem + stage * G::STAGE_BYTES;
-#pragma unroll
-          for (int chunk = 0; chunk < G::CHUNKS; ++chunk) {
-            u32 fragment[G::CHUNK_STEPS][4];
-            build(base, chunk, fragment);
-            if constexpr (T::PINGPONG) named_barrier_sync(kTurnBarrier + warpgroup, G::CONSUMER_THREADS);  // my turn
-            issue(base, chunk, fragment, fresh);
-            fresh = complete(base, chunk, kt);
-          }
-          release(stage);
+          run_slot(stage, phase, kt, fresh);
           next_slot(stage, phase);
         }
       } else {
