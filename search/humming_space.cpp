@@ -143,6 +143,15 @@ RuleVerdict check_point(const Point& p, const HummingLayer& layer, int64_t m, co
     return fail("threads-per-block", std::to_string(threads) + " threads per CTA > " +
                                          std::to_string(limits.max_threads_per_block));
   }
+  // Humming (a6455de) copies a block's activation-scale rows one per load thread with no loop over the rest
+  // (memory/g2s_loader/loader_as.cuh), so rows past the load threads read shared memory nothing wrote: NaN rows from
+  // row 128 of each block at M = 1024 on the H200 (Humming's own sm90 pick, bm = 176, warp specialization).
+  const int64_t load_threads = p.warp_spec() != 0 ? 128 : math_threads;
+  if (layer.a_bits < 16 && p.bm() > load_threads) {
+    return fail("activation-scale-rows", "bm=" + to_text(p.bm()) + " has more rows than Humming's " +
+                                             std::to_string(load_threads) + " load threads, which copy one activation "
+                                             "scale each: rows past them come out wrong");
+  }
   if (p.stages() < 2 || p.stages() > 8) return fail("stages", "stages must be in [2, 8]");
   if ((p.warp_spec() != 0 || p.tma() != 0) && limits.sm < 90) {
     return fail("sm90-feature", "warp specialization and TMA need sm_90 or later");

@@ -211,6 +211,33 @@ TEST(HummingSpace, ArchitectureAndClusterRules) {
   EXPECT_EQ(HummingSpace::check(missing, problem, ArchLimits::for_sm(90)).rule, "missing-parameter");
 }
 
+// Humming copies one activation-scale row per load thread (128 with warp specialization): a block of quantized
+// activations taller than that leaves rows unscaled (NaN rows from row 128 of each block on the H200, Humming's own
+// W4A8 pick at M = 1024). 16-bit activations have no such scales; without warp specialization every math thread loads.
+TEST(HummingSpace, QuantizedActivationBlocksFitTheScaleLoadThreads) {
+  const ArchLimits h200 = ArchLimits::for_sm(90);
+  const Problem w4a8 = problem_of("w4a8-int4-fp8:scale=f16", 1024);
+  KernelConfig config = valid_sm90_config();  // bn 256, wn 32: 8 math warps and the producer warpgroup
+  config.params["wk"] = 64;                   // an fp8 warp shape
+  config.params["bm"] = 128;
+  EXPECT_TRUE(HummingSpace::check(config, w4a8, h200).valid) << HummingSpace::check(config, w4a8, h200).detail;
+  for (int bm : {136, 160, 176, 256}) {
+    config.params["bm"] = bm;
+    const RuleVerdict verdict = HummingSpace::check(config, w4a8, h200);
+    EXPECT_EQ(verdict.rule, "activation-scale-rows") << "bm=" << bm << ": " << verdict.detail;
+    EXPECT_NE(verdict.detail.find("128 load threads"), std::string::npos) << verdict.detail;
+  }
+  config.params["bm"] = 176;
+  config.params["stages"] = 3;  // f16 activations: no activation scales to load (3 stages of 176 rows fit)
+  const RuleVerdict f16 = HummingSpace::check(config, problem_of("w4a16-int4-ch", 1024), h200);
+  EXPECT_TRUE(f16.valid) << f16.rule << ": " << f16.detail;
+  for (int64_t m : {1024, 4096}) {
+    for (const KernelConfig& candidate : HummingSpace::enumerate(problem_of("w4a8-int4-fp8:scale=f16", m), h200).candidates) {
+      EXPECT_LE(candidate.params.at("bm"), 128) << candidate.to_string();
+    }
+  }
+}
+
 TEST(HummingSpace, SharedMemoryFollowsHummingsEstimate) {
   const HummingLayer layer = humming_layer_for(FormatSpec::parse("w4a16-int4-ch"), 8192, 8192);
   KernelConfig config = valid_sm90_config();
