@@ -297,6 +297,9 @@ int run_moe(const TuneCommandOptions& options, const std::vector<MoeProblem>& pr
   moe_options.problems = problems;
   moe_options.providers = moe_providers;
   moe_options.auto_families = options.family == "auto";
+  moe_options.heuristic = [&target](const MoeProblem& problem) -> std::optional<KernelConfig> {
+    return production::moe_heuristic_config(problem, target.limits);
+  };
   moe_options.space.curated = options.space != "full";
   for (const std::string& text : options.params) {
     auto [name, values] = tune::parse_parameter_values(text);

@@ -121,7 +121,7 @@ reports::Table moe_report_table(const tune::MoeTuneReport& report) {
                                          [](const tune::MoeProblemReport& problem) { return !problem.baseline.empty(); });
   std::vector<std::string> header{"format", "projection", "experts", "top_k", "tokens", "n", "k", "layout", "routing",
                                   "space", "touched", "rows_per_expert", "candidates", "compile_failed", "measured",
-                                  "invalid", "winner_us", "winner_gbps", "baseline_us"};
+                                  "invalid", "winner_us", "winner_gbps", "heuristic_us", "baseline_us"};
   if (with_baseline) header.insert(header.end(), {"baseline", "vs_baseline"});
   header.insert(header.end(), {"seconds", "winner"});
   reports::Table table(header);
@@ -136,6 +136,7 @@ reports::Table moe_report_table(const tune::MoeTuneReport& report) {
         std::to_string(problem.measured), std::to_string(problem.invalid),
         problem.winner ? fixed(problem.winner_us, 3) : "",
         problem.winner_bytes > 0 ? fixed(static_cast<double>(problem.winner_bytes) / problem.winner_us / 1e3, 1) : "",
+        problem.heuristic_us ? fixed(*problem.heuristic_us, 3) : "",
         problem.baseline_us ? fixed(*problem.baseline_us, 3) : problem.baseline_failure};
     if (with_baseline) {
       row.push_back(problem.baseline);

@@ -377,6 +377,14 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
     const Routing routing = problem.make_routing();
     problem_report.experts_touched = routing.experts_touched();
     problem_report.rows_per_expert = providers::rows_per_expert(routing);
+    // What production would run without a table; a rule that refuses every config leaves none to measure.
+    std::optional<KernelConfig> heuristic;
+    if (options.heuristic) {
+      try {
+        heuristic = options.heuristic(problem);
+      } catch (const UnsupportedError&) {
+      }
+    }
     // Every provider's space is compiled and searched; the fastest verified configuration of any of them wins.
     std::optional<std::pair<KernelConfig, double>> best;
     db::ConfigId best_config{};
@@ -388,17 +396,35 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
       }
       providers::SpaceRequest space_request = options.space;
       if (!exhaustive) space_request.max_configs = 0;  // the strategy chooses within the budget
-      const providers::ProviderSpace space = provider->enumerate(provider_problem, target.limits, space_request, nullptr);
+      providers::ProviderSpace space = provider->enumerate(provider_problem, target.limits, space_request, nullptr);
       problem_report.space_total += space.total;
       for (const auto& [rule, count] : space.removed_by_rule) problem_report.removed_by_rule[rule] += count;
-      const std::vector<CompiledCandidate> candidates = compile_candidates(
+      // The heuristic's config is this provider's when it is of its family: compiled with the space (added if the
+      // space lacks it) and measured before the search.
+      std::optional<std::string> heuristic_text;
+      if (heuristic && heuristic->family == provider->family().name()) {
+        heuristic_text = heuristic->to_string();
+        if (std::find(space.configurations.begin(), space.configurations.end(), *heuristic_text) == space.configurations.end()) {
+          space.configurations.push_back(*heuristic_text);
+        }
+      }
+      std::vector<CompiledCandidate> candidates = compile_candidates(
           space.configurations, provider->family().name(), problem, target.arch, *services.compiler, problem_report);
-      problem_report.candidates += candidates.size();
+      std::optional<CompiledCandidate> heuristic_candidate;
+      if (heuristic_text) {
+        const auto found = std::find_if(candidates.begin(), candidates.end(),
+                                        [&](const CompiledCandidate& c) { return c.config.to_string() == *heuristic_text; });
+        if (found != candidates.end()) {
+          heuristic_candidate = *found;
+          candidates.erase(found);  // measured once, as the heuristic
+        }
+      }
+      problem_report.candidates += candidates.size() + (heuristic_candidate ? 1 : 0);
       if (options.dry_run) continue;
       const std::string source_hash = kernel_source_hash(provider->family());
       std::vector<search::PriorObservation>& provider_prior = prior[provider->name()];
       const auto evaluate = [&](const CompiledCandidate& candidate, const std::vector<double>& features,
-                                search::Fidelity fidelity) -> search::Evaluation {
+                                search::Fidelity fidelity, bool is_heuristic = false) -> search::Evaluation {
         if (stop != nullptr && stop->load()) {
           report.interrupted = true;
           throw StopSearch{};
@@ -412,7 +438,7 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
         db::KernelConfig record = config_record(candidate.config, source_hash);
         record.family = provider->name();  // MoE configs never mix with the dense family's priors
         db::ConfigId config{};
-        const std::string phase = full ? options.strategy : options.strategy + "-screen";
+        const std::string phase = is_heuristic ? "heuristic" : full ? options.strategy : options.strategy + "-screen";
         const bool measured = store_result(store, record, result, report.run, problem_id, phase, config);
         if (!measured) {
           ++problem_report.invalid;
@@ -420,6 +446,7 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
         }
         if (!full) return {true, result.measurement.median_us};  // a screening time never makes a winner
         ++problem_report.measured;
+        if (is_heuristic) problem_report.heuristic_us = result.measurement.median_us;
         if (!features.empty()) provider_prior.push_back({features, result.measurement.median_us});
         if (!best || result.measurement.median_us < best->second) {
           best = std::make_pair(candidate.config, result.measurement.median_us);
@@ -428,6 +455,11 @@ MoeTuneReport run_moe_tune(const MoeTuneOptions& options, const TuneTarget& targ
         return {true, result.measurement.median_us};
       };
       try {
+        if (heuristic_candidate) {
+          evaluate(*heuristic_candidate,
+                   providers::moe_cost_features(provider->family(), heuristic_candidate->config, problem, routing, target.limits),
+                   search::Fidelity::Full, true);
+        }
         if (exhaustive) {
           for (const CompiledCandidate& candidate : candidates) evaluate(candidate, {}, search::Fidelity::Full);
         } else {

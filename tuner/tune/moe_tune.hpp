@@ -86,6 +86,10 @@ struct MoeTuneOptions {
   std::vector<std::string> providers{providers::kMoeProviderName};
   // --family auto: each provider searches only the problems moe_auto_tune_covers gives it (a named list: all of them).
   bool auto_families = false;
+  // What production runs without a table (the CLI passes production::moe_heuristic_config; nullopt or none: nothing):
+  // measured first, in phase "heuristic", by its family's provider when that one searches the problem, so that a tuned
+  // winner is never slower than no table.
+  std::function<std::optional<KernelConfig>(const MoeProblem&)> heuristic;
   providers::SpaceRequest space;  // curated or whole, narrowed parameters, max_configs = the evaluation budget
   // "exhaustive": every configuration of the space (capped by space.max_configs, spread evenly). "random", "halving",
   // "model": the whole space is compiled and the strategy measures budget.max_evaluations of it; the model strategy's
@@ -117,6 +121,7 @@ struct MoeProblemReport {
   std::size_t invalid = 0;   // failed verification, errors, crashes, timeouts
   std::optional<KernelConfig> winner;
   double winner_us = 0;
+  std::optional<double> heuristic_us;  // MoeTuneOptions::heuristic's median, when it was measured and verified
   std::optional<double> baseline_us;  // MoeTuneOptions::baseline's median, when it was measured and verified
   std::string baseline;               // the provider measured as the baseline ("" when none)
   std::string baseline_failure;       // why it has no median: its outcome and message ("" when measured)

@@ -510,6 +510,74 @@ TEST(MoeTune, BothProvidersTheFasterWins) {
   expect_input_error([&] { run_moe_tune(options, target, dir / "q.db", services); }, {"providers", "bsmma-moe"});
 }
 
+// The heuristic's config (what production runs without a table) is measured first, in phase "heuristic", by the
+// provider of its family, also when the narrowed space lacks it; it wins when it is the fastest, so a tuned winner is
+// never slower than no table. A heuristic of another family is measured by none, and one that refuses is skipped.
+TEST(MoeTune, TheHeuristicIsMeasuredFirstAndWinsWhenFastest) {
+  TempDir dir;
+  const TuneTarget target = target_from_profile(search::gpu_profile_by_name("h200"));
+  MoeTuneOptions options;
+  options.problems = {small_problem(16)};
+  options.space.parameter_values = {{"bm", {16}}, {"bn", {128}}, {"bk", {128}},     {"wm", {1}},     {"wn", {4}},
+                                    {"wk", {1}},  {"stages", {4}}, {"split", {1, 2}}, {"raster", {0}}, {"gscale", {0}}};
+  const KernelConfig outside = KernelConfig::parse("bm=16,bn=128,bk=128,wm=1,wn=4,wk=1,stages=3,split=1,raster=0,gscale=0", "mma");
+  options.heuristic = [&outside](const MoeProblem&) -> std::optional<KernelConfig> { return outside; };
+  const jit::Compiler compiler(test_compiler_settings());
+  MoeTuneServices services;
+  services.compiler = &compiler;
+  std::vector<std::string> measured;
+  double heuristic_time = 1.5;  // faster than split 1 (4.0) and split 2 (3.0)
+  services.evaluate = [&](const CandidateJob& job, double) {
+    measured.push_back(job.configuration);
+    const KernelConfig config = KernelConfig::parse(job.configuration, "mma");
+    providers::CandidateResult result;
+    result.outcome = providers::CandidateOutcome::Measured;
+    result.verified = true;
+    result.measurement.median_us = config.get("stages") == 3 ? heuristic_time : config.get("split") == 2 ? 3.0 : 4.0;
+    result.measurement.samples_us = {result.measurement.median_us};
+    return result;
+  };
+  const MoeTuneReport report = run_moe_tune(options, target, dir / "q.db", services);
+  ASSERT_EQ(report.reports.size(), 1u);
+  const MoeProblemReport& problem = report.reports.front();
+  ASSERT_EQ(measured.size(), 3u);
+  EXPECT_EQ(KernelConfig::parse(measured.front(), "mma").get("stages"), 3) << "the heuristic is measured first";
+  EXPECT_EQ(problem.candidates, 3u);
+  EXPECT_EQ(problem.measured, 3u);
+  ASSERT_TRUE(problem.heuristic_us.has_value());
+  EXPECT_DOUBLE_EQ(*problem.heuristic_us, 1.5);
+  ASSERT_TRUE(problem.winner.has_value());
+  EXPECT_EQ(problem.winner->to_string(), outside.to_string());
+  EXPECT_DOUBLE_EQ(problem.winner_us, 1.5);
+  {
+    db::Store store = db::Store::open(dir / "q.db");
+    const std::vector<db::MoeResult> results = db::list_moe_results(store, db::list_moe_problems(store).front().id, "h200");
+    ASSERT_EQ(results.size(), 3u);
+    EXPECT_EQ(std::count_if(results.begin(), results.end(), [](const db::MoeResult& r) { return r.phase == "heuristic"; }), 1);
+  }
+  // Slower than the search's best: measured all the same, and the search wins.
+  options.retune = true;
+  heuristic_time = 9.0;
+  measured.clear();
+  const MoeTuneReport slower = run_moe_tune(options, target, dir / "q.db", services);
+  EXPECT_EQ(measured.size(), 3u);
+  ASSERT_TRUE(slower.reports.front().heuristic_us.has_value());
+  EXPECT_DOUBLE_EQ(*slower.reports.front().heuristic_us, 9.0);
+  EXPECT_EQ(slower.reports.front().winner->get("split"), 2);
+  // A heuristic of a family no provider of the tune runs, or one that refuses the problem: nothing extra measured.
+  const KernelConfig wgmma = KernelConfig::parse("bm=16,bn=128,bk=128,stages=4,split=1,overlap=0,gscale=0", "wgmma");
+  options.heuristic = [&wgmma](const MoeProblem&) -> std::optional<KernelConfig> { return wgmma; };
+  measured.clear();
+  const MoeTuneReport other = run_moe_tune(options, target, dir / "q.db", services);
+  EXPECT_EQ(measured.size(), 2u);
+  EXPECT_FALSE(other.reports.front().heuristic_us.has_value());
+  options.heuristic = [](const MoeProblem&) -> std::optional<KernelConfig> { QTUNE_THROW(UnsupportedError, "no rule"); };
+  measured.clear();
+  const MoeTuneReport refused = run_moe_tune(options, target, dir / "q.db", services);
+  EXPECT_EQ(measured.size(), 2u);
+  EXPECT_FALSE(refused.reports.front().heuristic_us.has_value());
+}
+
 // The model strategy measures --budget-evals of the compiled space (not the space capped and spread) per problem and
 // provider, each bucket with its own seed, stores each under its phase, and keeps the fastest as the winner; an
 // unknown strategy is refused naming the field.
