@@ -372,7 +372,8 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   // Hand rules from the H200 sweeps of 2026-12-02 (docs/perf.md), kept general through the SM count and check():
   //   - M <= 64: the weights stream. One token tile (16..64), 64 weight columns first (twice the CTAs: fp8 M = 64
   //     21.5 us against 24.7 with 128 and split 2), as many slots as fit about 200 KB, split-K while the units fill
-  //     less than half the SMs and each split keeps 4 K tiles.
+  //     less than half the SMs and each split keeps 4 K tiles. 16-bit activations take 256-deep slots with a wgmma
+  //     group in flight (W4A16 int4-ch M = 64 18.18 us against 23.02 at bk = 128 without; H100, 2026-12-06).
   //   - 64 < M <= 256: 128x128 tiles, 128 K deep, no split, one wave.
   //   - M > 256: persistent and rasterized; 256-token tiles where the partial sums need no flush (int8, f16/bf16,
   //     fp8 without K-group scales promoting never: int8 98.7 us at M = 1024, W4A16 166.5, fp8 103.6, W4A8 108.3),
@@ -396,7 +397,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
     shapes = {{bm, 64, 128}, {bm, 128, 128}, {bm, 64, 256}, {bm, 64, 64}};
-    if (narrow_on_8bit) shapes.insert(shapes.begin(), {bm, 64, 256});
+    if (narrow_on_8bit || wide_activations) shapes.insert(shapes.begin(), {bm, 64, 256});
   } else if (m <= 256) {
     shapes = {{128, 128, 128}, {128, 128, 64}, {128, 64, 128}, {64, 64, 128}};
     if (narrow_on_8bit) shapes.insert(shapes.begin(), {128, 128, 256});
@@ -428,7 +429,8 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     for (; split >= 1; split /= 2) {
       config.params["split"] = split;
       config.params["persistent"] = tiles * split > sms ? 1 : 0;
-      for (int overlap : {m > 256 || (promotion_only(device) && !flushes) ? 1 : 0, 0}) {
+      const bool overlap_first = m > 256 || (m <= 64 && wide_activations) || (promotion_only(device) && !flushes);
+      for (int overlap : {overlap_first ? 1 : 0, 0}) {
         config.params["overlap"] = overlap;
         for (int depth = stages; depth >= 2; --depth) {
           config.params["stages"] = depth;
@@ -444,7 +446,8 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
 
 bool TmaFamily::preferred_for(const Problem& problem, int) const {
   // Quantized activations from kPreferredFromM on (the mma family's swap-AB and small tiles below); weight-only formats
-  // from kPreferredFromMWeightOnly on (the wgmma family below: 23.9 against 24.2 us at M = 64).
+  // from kPreferredFromMWeightOnly on (the wgmma family below): W4A16 int4-ch at M = 32 / 64 15.30 / 18.18 us against
+  // wgmma's 17.63 / 24.38, int4-g128 19.42 / 21.09 against 20.42 / 28.96 (H100, one call, 2026-12-06).
   return problem.m >= (problem.format.activation_is_quantized() ? kPreferredFromM : kPreferredFromMWeightOnly);
 }
 

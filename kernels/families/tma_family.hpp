@@ -31,7 +31,7 @@ class TmaFamily final : public MmaFamily {
   // weight-only formats from M = 256 on (H200, 2026-12-02: W4A16 at M = 256 45.8 us against the wgmma family's 60.4,
   // at M = 1024 166.5 against 238.1).
   static constexpr int64_t kPreferredFromM = 32;
-  static constexpr int64_t kPreferredFromMWeightOnly = 256;
+  static constexpr int64_t kPreferredFromMWeightOnly = 32;
   // The per-M parameter ranges a curated search tries (a few dozen configurations per problem; check() drops the
   // depths a format's atom rules out).
   ParameterRanges curated_ranges(int64_t m) const override;

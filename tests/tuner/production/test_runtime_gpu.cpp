@@ -160,13 +160,14 @@ TEST(RuntimeApiGpuFixture, PlainSm90TestRunsAWgmmaTableConfigAndTheWgmmaAndTmaHe
       wgmma_family().check(KernelConfig::parse(kWgmmaTile, "wgmma"), {format, 64, kSize, kSize}, ArchLimits::for_sm(90));
   EXPECT_TRUE(verdict.valid) << verdict.rule << ": " << verdict.detail;
   const Runtime runtime({.arch = "sm_90"});
-  EXPECT_EQ(runtime.plan(kFormat, 64, kSize, kSize).choice.family, "wgmma");
+  EXPECT_EQ(runtime.plan(kFormat, 16, kSize, kSize).choice.family, "wgmma");
+  EXPECT_EQ(runtime.plan(kFormat, 64, kSize, kSize).choice.family, "tma");
   EXPECT_EQ(runtime.plan(kFormat, 300, kSize, kSize).choice.family, "tma");
   EXPECT_EQ(runtime.plan(kFormat, 300, kSize, kSize).arch, "sm_90a");
 }
 
 // wgmma and tma kernels exist only as sm_90a code: a Runtime told "sm_90" (not "sm_90a") compiles them for sm_90a and
-// runs them. The heuristic's choices at M = 64 (wgmma) and M = 300 (tma), and a table's wgmma config, against the
+// runs them. The heuristic's choices at M = 16 (wgmma), M = 64 and 300 (tma), and a table's wgmma config, against the
 // reference.
 TEST(RuntimeApiGpu, PlainSm90RuntimeRunsWgmmaAndTmaKernels) {
   QTUNE_REQUIRE_GPU();
@@ -181,7 +182,7 @@ TEST(RuntimeApiGpu, PlainSm90RuntimeRunsWgmmaAndTmaKernels) {
   const runtime::Stream stream;
   std::set<std::string> families;
   for (const auto& [runtime, m, seed] : std::vector<std::tuple<Runtime*, std::int64_t, std::uint64_t>>{
-           {&heuristic, 64, 404}, {&heuristic, 300, 505}, {&tuned, 48, 606}}) {
+           {&heuristic, 16, 303}, {&heuristic, 64, 404}, {&heuristic, 300, 505}, {&tuned, 48, 606}}) {
     const runtime_api::KernelPlan plan = runtime->plan(kFormat, m, kSize, kSize);
     const std::string label = "M=" + std::to_string(m) + " " + plan.choice.family + ":" + plan.choice.config;
     const Problem problem{format, m, kSize, kSize};

@@ -139,19 +139,19 @@ TEST(RuntimeSelectWithoutTable, HeuristicForTheArchitecturesLimits) {
   EXPECT_EQ(runtime.arch(), "sm_80");
 }
 
-// On Hopper the heuristic for weight-only formats is the wgmma family from M = 16 on, the tma family from M = 256 on
+// On Hopper the heuristic for weight-only formats is the wgmma family from M = 16 on, the tma family from M = 32 on
 // and the mma family below 16 (heuristic_family); quantized activations go to the tma family from M = 32 on (W4A8 to
 // wgmma below it). The
 // weights are packed once, for the mma layout all three read.
-TEST(RuntimeSelectWithoutTable, HopperHeuristicIsWgmmaFromSixteenRowsAndTmaFromTwoHundredFiftySix) {
+TEST(RuntimeSelectWithoutTable, HopperHeuristicIsWgmmaFromSixteenRowsAndTmaFromThirtyTwo) {
   RuntimeOptions options;
   options.arch = "sm_90a";
   const Runtime runtime(options);
-  for (const std::int64_t m : {1, 8, 16, 255, 256, 300, 4096}) {
+  for (const std::int64_t m : {1, 8, 16, 31, 32, 64, 255, 256, 300, 4096}) {
     const Problem problem{FormatSpec::parse(kFormat), m, 8192, 8192};
     const runtime_api::Choice choice = runtime.select(kFormat, m, 8192, 8192);
     EXPECT_EQ(choice.source, ConfigSource::Heuristic);
-    const KernelFamily& expected = m >= 256  ? static_cast<const KernelFamily&>(tma_family())
+    const KernelFamily& expected = m >= 32   ? static_cast<const KernelFamily&>(tma_family())
                                    : m >= 16 ? static_cast<const KernelFamily&>(wgmma_family())
                                              : mma_family();
     EXPECT_EQ(choice.family, expected.name()) << "M=" << m;
@@ -232,7 +232,8 @@ TEST(RuntimeCompile, DenseWgmmaAndTmaPlansOfAnySm90SpellingCompileForSm90a) {
     add(tuned, "w8a8-fp8-ch", 512, "tma", ConfigSource::Tuned, "sm_90a");
     add(tuned, kFormat, 4, "mma", ConfigSource::Tuned, arch);
     if (std::string(arch) == "sm_90") {  // the heuristic's choices compile alike (once: the same kernels for sm_90a)
-      add(untuned, kFormat, 64, "wgmma", ConfigSource::Heuristic, "sm_90a");
+      add(untuned, kFormat, 16, "wgmma", ConfigSource::Heuristic, "sm_90a");
+      add(untuned, kFormat, 64, "tma", ConfigSource::Heuristic, "sm_90a");
       add(untuned, kFormat, 300, "tma", ConfigSource::Heuristic, "sm_90a");
     }
   }

@@ -122,8 +122,8 @@ TEST(TuneCommand, DryRunOnTheCommandLine) {
   EXPECT_FALSE(store.list_runs().at(0).command_line.empty());
 }
 
-// --family auto (the default) on Hopper tunes the mma family, then wgmma, one run each; --param narrows each family
-// by the parameters it has.
+// --family auto (the default) on Hopper tunes the mma family, then tma (M = 64: weight-only formats from M = 32), then
+// wgmma, one run each; --param narrows each family by the parameters it has.
 TEST(TuneCommand, FamilyAutoTunesMmaThenWgmmaOnHopper) {
   TempDir dir;
   ASSERT_EQ(setenv("QTUNE_CACHE_DIR", test_cache().c_str(), 1), 0);
@@ -134,14 +134,14 @@ TEST(TuneCommand, FamilyAutoTunesMmaThenWgmmaOnHopper) {
       "--param", "raster=0"};
   EXPECT_EQ(run_qtune(arguments), 0);
   db::Store store = db::Store::open(dir / "cli.db");
-  ASSERT_EQ(store.list_runs().size(), 2u);
+  ASSERT_EQ(store.list_runs().size(), 3u);
   std::set<std::string> families;
   for (const auto& compile : store.list_compiles()) {
     const auto config = store.get_config(compile.config);
     ASSERT_TRUE(config.has_value());
     families.insert(config->family);
   }
-  EXPECT_EQ(families, (std::set<std::string>{"mma", "wgmma"}));
+  EXPECT_EQ(families, (std::set<std::string>{"mma", "tma", "wgmma"}));
   // Each family tunes the M range where it can win: mma M = 1 and 16, wgmma M = 16 and 64.
   const std::vector<Problem> problems = build_problem_set({FormatSpec::parse("w4a16-int4-ch")}, {{4096, 4096}}, {1, 16, 64});
   const std::vector<const KernelFamily*> both = {&find_family("mma"), &find_family("wgmma")};
