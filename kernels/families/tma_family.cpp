@@ -346,14 +346,15 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
   // warpgroups, split-K); from M = 256 on 128- or 256-token tiles, rasterized, persistent, with or without a cluster;
   // bk = 256 won for fp8 (fewer barriers per flush), bk = 64 for f16 (a group in flight). fp8 without K-group scales
   // wins by never promoting (promote = 0: 256-token tiles, a group in flight); taking turns (pingpong = 1) lost
-  // everywhere it was timed (3-18% slower; 2026-12-02, docs/perf.md), so the curated search leaves it off; two K groups
-  // of consumers (kgroups = 2) are not measured on a GPU yet, so they are searched only when asked (--param). check()
+  // everywhere it was timed (3-18% slower; 2026-12-02, docs/perf.md), so the curated search leaves it off. Two K groups
+  // of consumers (kgroups = 2, bn = 64) won only while the weights stream, for W4A8 (M = 64: 18.91 us against 19.47;
+  // at M = 256 and 1024 the 64-column tiles lost 27-47%; H100, 2026-12-06), so they are searched at M <= 64. check()
   // drops what a format's atom, flushes or registers rule out, so the ranges serve every format.
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
     return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {128, 256}}, {"stages", {4, 8}},     {"split", {1, 2}},
             {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}}, {"persistent", {0, 1}}, {"overlap", {0, 1}},
-            {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
+            {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1, 2}}};
   }
   if (m <= 256) {
     return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {4, 5, 6}}, {"split", {1}},
