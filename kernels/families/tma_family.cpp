@@ -239,6 +239,16 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("kgroups-flush", "kgroups=2 flushes each K group within its own slots: the flush interval " +
                                                   number(flush) + " must be at most bk=" + number(t.bk));
   }
+  // Each K group must see every fill of the slots it reads: with an odd ring, or a unit of odd length moving the
+  // groups onto each other's slots, a slot's fills alternate between the groups, and a group could take a fill two
+  // phases old for the one it waits for (mbarrier parity), then read and release a slot still being written (the
+  // unspecified launch failures of kgroups=2 at stages=3 on an H100, 2026-12-06).
+  if (t.kgroups == 2 && (t.stages % 2 != 0 || (problem.k / t.bk) % t.split != 0 || (problem.k / t.bk / t.split) % 2 != 0)) {
+    return RuleVerdict::fail("kgroups-even-ring", "kgroups=2 gives each K group every other slot: stages=" + number(t.stages) +
+                                                      " must be even and the " + number(problem.k / t.bk) + " K tiles of bk=" +
+                                                      number(t.bk) + " must split into split=" + number(t.split) +
+                                                      " equal even ranges");
+  }
   if ((t.cluster == 1) != (t.multicast == kMulticastNone)) {
     return RuleVerdict::fail("cluster-multicast", t.cluster == 1 ? "multicast=" + number(t.multicast) + " needs cluster=2"
                                                                  : "cluster=2 without multicast shares nothing: same as cluster=1");

@@ -165,6 +165,14 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
   EXPECT_EQ(verdict("bm=64,bn=64,bk=64,stages=4,split=1,raster=0" + plain + ",kgroups=2",
                     Problem{FormatSpec::parse("w4a16-int4-g128"), 256, 8192, 8192, false}), "");  // g128 scales dequantize: no flush
   EXPECT_EQ(verdict("bm=64," + narrow + ",kgroups=3", w4a8), "parameter-domain");
+  // Each K group keeps its own slots: an even ring and equal even K ranges (stages=3 faulted on an H100, 2026-12-06).
+  EXPECT_EQ(verdict("bm=64,bn=64,bk=256,stages=3,split=1,raster=0" + plain + ",promote=0,kgroups=2", w4a8), "kgroups-even-ring");
+  EXPECT_EQ(verdict("bm=64," + narrow + ",kgroups=2", Problem{w4a8.format, 64, 8192, 256 * 9, false}), "kgroups-even-ring");
+  EXPECT_EQ(verdict("bm=64,bn=64,bk=256,stages=4,split=2,raster=0" + plain + ",promote=0,kgroups=2",
+                    Problem{w4a8.format, 64, 8192, 256 * 6, false}), "kgroups-even-ring");  // 3 tiles a split
+  EXPECT_EQ(verdict("bm=64,bn=64,bk=256,stages=4,split=2,raster=0" + plain + ",promote=0,kgroups=2",
+                    Problem{w4a8.format, 64, 8192, 256 * 8, false}), "");
+  EXPECT_EQ(verdict("bm=64,bn=64,bk=256,stages=3,split=1,raster=0" + plain + ",promote=0", w4a8), "") << "kgroups=1 takes any ring";
   EXPECT_EQ(TmaFamily::threads(KernelConfig::parse("bm=64," + narrow + ",kgroups=2", "tma")), 384);
   EXPECT_EQ(TmaFamily::shared_bytes(KernelConfig::parse("bm=64," + narrow + ",kgroups=2", "tma"), w4a8.format),
             TmaFamily::shared_bytes(KernelConfig::parse("bm=64," + narrow, "tma"), w4a8.format) + 128 * 32 * 4);

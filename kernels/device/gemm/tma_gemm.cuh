@@ -95,6 +95,7 @@ struct TmaTiles {
   static_assert(KGROUPS_ == 1 || KGROUPS_ == 2, "KGROUPS (consumer warpgroups per 64 columns, taking K slots in turn) is 1 or 2");
   static_assert(KGROUPS_ == 1 || BN == 64, "KGROUPS = 2 takes BLOCK_N = 64: four consumer warpgroups would leave too few registers");
   static_assert(KGROUPS_ == 1 || (!OVERLAP && !PINGPONG), "KGROUPS = 2 hides one warpgroup's conversion under the other's wgmmas: not with OVERLAP or PINGPONG");
+  static_assert(KGROUPS_ == 1 || STAGES_ % 2 == 0, "KGROUPS = 2 needs an even ring: with an odd one a slot's fills alternate between the K groups, and a group could take a fill two phases old for the one it waits for");
 };
 
 template <class F, class T>

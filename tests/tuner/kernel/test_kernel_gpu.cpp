@@ -403,20 +403,20 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
     add_if_valid({spec, 1000, 4096, 8192, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1"});
   }
   cases.push_back({fp8, 256, 8192, 8192, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=0,promote=256,pingpong=1"});
-  // Two K groups of consumers per 64 columns taking the slots in turn: odd and even K-tile counts per unit (a group
-  // with no tile in a one-tile split), flushes per slot (promotions, K-group and block scales, token scales), split-K,
-  // clusters, persistence over units whose first tile alternates between the groups.
+  // Two K groups of consumers per 64 columns taking the slots in turn (even rings and equal even K ranges only: rule
+  // kgroups-even-ring), flushes per slot (promotions, K-group and block scales, token scales), split-K, clusters,
+  // persistence over several units.
   for (const char* spec : {"w4a8-int4-fp8", "w8a8-fp8-ch", "w8a8-fp8-block128x128", "w8a8-int8-ch", "w4a16-int4-ch",
                            "w4a16-int4-g128", "w4a8-int4-g128-int8", "w4a8-fp4-g32-fp8"}) {
     const bool fp8_plain = FormatSpec::parse(spec).activation_is_quantized();
     const std::string promote = std::string(",promote=") + (fp8_plain ? "0" : "128");
     for (const std::string& config : {"bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0" + promote,
-                                     "bm=16,bn=64,bk=128,stages=6,split=3,raster=0,cluster=1,multicast=0,persistent=1" + promote,
+                                     "bm=16,bn=64,bk=128,stages=6,split=2,raster=0,cluster=1,multicast=0,persistent=1" + promote,
                                      "bm=128,bn=64,bk=128,stages=4,split=1,raster=2,cluster=2,multicast=2,persistent=0" + promote,
-                                     std::string("bm=64,bn=64,bk=128,stages=5,split=1,raster=0,cluster=1,multicast=0,persistent=1,promote=128")}) {
+                                     std::string("bm=64,bn=64,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1,promote=128")}) {
       add_if_valid({spec, 1, 1024, 2048, config + ",kgroups=2"});
       add_if_valid({spec, 77, 2048, 4096, config + ",kgroups=2", true});
-      add_if_valid({spec, 300, 4096, 1152, config + ",kgroups=2"});  // 9 K tiles: the even group takes one more
+      add_if_valid({spec, 300, 4096, 1280, config + ",kgroups=2"});  // 10 K tiles
       add_if_valid({spec, 64, 8192, 8192, config + ",kgroups=2"});
     }
   }

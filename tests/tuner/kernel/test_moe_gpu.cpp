@@ -387,7 +387,7 @@ std::vector<MoeCase> tma_persistent_cases() {
   tiles.push_back({"w4a8-int4-fp8:out=bf16", "bm=16,bn=64,bk=256,stages=4,split=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128" + rest});
   // Two K groups of consumers per 64 columns (kgroups=2): no flush, and block scales flushed per slot in a cluster.
   tiles.push_back({"w4a8-int4-fp8", "bm=64,bn=64,bk=128,stages=6,split=1,cluster=1,multicast=0,persistent=1,overlap=0,promote=0" + rest + ",kgroups=2"});
-  tiles.push_back({"w8a8-fp8-block128x128", "bm=32,bn=64,bk=128,stages=5,split=2,cluster=2,multicast=1,persistent=1,overlap=0,promote=128" + rest + ",kgroups=2"});
+  tiles.push_back({"w8a8-fp8-block128x128", "bm=32,bn=64,bk=128,stages=4,split=2,cluster=2,multicast=1,persistent=1,overlap=0,promote=128" + rest + ",kgroups=2"});
   std::vector<MoeCase> cases;
   for (size_t i = 0; i < tiles.size(); ++i) {
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
