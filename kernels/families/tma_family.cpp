@@ -223,8 +223,11 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
   if (t.pingpong == 1 && t.overlap == 1) {
     return RuleVerdict::fail("pingpong-overlap", "pingpong=1 and overlap=1 hide the same work two ways: choose one");
   }
-  if (t.overlap == 1 && ((problem.k / t.bk) % t.split != 0 || (problem.k / t.bk / t.split) % 2 != 0)) {
-    return RuleVerdict::fail("overlap-even-k-tiles", "overlap=1 runs K tiles in pairs: the " + number(problem.k / t.bk) +
+  // overlap=1 and kgroups=2 both take each unit's K tiles in pairs: every split's range must be equal and even.
+  const int64_t k_tiles = problem.k / t.bk;
+  const bool even_equal_ranges = k_tiles % t.split == 0 && (k_tiles / t.split) % 2 == 0;
+  if (t.overlap == 1 && !even_equal_ranges) {
+    return RuleVerdict::fail("overlap-even-k-tiles", "overlap=1 runs K tiles in pairs: the " + number(k_tiles) +
                                                          " K tiles of bk=" + number(t.bk) + " must split into split=" +
                                                          number(t.split) + " equal even ranges");
   }
@@ -243,9 +246,9 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
   // groups onto each other's slots, a slot's fills alternate between the groups, and a group could take a fill two
   // phases old for the one it waits for (mbarrier parity), then read and release a slot still being written (the
   // unspecified launch failures of kgroups=2 at stages=3 on an H100, 2026-12-06).
-  if (t.kgroups == 2 && (t.stages % 2 != 0 || (problem.k / t.bk) % t.split != 0 || (problem.k / t.bk / t.split) % 2 != 0)) {
+  if (t.kgroups == 2 && (t.stages % 2 != 0 || !even_equal_ranges)) {
     return RuleVerdict::fail("kgroups-even-ring", "kgroups=2 gives each K group every other slot: stages=" + number(t.stages) +
-                                                      " must be even and the " + number(problem.k / t.bk) + " K tiles of bk=" +
+                                                      " must be even and the " + number(k_tiles) + " K tiles of bk=" +
                                                       number(t.bk) + " must split into split=" + number(t.split) +
                                                       " equal even ranges");
   }
@@ -266,7 +269,6 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("int32-accumulator-range", "K=" + number(problem.k) +
                                                             " could overflow the s32 partial sums of the integer MMA (at most 131072)");
   }
-  const int64_t k_tiles = problem.k / t.bk;
   if (t.split > k_tiles) {
     return RuleVerdict::fail("split-exceeds-k", "split=" + number(t.split) + " exceeds the " + number(k_tiles) +
                                                     " K tiles of bk=" + number(t.bk));
