@@ -113,8 +113,8 @@ std::vector<ParameterDomain> TmaFamily::parameter_space() const {
       {"stages", {2, 3, 4, 5, 6, 7, 8}, "STAGES: slots of the shared-memory ring the producer fills ahead"},
       {"split", {1, 2, 3, 4, 6, 8}, "SPLIT_K: K ranges per tile, reduced deterministically by the last to finish"},
       {"raster", {0, 1, 2, 3}, "RASTER: 0 = N-fastest tile order; r > 0 = M-fastest within bands of 2^r M tiles"},
-      {"cluster", {1, 2}, "CLUSTER: CTAs per thread-block cluster; two share one operand by TMA multicast"},
-      {"multicast", {0, 1, 2}, "MULTICAST: the operand a cluster loads once for both CTAs: 0 none, 1 activations (tiles "
+      {"cluster", {1, 2, 4}, "CLUSTER: CTAs per thread-block cluster; they share one operand by TMA multicast"},
+      {"multicast", {0, 1, 2}, "MULTICAST: the operand a cluster loads once for all its CTAs: 0 none, 1 activations (tiles "
                                "side by side along N), 2 weights (along M)"},
       {"persistent", {0, 1}, "PERSISTENT: 1 = one CTA per SM walks the work units (the next tile loads while this one "
                              "is stored); 0 = one CTA per unit"},
@@ -253,16 +253,19 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
                                                       " equal even ranges");
   }
   if ((t.cluster == 1) != (t.multicast == kMulticastNone)) {
-    return RuleVerdict::fail("cluster-multicast", t.cluster == 1 ? "multicast=" + number(t.multicast) + " needs cluster=2"
-                                                                 : "cluster=2 without multicast shares nothing: same as cluster=1");
+    return RuleVerdict::fail("cluster-multicast", t.cluster == 1 ? "multicast=" + number(t.multicast) + " needs cluster=2 or 4"
+                                                                 : "cluster=" + number(t.cluster) +
+                                                                       " without multicast shares nothing: same as cluster=1");
   }
-  if (t.multicast == kMulticastActivations && problem.n % (2 * t.bn) != 0) {
-    return RuleVerdict::fail("cluster-divides-n", "multicast=1 pairs tiles along N: N=" + number(problem.n) +
-                                                      " is not a multiple of 2 * bn=" + number(2 * t.bn));
+  if (t.multicast == kMulticastActivations && problem.n % (t.cluster * t.bn) != 0) {
+    return RuleVerdict::fail("cluster-divides-n", "multicast=1 puts a cluster's tiles side by side along N: N=" + number(problem.n) +
+                                                      " is not a multiple of cluster * bn=" + number(t.cluster * t.bn));
   }
-  if (t.multicast == kMulticastWeights && ceil_div(problem.m, t.bm) < 2) {
-    return RuleVerdict::fail("cluster-single-m-tile", "multicast=2 pairs tiles along M but M=" + number(problem.m) +
-                                                          " has one tile of bm=" + number(t.bm) + ": the second CTA would idle");
+  if (t.multicast == kMulticastWeights && ceil_div(problem.m, t.bm) < t.cluster) {
+    return RuleVerdict::fail("cluster-single-m-tile", "multicast=2 puts a cluster's tiles side by side along M but M=" +
+                                                          number(problem.m) + " has " + number(ceil_div(problem.m, t.bm)) +
+                                                          " tile(s) of bm=" + number(t.bm) + " for cluster=" + number(t.cluster) +
+                                                          ": CTAs would idle");
   }
   // s32 partial sums of |a| <= 128 times |b| <= 128 stay exact up to 2^31 / 2^14 = 131072 products.
   if (device.integer_mma() && device.flush_k() == 0 && problem.k > 131072) {

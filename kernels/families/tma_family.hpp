@@ -3,8 +3,8 @@
 // loop, for weight-only formats and for quantized activations (W8A8 fp8 and int8, W4A8): a producer warp fills a ring
 // of shared-memory slots with the bulk copy engine (activations through a TMA tensor map, weight strips and scale rows
 // as contiguous bulk copies) guarded by full/empty mbarriers, and consumer warpgroups turn the weights into wgmma's
-// register operand (swap-AB: tokens are wgmma's N). Optional persistence, split-K, clusters of two CTAs with TMA
-// multicast of the operand they share, rasterization, a wgmma group in flight, the fp8 promotion interval (or none),
+// register operand (swap-AB: tokens are wgmma's N). Optional persistence, split-K, clusters of two or four CTAs with
+// TMA multicast of the operand they share, rasterization, a wgmma group in flight, the fp8 promotion interval (or none),
 // consumer warpgroups taking turns. Weights, scales and buffers are the mma family's prepacked
 // layout. Device code: kernels/device/gemm/tma_gemm.cuh.
 #include "kernels/families/mma_family.hpp"

@@ -124,6 +124,14 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
             "cluster-single-m-tile");
   EXPECT_EQ(verdict("bm=64," + base + ",cluster=2,multicast=1,persistent=0", Problem{fp8.format, 64, 8320, 8192, false}),
             "cluster-divides-n");
+  // Clusters of four: N a multiple of 4 * bn for shared activations, at least four M tiles for shared weights.
+  EXPECT_EQ(verdict("bm=64," + base + ",cluster=4,multicast=1,persistent=0", Problem{fp8.format, 64, 8192, 8192, false}), "");
+  EXPECT_EQ(verdict("bm=64," + base + ",cluster=4,multicast=1,persistent=0", Problem{fp8.format, 64, 8448, 8192, false}),
+            "cluster-divides-n");  // 8448 = 66 * 128: pairs fit, quadruples do not
+  EXPECT_EQ(verdict("bm=64," + base + ",cluster=2,multicast=1,persistent=0", Problem{fp8.format, 64, 8448, 8192, false}), "");
+  EXPECT_EQ(verdict("bm=64," + base + ",cluster=4,multicast=2,persistent=0", fp8), "");  // 4 tiles of 64 rows
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=4,multicast=2,persistent=0", fp8), "cluster-single-m-tile");  // 2 tiles
+  EXPECT_EQ(verdict("bm=64," + base + ",cluster=3,multicast=1,persistent=0", fp8), "parameter-domain");
   EXPECT_EQ(verdict("bm=128,bn=128,bk=64,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0", fp8), "bk-atom");
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1",
                     Problem{fp8.format, 64, 8192, 8192, false}),

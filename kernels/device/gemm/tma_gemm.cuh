@@ -20,9 +20,10 @@
 // Schedule. Work units (tile, K split) are numbered as in tile_schedule.cuh; a grid smaller than the unit count is
 // persistent: each CTA (each cluster) walks units with the grid's stride, and the ring runs on across units, so the
 // producer loads the next tile while the consumers store this one. Split-K partial tiles meet in the workspace
-// (split_k.cuh). With CLUSTER = 2 the two CTAs of a cluster take neighbouring tiles that share one operand, loaded
-// once for both with the copy engine's multicast: the activations (MULTICAST = 1, tiles side by side along N) or the
-// weights (MULTICAST = 2, along M). A slot is then free only when the consumers of both CTAs have released it.
+// (split_k.cuh). With CLUSTER = 2 or 4 the CTAs of a cluster take neighbouring tiles that share one operand, loaded
+// once for all of them with the copy engine's multicast (each CTA issues its share of the copies): the activations
+// (MULTICAST = 1, tiles side by side along N) or the weights (MULTICAST = 2, along M). A slot is then free only when
+// the consumers of every CTA of the cluster have released it.
 //
 // The same kernel serves the MoE GEMM (gemm/tma_moe.cuh): with ROWS = MoeRows<...> the activation rows are a MoE
 // layout's rows in layout order (grouped layouts as they are, token-indexed rows gathered first), a unit's BLOCK_M rows
@@ -84,9 +85,9 @@ struct TmaTiles {
   static_assert(STAGES_ >= 2 && STAGES_ <= 8, "STAGES must be between 2 and 8 (slots of the shared-memory ring)");
   static_assert(SPLIT >= 1 && SPLIT <= 64, "SPLIT_K must be between 1 and 64");
   static_assert(RASTER_ >= 0 && RASTER_ <= 5, "RASTER is 0 (N-fastest order) or log2 of the M-band width, at most 5");
-  static_assert(CLUSTER_ == 1 || CLUSTER_ == 2, "CLUSTER must be 1 or 2 CTAs");
+  static_assert(CLUSTER_ == 1 || CLUSTER_ == 2 || CLUSTER_ == 4, "CLUSTER must be 1, 2 or 4 CTAs");
   static_assert(MULTICAST_ >= kMulticastNone && MULTICAST_ <= kMulticastWeights, "MULTICAST is 0 (none), 1 (activations) or 2 (weights)");
-  static_assert((CLUSTER_ == 1) == (MULTICAST_ == kMulticastNone), "a cluster of 2 shares one operand by multicast, and multicast needs the cluster");
+  static_assert((CLUSTER_ == 1) == (MULTICAST_ == kMulticastNone), "a cluster shares one operand by multicast, and multicast needs the cluster");
   static_assert(OVERLAP_ == 0 || OVERLAP_ == 1, "OVERLAP (a wgmma group in flight while the next slot is converted) is 0 or 1");
   static_assert(PROMOTE_ == 0 || PROMOTE_ == 128 || PROMOTE_ == 256 || PROMOTE_ == 512, "PROMOTE is 128, 256 or 512 K between fp8 promotions, or 0 (none)");
   static_assert(PINGPONG_ == 0 || PINGPONG_ == 1, "PINGPONG (consumer warpgroups take turns on the tensor cores) is 0 or 1");

@@ -411,6 +411,10 @@ TEST(TmaCompile, FormatsAndConfigurationsOnSm90a) {
   add("w8a8-fp8-ch", 64, "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,promote=128,kgroups=2");
   add("w4a16-int4-g128", 64, "bm=64,bn=64,bk=128,stages=6,split=1,raster=0,cluster=1,multicast=0,persistent=0,kgroups=2");
   add("w8a8-int8-ch", 256, "bm=64,bn=64,bk=128,stages=6,split=4,raster=0,cluster=2,multicast=2,persistent=0,kgroups=2");
+  // Clusters of four sharing the activations (M = 64: weights streaming) or the weights.
+  add("w4a16-int4-ch", 64, "bm=64,bn=64,bk=256,stages=4,split=1,raster=0,cluster=4,multicast=1,persistent=0,overlap=1");
+  add("w4a8-int4-fp8", 64, "bm=64,bn=64,bk=256,stages=8,split=1,raster=0,cluster=4,multicast=1,persistent=0,overlap=1,promote=0");
+  add("w8a8-fp8-ch", 4096, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=4,multicast=2,persistent=1,overlap=1,promote=0");
   test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
     EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label;
     EXPECT_EQ(kernel.resources.stack_frame_bytes, 0) << label;

@@ -420,6 +420,23 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
       add_if_valid({spec, 64, 8192, 8192, config + ",kgroups=2"});
     }
   }
+  // Clusters of four: activations multicast to four tiles along N while the weights stream (M = 64, one slab per
+  // CTA at bk = 256 f16, two CTAs issuing nothing at bk = 128 f16), with split-K, persistence and a group in flight;
+  // weights multicast to four tiles along M, the last partly (M = 200) or wholly (M = 150: rows 192-255) past M.
+  for (const char* spec : {"w4a16-int4-ch", "w4a16-int4-g128", "w4a8-int4-fp8", "w8a8-fp8-ch", "w8a8-int8-ch"}) {
+    const bool fp8_plain = FormatSpec::parse(spec).activation_is_quantized();
+    const std::string promote = std::string(",promote=") + (fp8_plain ? "0" : "128");
+    for (const std::string& config : {"bm=64,bn=64,bk=256,stages=4,split=1,raster=0,cluster=4,multicast=1,persistent=0,overlap=1" + promote,
+                                     "bm=64,bn=64,bk=128,stages=6,split=2,raster=0,cluster=4,multicast=1,persistent=1" + promote,
+                                     "bm=32,bn=128,bk=128,stages=4,split=1,raster=0,cluster=4,multicast=1,persistent=0" + promote,
+                                     "bm=64,bn=64,bk=128,stages=4,split=1,raster=0,cluster=4,multicast=1,persistent=0" + promote + ",kgroups=2",
+                                     "bm=64,bn=128,bk=128,stages=4,split=1,raster=2,cluster=4,multicast=2,persistent=0" + promote}) {
+      add_if_valid({spec, 64, 4096, 4096, config});
+      add_if_valid({spec, 77, 2048, 4096, config, true});
+      add_if_valid({spec, 200, 4096, 4096, config});
+      add_if_valid({spec, 150, 2048, 2048, config});
+    }
+  }
   // Clusters along M whose second tile lies partly (M = 20) or wholly (M = 40: rows 48-63) past M.
   cases.push_back({fp8, 40, 2048, 2048, "bm=16,bn=128,bk=128,stages=4,split=1,raster=0,cluster=2,multicast=2,persistent=0"});
   cases.push_back({"w4a8-int4-fp8", 20, 2048, 2048, "bm=16,bn=64,bk=128,stages=4,split=2,raster=0,cluster=2,multicast=2,persistent=0"});
