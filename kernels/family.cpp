@@ -217,7 +217,7 @@ bool auto_tune_covers(const KernelFamily& family, const std::vector<const Kernel
   if (families.size() < 2) return true;
   const bool is_mma = &family == &mma_family();
   const bool is_wgmma = &family == &wgmma_family();
-  // The tma family where its rules prefer it (quantized activations from M = 32, weight-only formats from M = 256);
+  // The tma family where its rules prefer it (from M = 32: kPreferredFromM, kPreferredFromMWeightOnly);
   // the family it takes over from only one M bucket beyond.
   if (present(tma_family()) && tma_family().supports(problem.format, sm).supported) {
     const bool quantized = problem.format.activation_is_quantized();

@@ -650,9 +650,8 @@ void add_tune_command(CLI::App& app) {
       ->check(integer_in(1, 1000000));
   command->add_option("--family", options->family,
                       "kernel families to tune, one run each, in order: auto (every family that runs one of the "
-                      "formats on the GPU, each where it can win: on sm_90 mma to M = 32, wgmma from M = 16 (fp8 activations, "
-                      "which it widens to f16: to M = 64), tma from M = 32 for quantized activations and from M = 256 for "
-                      "weight-only formats) or a "
+                      "formats on the GPU, each where it can win: on sm_90 mma to M = 32, wgmma from M = 16 to M = 64 (fp8 "
+                      "activations, which it widens to f16, from M = 1), tma from M = 32) or a "
                       "list such as mma,wgmma (every problem for each); humming (Humming's TuningConfig, run by its "
                       "peer: docs/peers.md; auto includes it where its peer is installed); a problem's winner is the "
                       "fastest of all. MoE expert GEMMs run in the MoE kernels of the mma, wgmma and tma families named "
