@@ -390,7 +390,8 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   //     21.5 us against 24.7 with 128 and split 2), as many slots as fit about 200 KB, split-K while the units fill
   //     less than half the SMs and each split keeps 4 K tiles. 16-bit activations take 256-deep slots with a wgmma
   //     group in flight (W4A16 int4-ch M = 64 18.18 us against 23.02 at bk = 128 without; H100, 2026-12-06).
-  //   - 64 < M <= 256: 128x128 tiles, 128 K deep, no split, one wave.
+  //   - 64 < M <= 256: 128x128 tiles, 128 K deep, no split, one wave; 16-bit activations with a group in flight
+  //     (M = 256: int4-ch 44.24 us against 44.83 without, g128 48.61 against 49.70; H100, 2026-12-07).
   //   - M > 256: persistent and rasterized; 256-token tiles where the partial sums need no flush (int8, f16/bf16,
   //     fp8 without K-group scales promoting never: int8 98.7 us at M = 1024, W4A16 166.5, fp8 103.6, W4A8 108.3),
   //     128 with flushes (block-scaled fp8); slots 256 K deep with flushes (three of them), 128 K for 8-bit
@@ -445,7 +446,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     for (; split >= 1; split /= 2) {
       config.params["split"] = split;
       config.params["persistent"] = tiles * split > sms ? 1 : 0;
-      const bool overlap_first = m > 256 || (m <= 64 && wide_activations) || (promotion_only(device) && !flushes);
+      const bool overlap_first = m > 256 || wide_activations || (promotion_only(device) && !flushes);
       for (int overlap : {overlap_first ? 1 : 0, 0}) {
         config.params["overlap"] = overlap;
         for (int depth = stages; depth >= 2; --depth) {
