@@ -167,8 +167,8 @@ TEST(RuntimeApiGpuFixture, PlainSm90TestRunsAWgmmaTableConfigAndTheWgmmaAndTmaHe
 }
 
 // wgmma and tma kernels exist only as sm_90a code: a Runtime told "sm_90" (not "sm_90a") compiles them for sm_90a and
-// runs them. The heuristic's choices at M = 16 (wgmma), M = 64 and 300 (tma), and a table's wgmma config, against the
-// reference.
+// runs them. The heuristic's choices at M = 16 (wgmma), M = 64, 200 and 300 (tma: streaming, one-wave with a group in
+// flight, persistent), and a table's wgmma config, against the reference.
 TEST(RuntimeApiGpu, PlainSm90RuntimeRunsWgmmaAndTmaKernels) {
   QTUNE_REQUIRE_GPU();
   if (gemm::device_limits().sm != 90) GTEST_SKIP() << "not an sm_90 GPU: no wgmma or tma kernel runs here";
@@ -182,7 +182,7 @@ TEST(RuntimeApiGpu, PlainSm90RuntimeRunsWgmmaAndTmaKernels) {
   const runtime::Stream stream;
   std::set<std::string> families;
   for (const auto& [runtime, m, seed] : std::vector<std::tuple<Runtime*, std::int64_t, std::uint64_t>>{
-           {&heuristic, 16, 303}, {&heuristic, 64, 404}, {&heuristic, 300, 505}, {&tuned, 48, 606}}) {
+           {&heuristic, 16, 303}, {&heuristic, 64, 404}, {&heuristic, 200, 707}, {&heuristic, 300, 505}, {&tuned, 48, 606}}) {
     const runtime_api::KernelPlan plan = runtime->plan(kFormat, m, kSize, kSize);
     const std::string label = "M=" + std::to_string(m) + " " + plan.choice.family + ":" + plan.choice.config;
     const Problem problem{format, m, kSize, kSize};
