@@ -363,7 +363,8 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
   // wins by never promoting (promote = 0: 256-token tiles, a group in flight); taking turns (pingpong = 1) lost
   // everywhere it was timed (3-18% slower; 2026-12-02, docs/perf.md), so the curated search leaves it off. Two K groups
   // of consumers (kgroups = 2, bn = 64) won only while the weights stream, for W4A8 (M = 64: 18.91 us against 19.47;
-  // at M = 256 and 1024 the 64-column tiles lost 27-47%; H100, 2026-12-06), so they are searched at M <= 64. check()
+  // at M = 256 and 1024 the 64-column tiles lost 27-47%; H100, 2026-12-06), so they are searched at M <= 64. Clusters
+  // sharing the activations lost at M = 64 and 256 (two CTAs 4-11%, four 1.9-2.1x; H100, 2026-12-07): off there. check()
   // drops what a format's atom, flushes or registers rule out, so the ranges serve every format.
   if (m <= 64) {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
