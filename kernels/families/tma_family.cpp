@@ -373,7 +373,9 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
             {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1, 2}}};
   }
   if (m <= 256) {
-    return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {4, 5, 6}}, {"split", {1}},
+    // One row of 128-token tiles (M <= 128) fills half the SMs of an H100/H200 at N = 8192: split 2 fills them.
+    const std::vector<int> splits = m <= 128 ? std::vector<int>{1, 2} : std::vector<int>{1};
+    return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {4, 5, 6}}, {"split", splits},
             {"raster", {2}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}},
             {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
   }
@@ -391,8 +393,10 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   //     21.5 us against 24.7 with 128 and split 2), as many slots as fit about 200 KB, split-K while the units fill
   //     less than half the SMs and each split keeps 4 K tiles. 16-bit activations take 256-deep slots with a wgmma
   //     group in flight (W4A16 int4-ch M = 64 18.18 us against 23.02 at bk = 128 without; H100, 2026-12-06).
-  //   - 64 < M <= 256: 128x128 tiles, 128 K deep, no split, one wave; 16-bit activations with a group in flight
-  //     (M = 256: int4-ch 44.24 us against 44.83 without, g128 48.61 against 49.70; H100, 2026-12-07).
+  //   - 64 < M <= 256: 128x128 tiles, 128 K deep, one wave, split-K as above while the tiles fill less than half the
+  //     SMs (M = 128: W4A8 30.18 us with split 2 against 35.60 without, W4A16 int4-ch 32.29; H100, 2026-12-07, 20th
+  //     session); 16-bit activations with a group in flight (M = 256: int4-ch 44.24 us against 44.83 without, g128
+  //     48.61 against 49.70; H100, 2026-12-07).
   //   - M > 256: persistent and rasterized; 256-token tiles where the partial sums need no flush (int8, f16/bf16,
   //     fp8 without K-group scales promoting never: int8 98.7 us at M = 1024, W4A16 166.5, fp8 103.6, W4A8 108.3),
   //     128 with flushes (block-scaled fp8); slots 256 K deep with flushes (three of them), 128 K for 8-bit
@@ -440,7 +444,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);
     int split = 1;
     for (int candidate : {2, 4, 8}) {
-      if (m > 64 || 2 * tiles * split >= sms || problem.k / shape.bk / candidate < 4) break;
+      if (m > 256 || 2 * tiles * split >= sms || problem.k / shape.bk / candidate < 4) break;
       split = candidate;
     }
     if (ceil_div(m, shape.bm) >= 2) config.params["raster"] = 2;
