@@ -171,7 +171,10 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
   const int fragments = chunk_k(device, t) / device.kstep() * 4 * (t.overlap ? 2 : 1);
   constexpr int addressing = 48;  // pointers, indices, barrier state, vectors, temporaries
-  const int split_k = t.split > 1 ? 32 : 0;  // the reduction's addresses and loaded partial tiles (ptxas, sm_90a)
+  // The reduction's addresses and loaded partial tiles (ptxas, sm_90a): 256-token tiles with split 2 or 4 spill about
+  // 600 bytes without a group in flight and none with one (2026-12-07, NVRTC 13.0), whose second fragment set the
+  // reduction, after the loop, reuses.
+  const int split_k = t.split > 1 && !t.overlap ? 32 : 0;  // the reduction's addresses and loaded partial tiles (ptxas, sm_90a)
   // Flushes that scale by staged group vectors hold column and token scales and their addresses.
   const bool scaled_flush = device.scale_mode == dv::kScaleAccumulator || device.staged_activation_scales();
   // The int4 -> fp8 lookup keeps its four table registers live through the conversion.

@@ -146,6 +146,12 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
   const std::string plain = ",cluster=1,multicast=0,persistent=0";
   EXPECT_EQ(verdict("bm=128," + base + plain + ",overlap=1,promote=0", fp8), "");
   EXPECT_EQ(verdict("bm=256," + base + plain + ",overlap=1,promote=0", fp8), "");
+  // 256-token tiles with split-K: ptxas spills the reduction without a group in flight (about 600 bytes), not with one.
+  const std::string split2 = "bn=128,bk=128,stages=4,split=2,raster=0" + plain;
+  EXPECT_EQ(verdict("bm=256," + split2 + ",overlap=1,promote=0", fp8), "");
+  EXPECT_EQ(verdict("bm=256," + split2 + ",overlap=0,promote=0", fp8), "registers-per-thread");
+  EXPECT_EQ(verdict("bm=256,bn=128,bk=64,stages=4,split=2,raster=0" + plain + ",overlap=1", int4), "");
+  EXPECT_EQ(verdict("bm=256,bn=128,bk=64,stages=4,split=2,raster=0" + plain + ",overlap=0", int4), "registers-per-thread");
   EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=256", fp8), "");  // one flush per two slots
   EXPECT_EQ(verdict("bm=128," + base + plain + ",overlap=1,promote=512", fp8), "overlap-flush");
   EXPECT_EQ(verdict("bm=256," + base + plain + ",promote=256", fp8), "accumulators-per-thread");
