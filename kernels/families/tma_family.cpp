@@ -119,7 +119,8 @@ std::vector<ParameterDomain> TmaFamily::parameter_space() const {
       {"persistent", {0, 1}, "PERSISTENT: 1 = one CTA per SM walks the work units (the next tile loads while this one "
                              "is stored); 0 = one CTA per unit"},
       {"overlap", {0, 1}, "OVERLAP: 1 = a slot's wgmmas run while the next slot's weights are converted (two fragment "
-                          "register sets; formats without flushed partial sums, an even K-tile count per split)",
+                          "register sets, an even K-tile count per split); with flushed partial sums the tile's tokens "
+                          "run in two halves, one scaled in while the other multiplies (bk = the flush interval, bm >= 32)",
        kOverlapWhenAbsent},
       {"promote", {128, 256, 512, 0}, "PROMOTE: K elements between promotions of fp8 partial sums into f32 accumulators "
                                       "(fp8 without K-group scales; the tensor cores add fp8 products with less than f32 "
@@ -170,7 +171,10 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   const bool flushes = flush_k(device, t) > 0;
   const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
   const int fragments = chunk_k(device, t) / device.kstep() * 4 * (t.overlap ? 2 : 1);
-  constexpr int addressing = 48;  // pointers, indices, barrier state, vectors, temporaries
+  // Pointers, indices, barrier state, vectors, temporaries. With flushed halves in flight the loop holds less of them
+  // across the wgmmas: 128-token tiles of block-scaled fp8 and int8 and of W4A8 g128 (estimated 232 and 228 with 48)
+  // compile with no spills under 224 registers (NVRTC 13.0, sm_90a, 2026-12-07).
+  const int addressing = t.overlap && flushes ? 40 : 48;
   // The reduction's addresses and loaded partial tiles (ptxas, sm_90a): 256-token tiles with split 2 or 4 spill about
   // 600 bytes without a group in flight and none with one (2026-12-07, NVRTC 13.0), whose second fragment set the
   // reduction, after the loop, reuses.
@@ -214,10 +218,16 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
   if (t.overlap != 0 && t.overlap != 1) {
     return RuleVerdict::fail("overlap-range", "overlap=" + number(t.overlap) + ": expected 0 or 1");
   }
-  if (t.overlap == 1 && flush != 0) {
-    return RuleVerdict::fail("overlap-flush", "overlap=1 takes formats without flushed partial sums: ptxas serializes the "
-                                              "wgmmas when the loop scales them every " + number(flush) + " K (fp8 "
-                                              "operands with promote > 0, K-group scales)");
+  // With flushed partial sums a group in flight splits the tile's tokens into two halves (wgmma N = bm / 2, at least
+  // 16), each scaled into the accumulators while the other's wgmmas run, once per slot.
+  if (t.overlap == 1 && flush != 0 && flush != t.bk) {
+    return RuleVerdict::fail("overlap-flush-interval", "overlap=1 with partial sums flushed every " + number(flush) +
+                                                           " K takes one flush per slot: bk=" + number(t.bk) + " must be " +
+                                                           number(flush));
+  }
+  if (t.overlap == 1 && flush != 0 && t.bm < 32) {
+    return RuleVerdict::fail("overlap-flush-halves", "overlap=1 with flushed partial sums runs the tile's tokens in two halves "
+                                                         "of at least 16: bm=" + number(t.bm) + " must be at least 32");
   }
   if (t.pingpong == 1 && t.bn != 128) {
     return RuleVerdict::fail("pingpong-two-warpgroups", "pingpong=1 needs two consumer warpgroups to take turns: bn=128, not bn=" +

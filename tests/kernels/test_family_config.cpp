@@ -136,7 +136,12 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
   EXPECT_EQ(verdict("bm=64,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1",
                     Problem{fp8.format, 64, 8192, 8192, false}),
             "persistent-one-wave");  // 64 tiles
-  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", fp8), "overlap-flush");
+  // A group in flight with flushed partial sums (fp8 promotions here): two token halves of at least 16, one flush per slot.
+  EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", fp8), "");
+  EXPECT_EQ(verdict("bm=32," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", fp8), "");
+  EXPECT_EQ(verdict("bm=16," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", fp8), "overlap-flush-halves");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=3,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1", fp8),
+            "overlap-flush-interval");  // promotes every 128 K inside a 256-deep slot
   EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=1", int4), "");
   EXPECT_EQ(verdict("bm=128," + base + ",cluster=1,multicast=0,persistent=0,overlap=2", int4), "parameter-domain");
   EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=4,split=3,raster=0,cluster=1,multicast=0,persistent=0,overlap=1", int4),
@@ -153,13 +158,25 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
   EXPECT_EQ(verdict("bm=256,bn=128,bk=64,stages=4,split=2,raster=0" + plain + ",overlap=1", int4), "");
   EXPECT_EQ(verdict("bm=256,bn=128,bk=64,stages=4,split=2,raster=0" + plain + ",overlap=0", int4), "registers-per-thread");
   EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=256", fp8), "");  // one flush per two slots
-  EXPECT_EQ(verdict("bm=128," + base + plain + ",overlap=1,promote=512", fp8), "overlap-flush");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",overlap=1,promote=512", fp8), "overlap-flush-interval");
   EXPECT_EQ(verdict("bm=256," + base + plain + ",promote=256", fp8), "accumulators-per-thread");
   EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=64", fp8), "parameter-domain");
   EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=0", int4), "promote-fixed-flush");
   EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=128", int4), "");
   const Problem block{FormatSpec::parse("w8a8-fp8-block128x128"), 256, 8192, 8192, false};
   EXPECT_EQ(verdict("bm=128," + base + plain + ",promote=0", block), "promote-fixed-flush");
+  // Block scales with a group in flight: 128-token tiles fit the registers of two consumer warpgroups, 256 do not.
+  const Problem block_large{FormatSpec::parse("w8a8-fp8-block128x128"), 4096, 8192, 8192, false};
+  const std::string persistent = "bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1";
+  EXPECT_EQ(verdict("bm=128," + persistent, block_large), "");
+  EXPECT_EQ(verdict("bm=128," + persistent, Problem{FormatSpec::parse("w8a8-int8-block128x128"), 4096, 8192, 8192, false}), "");
+  EXPECT_EQ(verdict("bm=128," + persistent, Problem{FormatSpec::parse("w4a8-int4-g128-fp8"), 4096, 8192, 8192, false}), "");
+  EXPECT_EQ(verdict("bm=256," + persistent, block_large), "accumulators-per-thread");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1", block_large),
+            "overlap-flush-interval");
+  EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1",
+                    Problem{FormatSpec::parse("w4a8-fp4-g32-fp8"), 4096, 8192, 8192, false}),
+            "overlap-flush-interval");  // its 32-K groups flush four times per slot
   const Problem w4a8{FormatSpec::parse("w4a8-int4-fp8"), 256, 8192, 8192, false};
   EXPECT_EQ(verdict("bm=256," + base + plain + ",overlap=1,promote=0", w4a8), "");
   // pingpong: two consumer warpgroups, and not with a group in flight.

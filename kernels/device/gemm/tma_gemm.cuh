@@ -177,6 +177,37 @@ __device__ __forceinline__ void for_each_cluster_unit(const GemmParams& p, const
   }
 }
 
+// Adds partial sums of the tile's token octets first_octet, ... (accumulator 4 j + e holds octet j: see the epilogue)
+// to the f32 accumulators, scaled by the column and token scales of staged group row `row` of the slot at `base`;
+// `column` is the thread's first weight column in the tile (its second is 8 further).
+template <class F, class G, class Partial, int SUMS>
+__device__ __forceinline__ void add_scaled_partials(float (&acc)[G::ACCUMULATORS], const Partial (&sums)[SUMS], int first_octet, u32 base,
+                                                    int row, int column, int quad) {
+  static_assert(SUMS % 4 == 0 && SUMS <= G::ACCUMULATORS, "partial sums come in whole token octets of the tile");
+  [[maybe_unused]] const u32 s_smem = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
+  [[maybe_unused]] const u32 sa_smem = s_smem + G::S_STAGE_BYTES + G::Z_STAGE_BYTES;
+  [[maybe_unused]] float column_scale[2] = {1.0f, 1.0f};
+  if constexpr (F::SCALES == kScaleAccumulator) {
+    column_scale[0] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + column * 4);
+    column_scale[1] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (column + 8) * 4);
+  }
+#pragma unroll
+  for (int o = 0; o < SUMS / 4; ++o) {
+    const int j = first_octet + o;
+    [[maybe_unused]] float token_scale[2] = {1.0f, 1.0f};
+    if constexpr (F::STAGED_ACT_SCALES) ld_shared_f32x2(token_scale, sa_smem + row * G::SA_ROW_BYTES + (j * 8 + quad * 2) * 4);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float sum = static_cast<float>(sums[4 * o + e]);
+      if constexpr (F::SCALES == kScaleAccumulator || F::STAGED_ACT_SCALES) {
+        acc[4 * j + e] = __fmaf_rn(sum, token_scale[e % 2] * column_scale[e / 2], acc[4 * j + e]);
+      } else {
+        acc[4 * j + e] += sum;
+      }
+    }
+  }
+}
+
 // ROWS: DenseUnits, or MoeRows with `moe` its layout's tables.
 template <class F, class T, class ROWS = DenseUnits>
 __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& activation_map, const MoeParams* moe = nullptr) {
@@ -413,28 +444,8 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         if constexpr (G::FLUSHES) {
           const bool ends = G::FLUSH_K <= BK || (kt + 1) * BK % G::FLUSH_K == 0 || kt == work.kt_end - 1;
           if (ends) {
-            const u32 s_smem = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
-            const u32 sa_smem = s_smem + G::S_STAGE_BYTES + G::Z_STAGE_BYTES;
-            const int row = G::GROUP_K > 0 && G::GROUP_K < BK ? chunk * G::CHUNK_K / G::GROUP_K : 0;
-            float column_scale[2] = {1.0f, 1.0f};
-            if constexpr (F::SCALES == kScaleAccumulator) {
-              column_scale[0] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (strip * 16 + group) * 4);
-              column_scale[1] = ld_shared_f32(s_smem + row * G::S_ROW_BYTES + (strip * 16 + group + 8) * 4);
-            }
-#pragma unroll
-            for (int j = 0; j < BM / 8; ++j) {
-              float token_scale[2] = {1.0f, 1.0f};
-              if constexpr (F::STAGED_ACT_SCALES) ld_shared_f32x2(token_scale, sa_smem + row * G::SA_ROW_BYTES + (j * 8 + quad * 2) * 4);
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const float sum = static_cast<float>(part[4 * j + e]);
-                if constexpr (F::SCALES == kScaleAccumulator || F::STAGED_ACT_SCALES) {
-                  acc[4 * j + e] = __fmaf_rn(sum, token_scale[e % 2] * column_scale[e / 2], acc[4 * j + e]);
-                } else {
-                  acc[4 * j + e] += sum;
-                }
-              }
-            }
+            add_scaled_partials<F, G>(acc, part, 0, base, G::GROUP_K > 0 && G::GROUP_K < BK ? chunk * G::CHUNK_K / G::GROUP_K : 0,
+                                      strip * 16 + group, quad);
             return true;
           }
         }
@@ -491,6 +502,70 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
             for (int i = 0; i < G::ACCUMULATORS; ++i) part[i] = 0;
           }
         }
+      } else if constexpr (T::OVERLAP && G::FLUSHES) {
+        // A group in flight with flushed partial sums: the tile's tokens in two halves, each its own wgmma group into
+        // its own partial sums, so one half is scaled into the accumulators while the other's wgmmas run, and the next
+        // slot's fragments are built while both run. Every slot is one flush group (FLUSH_K = BLOCK_K, the family's
+        // rule); the unit's K tiles are an even count (taken in pairs).
+        static_assert(G::FLUSH_K == BK, "a group in flight with flushes takes one flush group per slot (bk = the flush interval)");
+        static_assert(BM >= 32, "a group in flight with flushes splits the tile's tokens into halves of at least 16 (bm >= 32)");
+        using HalfMma = WgmmaRs<BM / 2, F::COMPUTE_TYPE, F::ACTIVATION>;
+        constexpr int HALF = G::ACCUMULATORS / 2;
+        Partial low[HALF], high[HALF];  // tokens [0, BM / 2) and [BM / 2, BM) of the tile
+        u32 fragment_even[G::CHUNK_STEPS][4];
+        u32 fragment_odd[G::CHUNK_STEPS][4];
+        int read = stage;
+        u32 read_phase = phase;
+        auto build_next = [&](u32 (&fragment)[G::CHUNK_STEPS][4]) {
+          mbarrier_wait(full0 + read * 8, read_phase);
+          const u32 base = smem + read * G::STAGE_BYTES;
+          build(base, 0, fragment);
+          next_slot(read, read_phase);
+          return base;
+        };
+        // Half h of the slot at `base`: its tokens start h * BM / 2 rows into every slab (a multiple of the 1024-byte
+        // swizzle period), each k-step a fresh partial sum at its first step.
+        auto issue_half = [&](u32 base, const u32 (&fragment)[G::CHUNK_STEPS][4], Partial (&sums)[HALF], int h) {
+#pragma unroll
+          for (int i = 0; i < HALF; ++i) wgmma_fence_operand(sums[i]);
+          wgmma_fence();
+          const SwizzledOperand tokens(base);
+#pragma unroll
+          for (int i = 0; i < G::CHUNK_STEPS; ++i) {
+            const u64 descriptor = tokens.at((i / 4) * G::A_SLAB_BYTES + h * (BM / 2) * 128 + (i % 4) * 32);
+            HalfMma::run(sums, fragment[i], descriptor, i == 0 ? 0 : 1);
+          }
+          wgmma_commit();
+#pragma unroll
+          for (int i = 0; i < HALF; ++i) wgmma_fence_operand(sums[i]);
+        };
+        auto retire_half = [&](u32 base, Partial (&sums)[HALF], int h) {  // its group has completed
+#pragma unroll
+          for (int i = 0; i < HALF; ++i) wgmma_fence_operand(sums[i]);
+          add_scaled_partials<F, G>(acc, sums, h * (BM / 16), base, 0, strip * 16 + group, quad);
+        };
+        // Two slots per trip, nothing in flight between trips: ptxas serializes every wgmma when a group in flight
+        // crosses the loop's back edge while other partial sums are read (C7514, sm_90a, CUDA 13.0).
+        for (int kt = work.kt_begin; kt < work.kt_end; kt += 2) {
+          const u32 base_even = build_next(fragment_even);
+          issue_half(base_even, fragment_even, low, 0);
+          issue_half(base_even, fragment_even, high, 1);
+          const u32 base_odd = build_next(fragment_odd);
+          wgmma_wait<1>();
+          retire_half(base_even, low, 0);
+          issue_half(base_odd, fragment_odd, low, 0);
+          wgmma_wait<1>();
+          retire_half(base_even, high, 1);
+          release(stage);
+          next_slot(stage, phase);
+          issue_half(base_odd, fragment_odd, high, 1);
+          wgmma_wait<1>();
+          retire_half(base_odd, low, 0);
+          wgmma_wait<0>();
+          retire_half(base_odd, high, 1);
+          release(stage);
+          next_slot(stage, phase);
+        }
       } else if constexpr (!T::OVERLAP) {
         bool fresh = true;  // the next wgmma starts a new partial sum
         for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
@@ -502,7 +577,6 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         // two fragment sets at compile time. The unit's K tiles are an even count (the family's rule), so no branch
         // merges the accumulators; a conditional issue, or a flush reading the partial sums inside the loop, makes
         // ptxas serialize every wgmma (C7514, sm_90a, CUDA 13.0).
-        static_assert(!G::FLUSHES, "a group in flight takes formats without flushed partial sums (int8, f16/bf16)");
         u32 fragment_even[G::CHUNK_STEPS][4];
         u32 fragment_odd[G::CHUNK_STEPS][4];
         int read = stage;  // the slot of the group built next

@@ -395,6 +395,23 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
     add_if_valid({spec, 300, 5120, 13824, "bm=256,bn=128,bk=128,stages=4,split=2,raster=2,cluster=2,multicast=2,persistent=1,overlap=1,promote=0", true});
     add_if_valid({spec, 1000, 4096, 8192, "bm=128,bn=64,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0"});
   }
+  // A group in flight with flushed partial sums (the tile's tokens in two halves, one scaled in while the other
+  // multiplies): block and K-group scales, fp8 promotions every slot, split-K, persistence over several units, a
+  // cluster sharing the weights, M not a multiple of the tile, odd shapes.
+  for (const char* spec : {"w8a8-fp8-block128x128", "w8a8-int8-block128x128", "w4a8-int4-g128-fp8", "w4a8-int4-g128-int8",
+                           "w8a8-fp8-ch", "w4a8-int4-fp8"}) {
+    for (const char* config : {"bm=128,bn=128,bk=128,stages=4,split=2,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128",
+                               "bm=64,bn=128,bk=128,stages=6,split=4,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128",
+                               "bm=128,bn=64,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128",
+                               "bm=32,bn=128,bk=128,stages=6,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128",
+                               "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=2,multicast=2,persistent=0,overlap=1,promote=128"}) {
+      add_if_valid({spec, 300, 4096, 4096, config});
+      add_if_valid({spec, 77, 2048, 4096, config, true});
+      add_if_valid({spec, 45, 5120, 13824, config});
+      add_if_valid({spec, 1000, 4096, 8192, config});
+    }
+  }
+  add_if_valid({"w8a8-int8-g256", 300, 2048, 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1"});
   // Consumer warpgroups taking turns on the tensor cores: flushes every batch or none, chunks within a slot, split-K
   // (the reduction's barrier between turns), clusters, persistence over several units.
   for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-block128x128", "w4a8-int4-fp8", "w8a8-int8-ch", "w4a16-int4-ch", "w8a8-fp8-e5m2"}) {
