@@ -205,7 +205,8 @@ std::string DeviceFormat::template_arguments() const {
   return std::string(element_name(activation)) + ", " + element_name(compute) + ", " + weight_kind_name(weight_kind) +
          ", " + std::to_string(weight_bits) + ", " + std::to_string(exponent_bits) + ", " + std::to_string(mantissa_bits) +
          ", " + scale_mode_name(scale_mode) + ", " + std::to_string(group_k) + ", " +
-         activation_scale_name(activation_scales) + ", " + std::to_string(activation_group_k) + ", " + element_name(output);
+         activation_scale_name(activation_scales) + ", " + std::to_string(activation_group_k) + ", " + element_name(output) +
+         (scale_group_n > 1 ? ", " + std::to_string(scale_group_n) : std::string());
 }
 
 namespace {
@@ -315,6 +316,7 @@ DeviceFormat device_format(const FormatSpec& format) {
   }
   const bool is_grouped = grouped(format.weight_scale);
   device.group_k = is_grouped ? format.weight_scale.group_k : 0;
+  device.scale_group_n = format.weight_scale.granularity == WeightScaleGranularity::PerBlock ? format.weight_scale.group_n : 1;
   if (format.activation_is_quantized()) {
     // Channel and tensor scales go to the epilogue; groups and blocks (expanded per column) to the partial sums.
     device.scale_mode = is_grouped ? dv::kScaleAccumulator : dv::kScaleEpilogue;

@@ -27,6 +27,7 @@ struct DeviceFormat {
   int activation_scales = 0;  // device::ActivationScaleMode
   int activation_group_k = 0;
   int output = 0;      // device::ElementCode
+  int scale_group_n = 1;  // weight columns per scale: Gn of Gn x Gk blocks, else 1
 
   int act_bits() const;
   int compute_bits() const;
@@ -55,6 +56,7 @@ struct DeviceFormat {
   double value_factor() const;
 
   // "qd::kElementF16, qd::kElementF16, qd::kWeightSignedInt, 4, 0, 0, qd::kScaleEpilogue, 0, 0, 0, qd::kElementF16"
+  // (and a twelfth, scale_group_n, for block scales only, so other kernels' sources stay as they were)
   std::string template_arguments() const;
 };
 

@@ -97,6 +97,12 @@ int chunk_k(const DeviceFormat& device, const TmaTiles& t) {
 
 std::string number(int64_t value) { return std::to_string(value); }
 
+// Block scales folded into the activation group scales before the flush (device::TmaGemm::SCALE_PRODUCTS): the
+// weight blocks span the tile's columns.
+bool scale_products(const DeviceFormat& device, const TmaTiles& t) {
+  return device.staged_activation_scales() && device.scale_mode == dv::kScaleAccumulator && device.scale_group_n % t.bn == 0;
+}
+
 }  // namespace
 
 std::string TmaFamily::description() const {
@@ -157,9 +163,10 @@ int TmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format
   const int w_stage = (t.bn / 16) * (t.bk / device.atom_k()) * device.atom_bytes();
   const int group = device.stage_group_k();
   const int group_rows = group > 0 ? (group < t.bk ? t.bk / group : 1) : 0;
-  const int s_stage = device.staged_scales() ? group_rows * t.bn * device.scale_bytes() : 0;
+  const bool products = scale_products(device, t);  // quad-major rows, 16 bytes of padding per quad; no column scales
+  const int s_stage = device.staged_scales() && !products ? group_rows * t.bn * device.scale_bytes() : 0;
   const int z_stage = device.staged_zeros() ? group_rows * t.bn * 2 : 0;
-  const int sa_stage = device.staged_activation_scales() ? group_rows * t.bm * 4 : 0;
+  const int sa_stage = device.staged_activation_scales() ? group_rows * (products ? t.bm + 16 : t.bm) * 4 : 0;
   const int stage = (a_stage + w_stage + s_stage + z_stage + sa_stage + 1023) / 1024 * 1024;
   const int exchange = t.kgroups > 1 ? t.bn / 64 * 128 * (t.bm / 2) * 4 : 0;  // the odd K group's sums of a tile
   return t.stages * stage + exchange + 1024;  // + the run-time alignment of the window to 1024 bytes
@@ -387,9 +394,11 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
   }
   if (m <= 256) {
     // One row of 128-token tiles (M <= 128) fills half the SMs of an H100/H200 at N = 8192: split 2 fills them.
+    // One row of tiles has no M band to rasterize (raster-single-m-tile).
     const std::vector<int> splits = m <= 128 ? std::vector<int>{1, 2} : std::vector<int>{1};
-    return {{"bm", {128}},   {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {4, 5, 6}}, {"split", splits},
-            {"raster", {2}}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}},
+    const std::vector<int> rasters = m <= 128 ? std::vector<int>{0} : std::vector<int>{2};
+    return {{"bm", {128}},      {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {4, 5, 6}}, {"split", splits},
+            {"raster", rasters}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}},
             {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
   }
   return {{"bm", {128, 256}}, {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
@@ -413,7 +422,9 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   //   - M > 256: persistent and rasterized; 256-token tiles where the partial sums need no flush (int8, f16/bf16,
   //     fp8 without K-group scales promoting never: int8 98.7 us at M = 1024, W4A16 166.5, fp8 103.6, W4A8 108.3),
   //     128 with flushes (block-scaled fp8); slots 256 K deep with flushes (three of them), 128 K for 8-bit
-  //     activations without, 64 K for 16-bit activations; a wgmma group in flight where the format allows it.
+  //     activations without, 64 K for 16-bit activations; a wgmma group in flight where the format allows it. Block
+  //     scales folded into the token scales take five slots 128 K deep (block fp8 at N = K = 8192: M = 1024 148.3-148.8
+  //     us against 153.3 at 256 K, M = 4096 586.8 against 614.4; six slots 149.5 / 599.0; H100, 2026-12-07).
   //   - fp8 without K-group scales never promotes (kDefaultPromote) and keeps a wgmma group in flight at every M;
   //     int4 weights on fp8 take 256-deep slots first at M <= 256 (W4A8 M = 64 19.8 us against 22.9 with 128,
   //     M = 256 37.2 against 41.7).
@@ -437,7 +448,8 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     shapes = {{128, 128, 128}, {128, 128, 64}, {128, 64, 128}, {64, 64, 128}};
     if (narrow_on_8bit) shapes.insert(shapes.begin(), {128, 128, 256});
   } else {
-    const int bk = wide_activations ? 64 : flushes ? 256 : 128;
+    const bool folded_scales = scale_products(device, TmaTiles{128, 128, 128, 2, 1, 0, 1, 0, 0, 0, promote, 0, 1});
+    const int bk = wide_activations ? 64 : flushes && !folded_scales ? 256 : 128;
     if (!flushes) shapes.push_back({256, 128, bk});
     shapes.push_back({128, 128, bk});
     shapes.push_back({128, 128, 128});
@@ -453,7 +465,8 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
                      {"cluster", 1},    {"multicast", 0}, {"persistent", 0}, {"overlap", 0},     {"promote", promote},
                      {"pingpong", 0},   {"kgroups", 1}};
     const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
-    const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, 8);
+    const bool five_slots = m > 256 && flushes && scale_products(device, TmaTiles::from(config));
+    const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, five_slots ? 5 : 8);
     const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);
     int split = 1;
     for (int candidate : {2, 4, 8}) {
@@ -464,7 +477,9 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     for (; split >= 1; split /= 2) {
       config.params["split"] = split;
       config.params["persistent"] = tiles * split > sms ? 1 : 0;
-      const bool overlap_first = m > 256 || wide_activations || (promotion_only(device) && !flushes);
+      // Flushed partial sums run without a group in flight first: their token halves lost 1-3% (block fp8, M = 1024
+      // and 4096, H100, 2026-12-07).
+      const bool overlap_first = (m > 256 && !flushes) || wide_activations || (promotion_only(device) && !flushes);
       for (int overlap : {overlap_first ? 1 : 0, 0}) {
         config.params["overlap"] = overlap;
         for (int depth = stages; depth >= 2; --depth) {

@@ -318,8 +318,10 @@ bool WgmmaFamily::preferred_for(const Problem& problem, int) const {
 }
 
 ParameterRanges WgmmaFamily::curated_ranges(int64_t m) const {
-  const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
-  return {{"bm", m <= 64 ? std::vector<int>{bm} : std::vector<int>{64, 128}},
+  // 33..64 tokens also try 32-token tiles: fp4 weights with 32-K groups on fp8 fit the registers only there.
+  const std::vector<int> bm = m <= 16 ? std::vector<int>{16} : m <= 32 ? std::vector<int>{32} : m <= 64 ? std::vector<int>{32, 64}
+                                                                                                       : std::vector<int>{64, 128};
+  return {{"bm", bm},
           {"bn", {64, 128, 256}},
           {"bk", {64, 128, 256}},
           // With a stage in flight the loads run stages - 2 ahead: 4 and 5 won at M = 256..4096, 3 never did.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "kernels/family.hpp"
 
@@ -44,6 +45,45 @@ TEST(CuratedRanges, NarrowTheSpaceByM) {
   EXPECT_EQ(wgmma.curated_ranges(16).at("gscale"), (std::vector<int>{0, 1}));  // decode: the rule keeps 1 for K-group formats only
   EXPECT_EQ(wgmma.curated_ranges(256).at("gscale"), (std::vector<int>{0}));
   EXPECT_EQ(wgmma.curated_ranges(1024).at("bm"), (std::vector<int>{64, 128}));
+}
+
+// Every point of the ranges (a parameter left out keeps its domain), calling visit(config) until it returns true.
+bool any_config(const KernelFamily& family, const ParameterRanges& ranges, const std::function<bool(const KernelConfig&)>& visit) {
+  std::vector<std::pair<std::string, std::vector<int>>> axes;
+  for (const ParameterDomain& domain : family.parameter_space()) {
+    const auto narrowed = ranges.find(domain.name);
+    axes.emplace_back(domain.name, narrowed == ranges.end() ? domain.values : narrowed->second);
+  }
+  std::vector<size_t> index(axes.size(), 0);
+  while (true) {
+    KernelConfig config;
+    config.family = family.name();
+    for (size_t a = 0; a < axes.size(); ++a) config.params[axes[a].first] = axes[a].second[index[a]];
+    if (visit(config)) return true;
+    size_t a = 0;
+    for (; a < axes.size() && ++index[a] == axes[a].second.size(); ++a) index[a] = 0;
+    if (a == axes.size()) return false;
+  }
+}
+
+// The curated search is what `qtune tune` runs by default: for every preset a family runs on sm_90 it must leave at
+// least one valid configuration at every M where `--family auto` (the main job) tunes that family (one row of tma
+// 128-token tiles once had none: raster 2 needs two M tiles).
+TEST(CuratedRanges, LeaveAValidConfigurationForEveryPresetOnSm90) {
+  const ArchLimits limits = ArchLimits::for_sm(90);
+  for (const KernelFamily* family : kernel_families()) {
+    for (const FormatPreset& preset : format_presets()) {
+      const FormatSpec format = FormatSpec::parse(preset.name);
+      if (!family->supports(format, 90).supported) continue;
+      for (const std::int64_t m : {1, 16, 32, 64, 100, 128, 200, 256, 1024, 4096}) {
+        const Problem problem{format, m, 8192, 8192, false};
+        if (!auto_tune_covers(*family, kernel_families(), problem, 90)) continue;
+        const bool found = any_config(*family, family->curated_ranges(m),
+                                      [&](const KernelConfig& config) { return family->check(config, problem, limits).valid; });
+        EXPECT_TRUE(found) << family->name() << " " << preset.name << " m=" << m << ": no valid configuration in the curated ranges";
+      }
+    }
+  }
 }
 
 // A family that does not narrow its space (the default) searches every value of every parameter.

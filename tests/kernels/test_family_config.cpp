@@ -308,9 +308,9 @@ TEST(TmaFamilyRules, DefaultConfigFollowsTheH200Sweeps) {
             "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
   EXPECT_EQ(default_for("w8a8-fp8-ch", 4096).to_string(),
             "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1");
-  // Block scales flush every 128 K whatever promote says: 128-token tiles, 256 K deep.
+  // Block scales flush every 128 K whatever promote says: 128-token tiles, folded into the token scales, 128 K deep.
   EXPECT_EQ(default_for("w8a8-fp8-block128x128", 4096).to_string(),
-            "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
+            "bm=128,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
   // W4A8: 256-deep slots while M <= 256, a group in flight, no promotions.
   EXPECT_EQ(default_for("w4a8-int4-fp8", 64).to_string(),
             "bm=64,bn=64,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");

@@ -70,8 +70,9 @@ __host__ __device__ constexpr int operand_mantissa_bits(int code) { return code 
 //   stay 8-bit floats of their own type (e4m3 x e5m2 MMA); the MMA accumulates K groups exactly (s32) or in f32, and
 //   scales are applied to f32 partial sums: per channel / per token in the epilogue, per K group (kScaleAccumulator,
 //   kActivationScaleGroup) whenever a group ends.
+// SCALE_GROUP_N: weight columns sharing one scale (Gn of Gn x Gk blocks; 1: a scale per column, or none per group).
 template <int ACT, int COMPUTE, int W_KIND, int W_BITS, int W_EXP, int W_MAN, int SCALE_MODE, int GROUP_K,
-          int ACT_SCALE, int ACT_GROUP_K, int OUT>
+          int ACT_SCALE, int ACT_GROUP_K, int OUT, int SCALE_GROUP_N_ = 1>
 struct Format {
   static constexpr int ACTIVATION = ACT;
   static constexpr int COMPUTE_TYPE = COMPUTE;
@@ -84,6 +85,7 @@ struct Format {
   static constexpr int ACTIVATION_SCALES = ACT_SCALE;
   static constexpr int ACTIVATION_GROUP_K = ACT_GROUP_K;
   static constexpr int OUTPUT = OUT;
+  static constexpr int SCALE_GROUP_N = SCALE_GROUP_N_;
 
   static constexpr bool QUANTIZED_ACT = !is_16bit_float(ACT);
   static constexpr bool INTEGER_MMA = is_integer_operand(COMPUTE);
@@ -150,6 +152,7 @@ struct Format {
   static_assert(ACT_SCALE >= kActivationScaleNone && ACT_SCALE <= kActivationScaleGroup, "unknown activation scale mode");
   static_assert(ACT_SCALE != kActivationScaleGroup || (ACT_GROUP_K > 0 && ACT_GROUP_K % KSTEP == 0), "the activation scale group must be a multiple of the mma k-step");
   static_assert(!(STAGED_ACT_SCALES && (STAGED_SCALES || STAGED_ZEROS)) || ACT_GROUP_K == GROUP_K, "weight and activation scale groups along K must be equal");
+  static_assert(SCALE_GROUP_N_ >= 1, "SCALE_GROUP_N counts the weight columns of one scale: at least 1");
 };
 
 // Block tile, warp arrangement, pipeline depth, split-K and rasterization.

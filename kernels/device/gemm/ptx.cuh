@@ -115,6 +115,9 @@ __device__ __forceinline__ void ld_shared_f32x2(float (&r)[2], u32 address) {
 __device__ __forceinline__ void ld_shared_f32x4(float* r, u32 address) {
   asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3]) : "r"(address));
 }
+__device__ __forceinline__ void st_shared_f32(u32 address, float value) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(address), "f"(value) : "memory");
+}
 __device__ __forceinline__ void st_shared_f32x4(u32 address, const float* r) {
   asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};" ::"r"(address), "f"(r[0]), "f"(r[1]), "f"(r[2]), "f"(r[3]) : "memory");
 }

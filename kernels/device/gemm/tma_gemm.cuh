@@ -117,8 +117,16 @@ struct TmaGemm {
   static constexpr int GROUP_ROWS = GROUP_K > 0 ? (GROUP_K < BK ? BK / GROUP_K : 1) : 0;
   static constexpr int S_ROW_BYTES = BN * F::SCALE_BYTES;
   static constexpr int Z_ROW_BYTES = BN * 2;
-  static constexpr int SA_ROW_BYTES = BM * 4;
-  static constexpr int S_STAGE_BYTES = F::STAGED_SCALES ? GROUP_ROWS * S_ROW_BYTES : 0;
+  // Block scales whose blocks span the tile's columns (Gn a multiple of BLOCK_N) are folded into the activation group
+  // scales before the consumers flush: the producer warpgroup's second warp stages each token's scale times the tile's
+  // weight block scale, so a flush is one 16-byte load per two token octets and the FMAs (the column scales are not
+  // staged). Products are stored quad-major, [lane % 4][token octet][2], 16 bytes of padding per quad against bank
+  // conflicts: a thread's tokens 8 j + 2 (lane % 4) + {0, 1} are contiguous.
+  static constexpr bool SCALE_PRODUCTS = F::STAGED_ACT_SCALES && F::SCALES == kScaleAccumulator && F::SCALE_GROUP_N % BN == 0;
+  static constexpr int PRODUCT_QUAD_FLOATS = BM / 4 + 4;
+  static constexpr int SA_ROW_BYTES = SCALE_PRODUCTS ? 4 * PRODUCT_QUAD_FLOATS * 4 : BM * 4;
+  static constexpr bool STAGED_WEIGHT_SCALES = F::STAGED_SCALES && !SCALE_PRODUCTS;
+  static constexpr int S_STAGE_BYTES = STAGED_WEIGHT_SCALES ? GROUP_ROWS * S_ROW_BYTES : 0;
   static constexpr int Z_STAGE_BYTES = F::STAGED_ZEROS ? GROUP_ROWS * Z_ROW_BYTES : 0;
   static constexpr int SA_STAGE_BYTES = F::STAGED_ACT_SCALES ? GROUP_ROWS * SA_ROW_BYTES : 0;
   // Every slot starts 1024-byte aligned: the 128-byte swizzle is a function of the shared address.
@@ -142,7 +150,7 @@ struct TmaGemm {
   // The "full" barrier of a slot: the producer's arrival with the transaction count, and with staged activation scales
   // one cp.async arrival per producer lane; the "empty" one: every consumer warp of every CTA of the cluster that reads
   // the slot (one K group's).
-  static constexpr int FULL_ARRIVALS = 1 + (F::STAGED_ACT_SCALES ? 32 : 0);
+  static constexpr int FULL_ARRIVALS = 1 + (F::STAGED_ACT_SCALES ? 32 : 0);  // the scale products' warp arrives likewise
   static constexpr int EMPTY_ARRIVALS = T::COLUMN_GROUPS * 4 * T::CLUSTER;
   static constexpr int PRODUCER_REGISTERS = 56;
   static constexpr int CONSUMER_REGISTERS = T::CONSUMERS == 1 ? 240 : 224;
@@ -184,6 +192,20 @@ template <class F, class G, class Partial, int SUMS>
 __device__ __forceinline__ void add_scaled_partials(float (&acc)[G::ACCUMULATORS], const Partial (&sums)[SUMS], int first_octet, u32 base,
                                                     int row, int column, int quad) {
   static_assert(SUMS % 4 == 0 && SUMS <= G::ACCUMULATORS, "partial sums come in whole token octets of the tile");
+  if constexpr (G::SCALE_PRODUCTS) {
+    static_assert(SUMS % 8 == 0, "scale products are read two token octets at a time");
+    const u32 products = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES + G::Z_STAGE_BYTES + row * G::SA_ROW_BYTES +
+                         quad * G::PRODUCT_QUAD_FLOATS * 4;
+#pragma unroll
+    for (int o = 0; o < SUMS / 4; o += 2) {
+      const int j = first_octet + o;
+      float scale[4];  // tokens 8 j + 2 quad + {0, 1}, then the same of octet j + 1
+      ld_shared_f32x4(scale, products + j * 8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[4 * j + e] = __fmaf_rn(static_cast<float>(sums[4 * o + e]), scale[(e / 4) * 2 + e % 2], acc[4 * j + e]);
+    }
+    return;
+  }
   [[maybe_unused]] const u32 s_smem = base + G::A_STAGE_BYTES + G::W_STAGE_BYTES;
   [[maybe_unused]] const u32 sa_smem = s_smem + G::S_STAGE_BYTES + G::Z_STAGE_BYTES;
   [[maybe_unused]] float column_scale[2] = {1.0f, 1.0f};
@@ -312,7 +334,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
             }
           }
           const int first_group = G::GROUP_K > 0 ? kt * BK / G::GROUP_K : 0;
-          if constexpr (F::STAGED_SCALES) {
+          if constexpr (G::STAGED_WEIGHT_SCALES) {
             for (int r = lane; r < G::GROUP_ROWS; r += 32) {
               bulk_copy(s_dst + r * G::S_ROW_BYTES, s_unit + (static_cast<long long>(first_group + r) * p.n + n0) * F::SCALE_BYTES,
                         G::S_ROW_BYTES, full);
@@ -324,7 +346,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
                         full);
             }
           }
-          if constexpr (F::STAGED_ACT_SCALES) {
+          if constexpr (F::STAGED_ACT_SCALES && !G::SCALE_PRODUCTS) {
             // Rows past M (MoE: past the block's live rows) read nothing and stage 0: their partial sums are not stored.
             const int rows_valid = IS_MOE ? moe_live_rows : min(BM, p.m - m0);
             for (int i = lane; i < G::GROUP_ROWS * BM; i += 32) {
@@ -341,6 +363,71 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
           }
         }
       });
+    }
+    if constexpr (G::SCALE_PRODUCTS) {
+      if (warp_in_group == 1) {
+        // ---- the scale products of every slot: token scale x the tile's weight block scale (see SCALE_PRODUCTS) ----
+        // Rows past M (MoE: past the block's live rows) stage 0: their partial sums are not stored.
+        constexpr int ROWS_PER_LANE = (BM + 31) / 32;
+        const char* s_global = reinterpret_cast<const char*>(p.scales);
+        const char* sa_global = reinterpret_cast<const char*>(p.a_scales);
+        int stage = 0;
+        u32 phase = 0;
+        for_each_cluster_unit<T, BM, BN>(p, schedule, first_unit, clusters, rank, [&](const TileWork& work, int m0, int n0) {
+          const char* s_unit = s_global;
+          int rows_valid = min(BM, p.m - m0);
+          if constexpr (IS_MOE) {
+            const MoeBlock block = moe_block_of_warp<ROWS::LAYOUT, BM>(p, *moe, m0 / BM);
+            if (block.expert < 0) return;
+            s_unit += static_cast<long long>(block.expert) * moe->expert_scale_bytes;
+            rows_valid = block.live_rows;
+          }
+          // The scales of slot kt + 1 are loaded while slot kt waits for its consumers and is written: one load
+          // latency per unit, not per slot (a slot of 128-token tiles lasts about as long as an L2 round trip).
+          float token_scale[G::GROUP_ROWS][ROWS_PER_LANE];
+          float block_scale[G::GROUP_ROWS];
+          auto load = [&](int kt) {
+            const int first_group = kt * BK / G::GROUP_K;
+#pragma unroll
+            for (int r = 0; r < G::GROUP_ROWS; ++r) {
+              block_scale[r] = ld_global_f32(s_unit + (static_cast<long long>(first_group + r) * p.n + n0) * 4);
+#pragma unroll
+              for (int i = 0; i < ROWS_PER_LANE; ++i) {
+                const int row = lane + 32 * i;
+                token_scale[r][i] =
+                    row < rows_valid ? ld_global_f32(sa_global + (static_cast<long long>(first_group + r) * p.m + m0 + row) * 4) : 0.0f;
+              }
+            }
+          };
+          load(work.kt_begin);
+          for (int kt = work.kt_begin; kt < work.kt_end; ++kt) {
+            float product[G::GROUP_ROWS][ROWS_PER_LANE];
+#pragma unroll
+            for (int r = 0; r < G::GROUP_ROWS; ++r)
+#pragma unroll
+              for (int i = 0; i < ROWS_PER_LANE; ++i) product[r][i] = token_scale[r][i] * block_scale[r];
+            if (kt + 1 < work.kt_end) load(kt + 1);
+            mbarrier_wait(empty0 + stage * 8, phase ^ 1);
+            const u32 products = smem + stage * G::STAGE_BYTES + G::A_STAGE_BYTES + G::W_STAGE_BYTES + G::Z_STAGE_BYTES;
+#pragma unroll
+            for (int r = 0; r < G::GROUP_ROWS; ++r) {
+#pragma unroll
+              for (int i = 0; i < ROWS_PER_LANE; ++i) {
+                const int row = lane + 32 * i;
+                if (row < BM) {
+                  const int position = (row % 8 / 2) * G::PRODUCT_QUAD_FLOATS + row / 8 * 2 + row % 2;
+                  st_shared_f32(products + r * G::SA_ROW_BYTES + position * 4, product[r][i]);
+                }
+              }
+            }
+            mbarrier_arrive(full0 + stage * 8);
+            if (++stage == T::STAGES) {
+              stage = 0;
+              phase ^= 1;
+            }
+          }
+        });
+      }
     }
   } else {
     // ---------------- consumers ----------------

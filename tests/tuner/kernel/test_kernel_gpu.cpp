@@ -412,6 +412,17 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
     }
   }
   add_if_valid({"w8a8-int8-g256", 300, 2048, 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1"});
+  // Block scales folded into the token scales by the producer's second warp where the blocks span the tile's columns
+  // (Gn = 128 with bn = 64 and 128), and scaled per column where they do not (Gn = 64 with bn = 128); 128 x 128 blocks
+  // above, MoE ones in TmaMoeGpu.
+  for (const char* spec : {"w8a8-fp8-block64x128", "w8a8-int8-block64x128", "w8a8-fp8-block128x128"}) {
+    for (const char* config : {"bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1",
+                               "bm=64,bn=64,bk=128,stages=6,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=1",
+                               "bm=16,bn=128,bk=128,stages=4,split=4,raster=0,cluster=2,multicast=1,persistent=0"}) {
+      add_if_valid({spec, 300, 4096, 4096, config});
+      add_if_valid({spec, 45, 5120, 13824, config, true});
+    }
+  }
   // Consumer warpgroups taking turns on the tensor cores: flushes every batch or none, chunks within a slot, split-K
   // (the reduction's barrier between turns), clusters, persistence over several units.
   for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-block128x128", "w4a8-int4-fp8", "w8a8-int8-ch", "w4a16-int4-ch", "w8a8-fp8-e5m2"}) {
