@@ -148,9 +148,9 @@ struct TmaGemm {
   static constexpr int CHUNKS = BK / CHUNK_K;
   static constexpr int CHUNK_STEPS = CHUNK_K / F::KSTEP;
   // The "full" barrier of a slot: the producer's arrival with the transaction count, and with staged activation scales
-  // one cp.async arrival per producer lane; the "empty" one: every consumer warp of every CTA of the cluster that reads
+  // one cp.async arrival per producer lane, or with scale products one arrival of their warp; the "empty" one: every consumer warp of every CTA of the cluster that reads
   // the slot (one K group's).
-  static constexpr int FULL_ARRIVALS = 1 + (F::STAGED_ACT_SCALES ? 32 : 0);  // the scale products' warp arrives likewise
+  static constexpr int FULL_ARRIVALS = 1 + (SCALE_PRODUCTS ? 1 : F::STAGED_ACT_SCALES ? 32 : 0);
   static constexpr int EMPTY_ARRIVALS = T::COLUMN_GROUPS * 4 * T::CLUSTER;
   static constexpr int PRODUCER_REGISTERS = 56;
   static constexpr int CONSUMER_REGISTERS = T::CONSUMERS == 1 ? 240 : 224;
@@ -420,7 +420,8 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
                 }
               }
             }
-            mbarrier_arrive(full0 + stage * 8);
+            __syncwarp();  // every lane's products are written before the warp's one arrival releases them
+            if (lane == 0) mbarrier_arrive(full0 + stage * 8);
             if (++stage == T::STAGES) {
               stage = 0;
               phase ^= 1;
