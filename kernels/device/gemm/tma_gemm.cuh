@@ -15,7 +15,9 @@
 // Accumulation follows mma_gemm.cuh: with K-group scales (weight groups or blocks, activation groups), and for fp8
 // every PROMOTE K (the fp8 tensor cores do not accumulate in full f32; 128 as in mma_gemm.cuh, longer or never by
 // choice), each group's partial sums (s32 or f32) are scaled and added to f32 accumulators once the group's wgmmas
-// have completed.
+// have completed. Weight blocks spanning the tile's columns are folded into the activation group scales by the
+// producer warpgroup's second warp (SCALE_PRODUCTS). With OVERLAP the tile's tokens run as two wgmma groups, one
+// scaled in while the other multiplies.
 //
 // Schedule. Work units (tile, K split) are numbered as in tile_schedule.cuh; a grid smaller than the unit count is
 // persistent: each CTA (each cluster) walks units with the grid's stride, and the ring runs on across units, so the
