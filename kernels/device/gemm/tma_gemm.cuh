@@ -573,6 +573,16 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         }
         release(slot);
       };
+      // With a group in flight: waits for the slot of the group built next, builds its fragments, moves on.
+      [[maybe_unused]] int read = stage;
+      [[maybe_unused]] u32 read_phase = phase;
+      [[maybe_unused]] auto build_next = [&](u32 (&fragment)[G::CHUNK_STEPS][4]) {
+        mbarrier_wait(full0 + read * 8, read_phase);
+        const u32 base = smem + read * G::STAGE_BYTES;
+        build(base, 0, fragment);
+        next_slot(read, read_phase);
+        return base;
+      };
       if constexpr (T::KGROUPS > 1) {
         // This K group's tiles; the ring positions of the other group's are skipped, then the unit's all at once.
         int slot = stage;
@@ -604,15 +614,6 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         Partial low[HALF], high[HALF];  // tokens [0, BM / 2) and [BM / 2, BM) of the tile
         u32 fragment_even[G::CHUNK_STEPS][4];
         u32 fragment_odd[G::CHUNK_STEPS][4];
-        int read = stage;
-        u32 read_phase = phase;
-        auto build_next = [&](u32 (&fragment)[G::CHUNK_STEPS][4]) {
-          mbarrier_wait(full0 + read * 8, read_phase);
-          const u32 base = smem + read * G::STAGE_BYTES;
-          build(base, 0, fragment);
-          next_slot(read, read_phase);
-          return base;
-        };
         // Half h of the slot at `base`: its tokens start h * BM / 2 rows into every slab (a multiple of the 1024-byte
         // swizzle period), each k-step a fresh partial sum at its first step.
         auto issue_half = [&](u32 base, const u32 (&fragment)[G::CHUNK_STEPS][4], Partial (&sums)[HALF], int h) {
@@ -669,15 +670,6 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         // ptxas serialize every wgmma (C7514, sm_90a, CUDA 13.0).
         u32 fragment_even[G::CHUNK_STEPS][4];
         u32 fragment_odd[G::CHUNK_STEPS][4];
-        int read = stage;  // the slot of the group built next
-        u32 read_phase = phase;
-        auto build_next = [&](u32 (&fragment)[G::CHUNK_STEPS][4]) {
-          mbarrier_wait(full0 + read * 8, read_phase);
-          const u32 base = smem + read * G::STAGE_BYTES;
-          build(base, 0, fragment);
-          next_slot(read, read_phase);
-          return base;
-        };
         auto retire = [&](u32 base, int kt) {  // the group of slot `stage` (tile kt) has run: flush, release
           const bool fresh = complete(base, 0, kt);
           release(stage);
