@@ -98,9 +98,9 @@ int chunk_k(const DeviceFormat& device, const TmaTiles& t) {
 std::string number(int64_t value) { return std::to_string(value); }
 
 // Block scales folded into the activation group scales before the flush (device::TmaGemm::SCALE_PRODUCTS): the
-// weight blocks span the tile's columns.
-bool scale_products(const DeviceFormat& device, const TmaTiles& t) {
-  return device.staged_activation_scales() && device.scale_mode == dv::kScaleAccumulator && device.scale_group_n % t.bn == 0;
+// weight blocks span the tile's bn columns.
+bool scale_products(const DeviceFormat& device, int bn) {
+  return device.staged_activation_scales() && device.scale_mode == dv::kScaleAccumulator && device.scale_group_n % bn == 0;
 }
 
 }  // namespace
@@ -163,7 +163,7 @@ int TmaFamily::shared_bytes(const KernelConfig& config, const FormatSpec& format
   const int w_stage = (t.bn / 16) * (t.bk / device.atom_k()) * device.atom_bytes();
   const int group = device.stage_group_k();
   const int group_rows = group > 0 ? (group < t.bk ? t.bk / group : 1) : 0;
-  const bool products = scale_products(device, t);  // quad-major rows, 16 bytes of padding per quad; no column scales
+  const bool products = scale_products(device, t.bn);  // quad-major rows, 16 bytes of padding per quad; no column scales
   const int s_stage = device.staged_scales() && !products ? group_rows * t.bn * device.scale_bytes() : 0;
   const int z_stage = device.staged_zeros() ? group_rows * t.bn * 2 : 0;
   const int sa_stage = device.staged_activation_scales() ? group_rows * (products ? t.bm + 16 : t.bm) * 4 : 0;
@@ -448,8 +448,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     shapes = {{128, 128, 128}, {128, 128, 64}, {128, 64, 128}, {64, 64, 128}};
     if (narrow_on_8bit) shapes.insert(shapes.begin(), {128, 128, 256});
   } else {
-    const bool folded_scales = scale_products(device, TmaTiles{128, 128, 128, 2, 1, 0, 1, 0, 0, 0, promote, 0, 1});
-    const int bk = wide_activations ? 64 : flushes && !folded_scales ? 256 : 128;
+    const int bk = wide_activations ? 64 : flushes && !scale_products(device, 128) ? 256 : 128;
     if (!flushes) shapes.push_back({256, 128, bk});
     shapes.push_back({128, 128, bk});
     shapes.push_back({128, 128, 128});
@@ -465,7 +464,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
                      {"cluster", 1},    {"multicast", 0}, {"persistent", 0}, {"overlap", 0},     {"promote", promote},
                      {"pingpong", 0},   {"kgroups", 1}};
     const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
-    const bool five_slots = m > 256 && flushes && scale_products(device, TmaTiles::from(config));
+    const bool five_slots = m > 256 && flushes && scale_products(device, shape.bn);
     const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, five_slots ? 5 : 8);
     const int64_t tiles = (problem.n / shape.bn) * ceil_div(m, shape.bm);
     int split = 1;

@@ -150,8 +150,8 @@ struct TmaGemm {
   static constexpr int CHUNKS = BK / CHUNK_K;
   static constexpr int CHUNK_STEPS = CHUNK_K / F::KSTEP;
   // The "full" barrier of a slot: the producer's arrival with the transaction count, and with staged activation scales
-  // one cp.async arrival per producer lane, or with scale products one arrival of their warp; the "empty" one: every consumer warp of every CTA of the cluster that reads
-  // the slot (one K group's).
+  // one cp.async arrival per producer lane, or with scale products one arrival of their warp; the "empty" one: every
+  // consumer warp of every CTA of the cluster that reads the slot (one K group's).
   static constexpr int FULL_ARRIVALS = 1 + (SCALE_PRODUCTS ? 1 : F::STAGED_ACT_SCALES ? 32 : 0);
   static constexpr int EMPTY_ARRIVALS = T::COLUMN_GROUPS * 4 * T::CLUSTER;
   static constexpr int PRODUCER_REGISTERS = 56;
@@ -668,6 +668,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         // two fragment sets at compile time. The unit's K tiles are an even count (the family's rule), so no branch
         // merges the accumulators; a conditional issue, or a flush reading the partial sums inside the loop, makes
         // ptxas serialize every wgmma (C7514, sm_90a, CUDA 13.0).
+        static_assert(!G::FLUSHES, "flushed partial sums with a group in flight take the token halves above");
         u32 fragment_even[G::CHUNK_STEPS][4];
         u32 fragment_odd[G::CHUNK_STEPS][4];
         auto retire = [&](u32 base, int kt) {  // the group of slot `stage` (tile kt) has run: flush, release
