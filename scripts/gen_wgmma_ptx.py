@@ -4,7 +4,7 @@ descriptor) for every token count and operand type the wgmma and tma families us
 accumulator register, so the wrappers are generated rather than written out by hand.
 Usage: scripts/gen_wgmma_ptx.py > kernels/device/gemm/wgmma_ptx.cuh"""
 
-SIZES = [16, 32, 64, 128, 256]
+SIZES = [16, 32, 64, 96, 128, 192, 256]
 # (A code, B code, PTX types, k, accumulator kind, trailing immediates): A is the register operand (the weights),
 # B the shared-memory one (the tokens). 8-bit operands take no transpose immediate, s8 no scale immediates either.
 TYPES = [

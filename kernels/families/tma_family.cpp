@@ -112,7 +112,7 @@ std::string TmaFamily::description() const {
 
 std::vector<ParameterDomain> TmaFamily::parameter_space() const {
   return {
-      {"bm", {16, 32, 64, 128, 256}, "BLOCK_M: rows of C (tokens, the wgmma N) per tile"},
+      {"bm", {16, 32, 64, 128, 192, 256}, "BLOCK_M: rows of C (tokens, the wgmma N) per tile"},
       {"bn", {64, 128}, "BLOCK_N: columns of C per tile: one consumer warpgroup per 64"},
       {"bk", {64, 128, 256}, "BLOCK_K: depth of one shared-memory slot (a multiple of the weight atom: 64 K for f16/bf16, "
                              "128 K for 8-bit activations)"},
@@ -178,6 +178,12 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   const bool flushes = flush_k(device, t) > 0;
   const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
   const int fragments = chunk_k(device, t) / device.kstep() * 4 * (t.overlap ? 2 : 1);
+  // 192-token tiles with flushed partial sums (192 accumulators) are measured rather than summed: ptxas keeps the
+  // weight words, fragments and scales in the registers the accumulators leave. Without a group in flight or turns
+  // every flushing format (block fp8 and int8 with Gn = 64 and 128, W4A8 g128 on fp8 and int8, fp8 promoting) compiles
+  // with no spills under 232 registers, split 1 or 2; with a group in flight 4-276 bytes spill, with turns and split 2
+  // 360-516 (NVRTC 13.0, sm_90a, 2026-12-07).
+  if (flushes && t.bm > 128) return accumulators + fragments + 24 + (t.pingpong ? 24 : 0);
   // Pointers, indices, barrier state, vectors, temporaries. With flushed halves in flight the loop holds less of them
   // across the wgmmas: 128-token tiles of block-scaled fp8 and int8 and of W4A8 g128 (estimated 232 and 228 with 48)
   // compile with no spills under 224 registers (NVRTC 13.0, sm_90a, 2026-12-07).
@@ -218,9 +224,9 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("bk-slab", "bk=" + number(t.bk) + " is not a whole number of 128-byte activation rows (" +
                                             number(slab_k) + " K)");
   }
-  if (flush > 0 && t.bm > 128) {
+  if (flush > 0 && t.bm > 192) {
     return RuleVerdict::fail("accumulators-per-thread", "bm=" + number(t.bm) + " with flushed partial sums needs " + number(t.bm) +
-                                                            " accumulators per thread (at most 128: bm <= 128)");
+                                                            " accumulators per thread (at most 192: bm <= 192)");
   }
   if (t.overlap != 0 && t.overlap != 1) {
     return RuleVerdict::fail("overlap-range", "overlap=" + number(t.overlap) + ": expected 0 or 1");
@@ -307,9 +313,10 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
                                                    number(limits.max_shared_per_block) + " a block may use on sm_" + number(limits.sm));
   }
   const int registers = estimated_consumer_registers(config, problem.format);
-  if (registers > consumer_registers(t.consumers())) {
+  const int available = consumer_registers(t.consumers(), flush > 0 && t.bm > 128);
+  if (registers > available) {
     return RuleVerdict::fail("registers-per-thread", "about " + number(registers) + " registers per consumer thread needed, " +
-                                                         number(consumer_registers(t.consumers())) + " available: it would spill");
+                                                         number(available) + " available: it would spill");
   }
   return check_m_tiling(t.bm, t.raster, problem);
 }
@@ -401,7 +408,10 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
             {"raster", rasters}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}},
             {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
   }
-  return {{"bm", {128, 256}}, {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
+  // 192-token tiles from M = 2048: flushed block-scaled fp8 and int8 at M = 4096 gained 6-8% over 128 (at M = 1024
+  // they lost 3%: their padding; H100, 2026-12-07).
+  const std::vector<int> bms = m >= 2048 ? std::vector<int>{128, 192, 256} : std::vector<int>{128, 256};
+  return {{"bm", bms},        {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
           {"raster", {2}},    {"cluster", {1, 2}}, {"multicast", {0, 2}},  {"persistent", {1}}, {"overlap", {0, 1}},
           {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
 }
@@ -424,7 +434,9 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   //     128 with flushes (block-scaled fp8); slots 256 K deep with flushes (three of them), 128 K for 8-bit
   //     activations without, 64 K for 16-bit activations; a wgmma group in flight where the format allows it. Block
   //     scales folded into the token scales take five slots 128 K deep (block fp8 at N = K = 8192: M = 1024 148.3-148.8
-  //     us against 153.3 at 256 K, M = 4096 586.8 against 614.4; six slots 149.5 / 599.0; H100, 2026-12-07).
+  //     us against 153.3 at 256 K, M = 4096 586.8 against 614.4; six slots 149.5 / 599.0; H100, 2026-12-07). From
+  //     M = 2048 they take 192-token tiles, four slots (block fp8 at M = 4096 553.1 us against 589.4-596.1 with 128,
+  //     block int8 562.1 against 608.5; at M = 1024 153.1 against 149.0; H100, 2026-12-07, 22nd session).
   //   - fp8 without K-group scales never promotes (kDefaultPromote) and keeps a wgmma group in flight at every M;
   //     int4 weights on fp8 take 256-deep slots first at M <= 256 (W4A8 M = 64 19.8 us against 22.9 with 128,
   //     M = 256 37.2 against 41.7).
@@ -450,6 +462,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
   } else {
     const int bk = wide_activations ? 64 : flushes && !scale_products(device, 128) ? 256 : 128;
     if (!flushes) shapes.push_back({256, 128, bk});
+    if (flushes && scale_products(device, 128) && m >= 2048) shapes.insert(shapes.begin(), {192, 128, 128});
     shapes.push_back({128, 128, bk});
     shapes.push_back({128, 128, 128});
     shapes.push_back({128, 64, 128});

@@ -39,9 +39,9 @@ class TmaFamily final : public MmaFamily {
   static int shared_bytes(const KernelConfig& config, const FormatSpec& format);
   // Registers per consumer thread check() assumes (accumulators, fragments, weight words, addressing).
   static int estimated_consumer_registers(const KernelConfig& config, const FormatSpec& format);
-  // What setmaxnreg gives each consumer thread (device::TmaGemm::CONSUMER_REGISTERS).
-  // Registers per consumer thread (setmaxnreg) with `warpgroups` consumer warpgroups (device::TmaGemm::CONSUMER_REGISTERS).
-  static int consumer_registers(int warpgroups) { return warpgroups == 1 ? 240 : 224; }
+  // Registers per consumer thread (setmaxnreg) with `warpgroups` consumer warpgroups, and whether the tile holds more
+  // than 128 accumulators per thread (flushed partial sums of 192 tokens; device::TmaGemm::CONSUMER_REGISTERS).
+  static int consumer_registers(int warpgroups, bool wide_flushed) { return warpgroups == 1 ? 240 : wide_flushed ? 232 : 224; }
   // The block size, the device::TmaTiles template arguments and the static shared memory of a configuration: what the
   // MoE kernel (kernels/families/mma_moe.hpp) instantiates and launches too.
   static int threads(const KernelConfig& config);

@@ -172,6 +172,17 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
   EXPECT_EQ(verdict("bm=128," + persistent, Problem{FormatSpec::parse("w8a8-int8-block128x128"), 4096, 8192, 8192, false}), "");
   EXPECT_EQ(verdict("bm=128," + persistent, Problem{FormatSpec::parse("w4a8-int4-g128-fp8"), 4096, 8192, 8192, false}), "");
   EXPECT_EQ(verdict("bm=256," + persistent, block_large), "accumulators-per-thread");
+  // 192-token tiles with flushed partial sums: 192 accumulators under 232 registers, with no group in flight or turns
+  // (those spill); the same tile without flushes takes a group in flight.
+  const std::string wide = "bm=192,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1";
+  for (const char* spec : {"w8a8-fp8-block128x128", "w8a8-int8-block128x128", "w8a8-fp8-block64x128", "w4a8-int4-g128-fp8"}) {
+    const Problem problem{FormatSpec::parse(spec), 4096, 8192, 8192, false};
+    EXPECT_EQ(verdict(wide, problem), "") << spec;
+    EXPECT_EQ(verdict(wide + ",overlap=1", problem), "registers-per-thread") << spec;
+    EXPECT_EQ(verdict(wide + ",pingpong=1", problem), "registers-per-thread") << spec;
+  }
+  EXPECT_EQ(verdict(wide + ",promote=128", Problem{FormatSpec::parse("w8a8-fp8-ch"), 4096, 8192, 8192, false}), "");
+  EXPECT_EQ(verdict(wide + ",overlap=1,promote=0", Problem{FormatSpec::parse("w8a8-fp8-ch"), 4096, 8192, 8192, false}), "");
   EXPECT_EQ(verdict("bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1", block_large),
             "overlap-flush-interval");
   EXPECT_EQ(verdict("bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1",
@@ -308,9 +319,14 @@ TEST(TmaFamilyRules, DefaultConfigFollowsTheH200Sweeps) {
             "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
   EXPECT_EQ(default_for("w8a8-fp8-ch", 4096).to_string(),
             "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1");
-  // Block scales flush every 128 K whatever promote says: 128-token tiles, folded into the token scales, 128 K deep.
-  EXPECT_EQ(default_for("w8a8-fp8-block128x128", 4096).to_string(),
+  // Block scales flush every 128 K whatever promote says: folded into the token scales, 128 K deep; 128-token tiles
+  // up to M = 1024, 192 from M = 2048 (four slots fit).
+  EXPECT_EQ(default_for("w8a8-fp8-block128x128", 1024).to_string(),
             "bm=128,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
+  EXPECT_EQ(default_for("w8a8-fp8-block128x128", 4096).to_string(),
+            "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
+  EXPECT_EQ(default_for("w8a8-int8-block128x128", 2048).to_string(),
+            "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
   // W4A8: 256-deep slots while M <= 256, a group in flight, no promotions.
   EXPECT_EQ(default_for("w4a8-int4-fp8", 64).to_string(),
             "bm=64,bn=64,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");

@@ -16,8 +16,8 @@
 // every PROMOTE K (the fp8 tensor cores do not accumulate in full f32; 128 as in mma_gemm.cuh, longer or never by
 // choice), each group's partial sums (s32 or f32) are scaled and added to f32 accumulators once the group's wgmmas
 // have completed. Weight blocks spanning the tile's columns are folded into the activation group scales by the
-// producer warpgroup's second warp (SCALE_PRODUCTS). With OVERLAP the tile's tokens run as two wgmma groups, one
-// scaled in while the other multiplies.
+// producer warpgroup's second warp, or its second and third (SCALE_PRODUCTS). With OVERLAP the tile's tokens run as
+// two wgmma groups, one scaled in while the other multiplies.
 //
 // Schedule. Work units (tile, K split) are numbered as in tile_schedule.cuh; a grid smaller than the unit count is
 // persistent: each CTA (each cluster) walks units with the grid's stride, and the ring runs on across units, so the
@@ -81,7 +81,8 @@ struct TmaTiles {
   static constexpr int CLUSTER_M = MULTICAST == kMulticastWeights ? CLUSTER : 1;  // tiles of a cluster along M
   static constexpr int CLUSTER_N = MULTICAST == kMulticastWeights ? 1 : CLUSTER;  // and along N
 
-  static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "BLOCK_M (wgmma N, the tokens) must be 16, 32, 64, 128 or 256");
+  static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 192 || BM == 256,
+                "BLOCK_M (wgmma N, the tokens) must be 16, 32, 64, 128, 192 or 256");
   static_assert(BN == 64 || BN == 128, "BLOCK_N must be 64 or 128: one consumer warpgroup per 64 weight columns, at most two");
   static_assert(BK % 64 == 0, "BLOCK_K must be a multiple of 64");
   static_assert(STAGES_ >= 2 && STAGES_ <= 8, "STAGES must be between 2 and 8 (slots of the shared-memory ring)");
@@ -152,10 +153,17 @@ struct TmaGemm {
   // The "full" barrier of a slot: the producer's arrival with the transaction count, and with staged activation scales
   // one cp.async arrival per producer lane, or with scale products one arrival of their warp; the "empty" one: every
   // consumer warp of every CTA of the cluster that reads the slot (one K group's).
-  static constexpr int FULL_ARRIVALS = 1 + (SCALE_PRODUCTS ? 1 : F::STAGED_ACT_SCALES ? 32 : 0);
+  // Scale products of more than 128 tokens are staged by three warps, a third of the tokens each: one warp holding a
+  // slot's and the next slot's six scales per lane spills under the producer's 40 registers (192-token tiles), and
+  // two still do with the persistent, rasterized schedule (NVRTC 13.0, sm_90a).
+  static constexpr int PRODUCT_WARPS = SCALE_PRODUCTS && BM > 128 ? 3 : 1;
+  static constexpr int FULL_ARRIVALS = 1 + (SCALE_PRODUCTS ? PRODUCT_WARPS : F::STAGED_ACT_SCALES ? 32 : 0);
   static constexpr int EMPTY_ARRIVALS = T::COLUMN_GROUPS * 4 * T::CLUSTER;
-  static constexpr int PRODUCER_REGISTERS = 56;
-  static constexpr int CONSUMER_REGISTERS = T::CONSUMERS == 1 ? 240 : 224;
+  // 192-token tiles with flushed partial sums hold 192 accumulators per consumer thread: their producer warpgroup
+  // gives up 16 more registers so two consumer warpgroups get 232 (the split CUTLASS's cooperative kernels use).
+  static constexpr bool WIDE_FLUSHED = FLUSHES && ACCUMULATORS > 64;
+  static constexpr int PRODUCER_REGISTERS = WIDE_FLUSHED ? 40 : 56;
+  static constexpr int CONSUMER_REGISTERS = T::CONSUMERS == 1 ? 240 : WIDE_FLUSHED ? 232 : 224;
   static constexpr int CONSUMER_THREADS = T::CONSUMERS * 128;
   static constexpr int EPILOGUE_THREADS = T::COLUMN_GROUPS * 128;  // K group 0, which reduces split-K and stores
 
@@ -167,7 +175,7 @@ struct TmaGemm {
   static_assert(PROMOTION_ONLY || T::PROMOTE == 128, "PROMOTE applies to fp8 without K-group scales; other formats flush as they must (leave it 128)");
   static_assert(!FLUSHES || FLUSH_K % BK == 0 || BK % FLUSH_K == 0, "BLOCK_K must divide the flush group or be a multiple of it");
   static_assert(CHUNK_K % F::KSTEP == 0, "a flush group is whole wgmma k-steps");
-  static_assert(ACCUMULATORS * (FLUSHES ? 2 : 1) <= 128, "too many accumulators per consumer thread: BLOCK_M <= 128 when partial sums are flushed, <= 256 otherwise");
+  static_assert(ACCUMULATORS * (FLUSHES ? 2 : 1) <= 192, "too many accumulators per consumer thread: BLOCK_M <= 192 when partial sums are flushed, <= 256 otherwise");
   static_assert(BM * 4 % 16 == 0, "activation scale rows are whole 16-byte chunks");
   static_assert(T::KGROUPS == 1 || !FLUSHES || FLUSH_K <= BK, "KGROUPS = 2: each K group flushes within its own slots (a flush interval of at most BLOCK_K)");
   static_assert(CONSUMER_THREADS * CONSUMER_REGISTERS + 128 * PRODUCER_REGISTERS <= 65536, "the register file holds the consumers' and the producer's registers");
@@ -367,10 +375,13 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       });
     }
     if constexpr (G::SCALE_PRODUCTS) {
-      if (warp_in_group == 1) {
-        // ---- the scale products of every slot: token scale x the tile's weight block scale (see SCALE_PRODUCTS) ----
+      if (warp_in_group >= 1 && warp_in_group <= G::PRODUCT_WARPS) {
+        // ---- the scale products of every slot: token scale x the tile's weight block scale (see SCALE_PRODUCTS); ----
+        // ---- with three such warps, each stages a third of the tile's tokens and arrives once per slot ----
         // Rows past M (MoE: past the block's live rows) stage 0: their partial sums are not stored.
-        constexpr int ROWS_PER_LANE = (BM + 31) / 32;
+        constexpr int WARP_ROWS = BM / G::PRODUCT_WARPS;  // this warp's tokens: first_row, ... + WARP_ROWS - 1
+        constexpr int ROWS_PER_LANE = (WARP_ROWS + 31) / 32;
+        const int first_row = (warp_in_group - 1) * WARP_ROWS;
         const char* s_global = reinterpret_cast<const char*>(p.scales);
         const char* sa_global = reinterpret_cast<const char*>(p.a_scales);
         int stage = 0;
@@ -395,7 +406,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
               block_scale[r] = ld_global_f32(s_unit + (static_cast<long long>(first_group + r) * p.n + n0) * 4);
 #pragma unroll
               for (int i = 0; i < ROWS_PER_LANE; ++i) {
-                const int row = lane + 32 * i;
+                const int row = first_row + lane + 32 * i;
                 token_scale[r][i] =
                     row < rows_valid ? ld_global_f32(sa_global + (static_cast<long long>(first_group + r) * p.m + m0 + row) * 4) : 0.0f;
               }
@@ -415,8 +426,8 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
             for (int r = 0; r < G::GROUP_ROWS; ++r) {
 #pragma unroll
               for (int i = 0; i < ROWS_PER_LANE; ++i) {
-                const int row = lane + 32 * i;
-                if (row < BM) {
+                const int row = first_row + lane + 32 * i;
+                if (lane + 32 * i < WARP_ROWS) {
                   const int position = (row % 8 / 2) * G::PRODUCT_QUAD_FLOATS + row / 8 * 2 + row % 2;
                   st_shared_f32(products + r * G::SA_ROW_BYTES + position * 4, product[r][i]);
                 }

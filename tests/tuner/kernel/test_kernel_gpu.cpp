@@ -423,6 +423,30 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
       add_if_valid({spec, 45, 5120, 13824, config, true});
     }
   }
+  // 192-token tiles: with flushed partial sums (192 accumulators per consumer thread, 232 registers) block scales
+  // folded (Gn = 128, three warps staging the products) or per column (Gn = 64), K-group scales, fp8 promotions;
+  // split-K, persistence over several units, a cluster sharing the weights (its second tile partly past M), M not a
+  // multiple of 192, odd shapes; and without flushes (s32 sums, fp8 never promoting, f16) with a group in flight.
+  const size_t before_192 = cases.size();
+  for (const char* spec : {"w8a8-fp8-block128x128", "w8a8-int8-block128x128", "w8a8-fp8-block64x128", "w4a8-int4-g128-fp8",
+                           "w4a8-int4-g128-int8", "w8a8-fp8-ch"}) {
+    const std::string persistent = "bm=192,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,promote=128";
+    const std::string split = "bm=192,bn=128,bk=128,stages=4,split=2,raster=0,cluster=1,multicast=0,persistent=0,promote=128";
+    const std::string cluster = "bm=192,bn=64,bk=128,stages=6,split=1,raster=2,cluster=2,multicast=2,persistent=0,promote=128";
+    add_if_valid({spec, 1000, 4096, 8192, persistent});
+    add_if_valid({spec, 2000, 5120, 13824, persistent, true});
+    add_if_valid({spec, 300, 4096, 4096, split});
+    add_if_valid({spec, 150, 5120, 13824, split, true});
+    add_if_valid({spec, 300, 4096, 4096, cluster});
+    add_if_valid({spec, 1000, 4096, 8192, cluster, true});
+    add_if_valid({spec, 1000, 4096, 8192, "bm=192,bn=128,bk=128,stages=4,split=2,raster=2,cluster=1,multicast=0,persistent=1,promote=128"});
+  }
+  EXPECT_EQ(cases.size() - before_192, 42u) << "the rules refused some of the flushed 192-token cases";
+  for (const char* spec : {"w8a8-int8-ch", "w8a8-fp8-ch", "w4a16-int4-ch"}) {
+    const std::string promote = std::string(spec) == "w8a8-fp8-ch" ? ",promote=0" : "";
+    add_if_valid({spec, 1000, 4096, 8192, "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1" + promote});
+    add_if_valid({spec, 300, 5120, 13824, "bm=192,bn=128,bk=128,stages=4,split=2,raster=0,cluster=1,multicast=0,persistent=0" + promote, true});
+  }
   // Consumer warpgroups taking turns on the tensor cores: flushes every batch or none, chunks within a slot, split-K
   // (the reduction's barrier between turns), clusters, persistence over several units.
   for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-block128x128", "w4a8-int4-fp8", "w8a8-int8-ch", "w4a16-int4-ch", "w8a8-fp8-e5m2"}) {
