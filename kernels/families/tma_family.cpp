@@ -90,6 +90,10 @@ bool promotion_only(const DeviceFormat& device) {
 int flush_k(const DeviceFormat& device, const TmaTiles& t) { return promotion_only(device) ? t.promote : device.flush_k(); }
 
 // The K per wgmma batch (device::TmaGemm::CHUNK_K).
+// More than 128 accumulators per consumer thread: 192-token tiles whose partial sums are flushed (device::TmaGemm::
+// WIDE_FLUSHED: 232 consumer registers, the producer 40).
+bool wide_flushed(const DeviceFormat& device, const TmaTiles& t) { return flush_k(device, t) > 0 && t.bm > 128; }
+
 int chunk_k(const DeviceFormat& device, const TmaTiles& t) {
   const int flush = flush_k(device, t);
   return flush > 0 && flush < t.bk ? flush : t.bk;
@@ -183,7 +187,7 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   // every flushing format (block fp8 and int8 with Gn = 64 and 128, W4A8 g128 on fp8 and int8, fp8 promoting) compiles
   // with no spills under 232 registers, split 1 or 2; with a group in flight 4-276 bytes spill, with turns and split 2
   // 360-516 (NVRTC 13.0, sm_90a, 2026-12-07).
-  if (flushes && t.bm > 128) return accumulators + fragments + 24 + (t.pingpong ? 24 : 0);
+  if (wide_flushed(device, t)) return accumulators + fragments + 24 + (t.pingpong ? 24 : 0);
   // Pointers, indices, barrier state, vectors, temporaries. With flushed halves in flight the loop holds less of them
   // across the wgmmas: 128-token tiles of block-scaled fp8 and int8 and of W4A8 g128 (estimated 232 and 228 with 48)
   // compile with no spills under 224 registers (NVRTC 13.0, sm_90a, 2026-12-07).
@@ -313,7 +317,7 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
                                                    number(limits.max_shared_per_block) + " a block may use on sm_" + number(limits.sm));
   }
   const int registers = estimated_consumer_registers(config, problem.format);
-  const int available = consumer_registers(t.consumers(), flush > 0 && t.bm > 128);
+  const int available = consumer_registers(t.consumers(), wide_flushed(device, t));
   if (registers > available) {
     return RuleVerdict::fail("registers-per-thread", "about " + number(registers) + " registers per consumer thread needed, " +
                                                          number(available) + " available: it would spill");
