@@ -87,7 +87,7 @@ Connection::Connection(const std::filesystem::path& path, OpenMode mode, int bus
     const std::string message = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
     db_ = nullptr;
-    throw SqliteError("cannot open '" + path.string() + "': " + message, message, __FILE__, __LINE__);
+    throw SqliteError("cannot open '" + path.string() + "': " + message, message, rc, __FILE__, __LINE__);
   }
   try {
     QTUNE_SQLITE_CHECK(*this, sqlite3_extended_result_codes(db_, 1), "enable extended result codes");
@@ -115,7 +115,7 @@ std::string Connection::error_message(int result_code) const {
 }
 
 void Connection::fail(int result_code, std::string_view what, const char* file, int line) const {
-  throw SqliteError(std::string(what) + ": " + error_message(result_code), reason(result_code), file, line);
+  throw SqliteError(std::string(what) + ": " + error_message(result_code), reason(result_code), result_code, file, line);
 }
 
 void Connection::execute(std::string_view sql) {
@@ -136,7 +136,7 @@ void Connection::execute(std::string_view sql) {
                                   error_message(rc);
       const std::string sqlite_reason = reason(rc);
       sqlite3_finalize(statement);
-      throw SqliteError(message, sqlite_reason, __FILE__, __LINE__);
+      throw SqliteError(message, sqlite_reason, rc, __FILE__, __LINE__);
     }
     QTUNE_SQLITE_CHECK(*this, sqlite3_finalize(statement), "finalize");
     begin = tail;
@@ -209,7 +209,7 @@ bool Statement::step() {
   const std::string message = connection_->error_message(rc);
   const std::string reason = connection_->reason(rc);
   sqlite3_reset(statement_);  // so the statement can be reused
-  throw SqliteError("run \"" + short_sql(sql_) + "\": " + message, reason, __FILE__, __LINE__);
+  throw SqliteError("run \"" + short_sql(sql_) + "\": " + message, reason, rc, __FILE__, __LINE__);
 }
 
 void Statement::run() {

@@ -31,12 +31,16 @@ using Blob = std::vector<std::byte>;
 // caller can tell the user what is wrong with a file without the SQL and source location around it.
 class SqliteError : public LibraryError {
  public:
-  SqliteError(const std::string& message, std::string reason, const char* file, int line)
-      : LibraryError("SQLite", message, file, line), reason_(std::move(reason)) {}
+  SqliteError(const std::string& message, std::string reason, int result_code, const char* file, int line)
+      : LibraryError("SQLite", message, file, line), reason_(std::move(reason)), result_code_(result_code) {}
   const std::string& reason() const { return reason_; }
+  // SQLite's extended result code; busy() is SQLITE_BUSY (5) or SQLITE_LOCKED (6) in any extended form (low byte).
+  int result_code() const { return result_code_; }
+  bool busy() const { return (result_code_ & 0xff) == 5 || (result_code_ & 0xff) == 6; }
 
  private:
   std::string reason_;
+  int result_code_ = 0;
 };
 
 // The SQLite URI that opens `path` as a file of exactly that name (never as a URI or ":memory:") in `mode`. A read-only

@@ -2,7 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <bit>
 #include <cmath>
 #include <cerrno>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <random>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "db/process_identity.hpp"
@@ -443,6 +446,22 @@ CheckedConnection open_checked_read_only(const fs::path& path, int busy_timeout_
   });
 }
 
+// SQLite answers a journal-mode switch that races another connection's first writes with SQLITE_BUSY at once, without
+// its busy handler (to avoid a deadlock): retry it for as long as the busy timeout would have waited.
+void switch_to_wal(Connection& connection, int busy_timeout_ms) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms);
+  for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
+    try {
+      Statement journal = connection.prepare("PRAGMA journal_mode = WAL");
+      journal.run();
+      return;
+    } catch (const SqliteError& error) {
+      if (!error.busy() || std::chrono::steady_clock::now() + pause > give_up) throw;
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
+
 }  // namespace
 
 Store Store::open(const fs::path& path, const OpenOptions& options) {
@@ -463,10 +482,7 @@ Store Store::open(const fs::path& path, const OpenOptions& options) {
   auto connection = std::make_unique<Connection>(path, OpenMode::ReadWriteCreate, options.busy_timeout_ms);
   const int version_at_open = migrate(*connection);
   // WAL lets readers (db info, reports) run while a tuner writes; NORMAL sync is crash-safe in WAL mode.
-  {
-    Statement journal = connection->prepare("PRAGMA journal_mode = WAL");
-    journal.run();
-  }
+  switch_to_wal(*connection, options.busy_timeout_ms);
   connection->execute("PRAGMA synchronous = NORMAL");
   return Store(std::move(connection), version_at_open, kSchemaVersion);
 }
