@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes kernels/device/gemm/wgmma_ptx.cuh: the wgmma.mma_async wrappers (A from registers, B from a shared-memory
-descriptor) for every token count and operand type the wgmma and tma families use. One asm statement names every
+descriptor; and for 8-bit operands both from shared memory) for every token count and operand type the wgmma and tma
+families use. One asm statement names every
 accumulator register, so the wrappers are generated rather than written out by hand.
 Usage: scripts/gen_wgmma_ptx.py > kernels/device/gemm/wgmma_ptx.cuh"""
 
@@ -64,6 +65,33 @@ for a_code, b_code, ptx, k, acc, tail in TYPES:
         print('        "wgmma.mma_async.sync.aligned.m64n%dk%d.%s {%s}, {%s}, %s, p%s;\\n}\\n"' % (n, k, ptx, d, a, desc, tail))
         print("        : %s" % outs)
         print('        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descriptor), "r"(scale_d));')
+        print("  }")
+        print("};")
+print("""
+// WgmmaSs<N, A, B>: both operands through shared-memory descriptors (8-bit operands, K-major: the weights as stored
+// core-matrix atoms, the tokens as swizzled slabs).
+template <int N, int A, int B>
+struct WgmmaSs;
+""")
+for a_code, b_code, ptx, k, acc, tail in TYPES:
+    if k != 32:
+        continue
+    for n in SIZES:
+        regs = n // 2
+        d = ", ".join("%%%d" % i for i in range(regs))
+        outs = ", ".join('"+%s"(d[%d])' % (acc, i) for i in range(regs))
+        ctype = "float" if acc == "f" else "int"
+        print("template <>")
+        print("struct WgmmaSs<%d, %s, %s> {" % (n, a_code, b_code))
+        print("  static constexpr int K = %d;" % k)
+        print("  typedef %s Accumulator;" % ctype)
+        print("  __device__ __forceinline__ static void run(%s (&d)[%d], u64 a_descriptor, u64 b_descriptor, int scale_d) {"
+              % (ctype, regs))
+        print('    asm volatile(')
+        print('        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"' % (regs + 2))
+        print('        "wgmma.mma_async.sync.aligned.m64n%dk%d.%s {%s}, %%%d, %%%d, p%s;\\n}\\n"' % (n, k, ptx, d, regs, regs + 1, tail))
+        print("        : %s" % outs)
+        print('        : "l"(a_descriptor), "l"(b_descriptor), "r"(scale_d));')
         print("  }")
         print("};")
 print("""

@@ -111,6 +111,12 @@ float get_f32(const std::vector<uint8_t>& buffer, size_t index) {
 
 // Byte offset inside an atom of word `word` of lane `lane`.
 size_t word_offset(const DeviceFormat& format, int lane, int word) {
+  if (format.core_matrix_atoms()) {
+    // Word rho = (ks * 2 + nsub) * 2 + r of every lane is one 8 x 16-byte core matrix (lane 4 row + q at 4 lane),
+    // stored at ((nsub * 4 + ks) * 2 + r) * 128: see format_traits.cuh.
+    const int ks = word / 4, nsub = (word / 2) % 2, r = word % 2;
+    return static_cast<size_t>(((nsub * 4 + ks) * 2 + r) * 128 + lane * 4);
+  }
   const int slice_bytes = format.slice_bytes();
   const int slice = word * 4 / slice_bytes;
   const int within = word * 4 % slice_bytes;
@@ -171,6 +177,7 @@ int DeviceFormat::slice_bytes() const {
   const int bytes = thread_words() * 4;
   return bytes % 16 == 0 ? 16 : (bytes % 8 == 0 ? 8 : 4);
 }
+bool DeviceFormat::core_matrix_atoms() const { return raw_operand() && weight_bits == 8; }
 bool DeviceFormat::has_zero() const { return weight_kind == dv::kWeightIntZero || weight_kind == dv::kWeightFloatZero; }
 bool DeviceFormat::is_float() const { return weight_kind == dv::kWeightFloat; }
 bool DeviceFormat::staged_scales() const { return scale_mode != dv::kScaleEpilogue && group_k > 0; }

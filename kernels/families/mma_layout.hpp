@@ -49,6 +49,9 @@ struct DeviceFormat {
   int stage_group_k() const;    // K elements per row of the vectors staged per K tile (0: none)
   int flush_k() const;          // K elements between flushes of the partial sums (0: none), see mma_gemm.cuh
   bool raw_operand() const;     // the stored code is the tensor-core operand as it is
+  // Raw 8-bit operands: an atom is 16 core matrices of 8 columns x 16 K-bytes, readable by ldmatrix and by a wgmma
+  // shared-memory descriptor (format_traits.cuh).
+  bool core_matrix_atoms() const;
   bool offset_codes() const;    // signed integer codes are stored offset-binary (code + 2^(bits-1))
   // Multiplier from the value the kernel puts into the tensor core for a code (before any scale) to the code's true
   // value: 2^(target bias - bias) for float codes re-biased into f16/bf16/fp8, 2^-(lane - bits) for integers moved to

@@ -35,19 +35,22 @@ constexpr int kPromoteWhenAbsent = 128;
 constexpr int kPingpongWhenAbsent = 0;
 // Configs recorded before "kgroups" existed had one consumer warpgroup per 64 columns.
 constexpr int kKgroupsWhenAbsent = 1;
+// Configs recorded before "ss" existed fed wgmma the weights from registers.
+constexpr int kSsWhenAbsent = 0;
 // What the hand rules choose for fp8 without K-group scales: never promote (H200, 2026-12-02: W8A8 fp8 M = 1024
 // 103.6 us with 256-token tiles and a group in flight against 124.2 promoting every 128 K; the CPU-reference check
 // at K = 8192 and 13824 passes).
 constexpr int kDefaultPromote = 0;
 
 struct TmaTiles {
-  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap, promote, pingpong, kgroups;
+  int bm, bn, bk, stages, split, raster, cluster, multicast, persistent, overlap, promote, pingpong, kgroups, ss;
 
   static TmaTiles from(const KernelConfig& config) {
     const auto overlap = config.params.find("overlap");
     const auto promote = config.params.find("promote");
     const auto pingpong = config.params.find("pingpong");
     const auto kgroups = config.params.find("kgroups");
+    const auto ss = config.params.find("ss");
     return {config.get("bm"),
             config.get("bn"),
             config.get("bk"),
@@ -60,7 +63,8 @@ struct TmaTiles {
             overlap == config.params.end() ? kOverlapWhenAbsent : overlap->second,
             promote == config.params.end() ? kPromoteWhenAbsent : promote->second,
             pingpong == config.params.end() ? kPingpongWhenAbsent : pingpong->second,
-            kgroups == config.params.end() ? kKgroupsWhenAbsent : kgroups->second};
+            kgroups == config.params.end() ? kKgroupsWhenAbsent : kgroups->second,
+            ss == config.params.end() ? kSsWhenAbsent : ss->second};
   }
   int consumers() const { return bn / 64 * kgroups; }
   int threads() const { return 128 * (consumers() + 1); }
@@ -70,12 +74,13 @@ struct TmaTiles {
   int64_t tiles(const Problem& problem) const {
     return (problem.n / (bn * cluster_n())) * ceil_div(problem.m, bm * cluster_m()) * cluster;
   }
-  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST, OVERLAP, PROMOTE, PINGPONG, KGROUPS>
+  // device::TmaTiles<BM, BN, BK, STAGES, SPLIT, RASTER, CLUSTER, MULTICAST, OVERLAP, PROMOTE, PINGPONG, KGROUPS[, SS]>;
+  // SS only where it is 1, so the sources (and cache keys) of register-weight kernels stay those from before it.
   std::string template_arguments() const {
     return std::to_string(bm) + ", " + std::to_string(bn) + ", " + std::to_string(bk) + ", " + std::to_string(stages) + ", " +
            std::to_string(split) + ", " + std::to_string(raster) + ", " + std::to_string(cluster) + ", " + std::to_string(multicast) +
            ", " + std::to_string(overlap) + ", " + std::to_string(promote) + ", " + std::to_string(pingpong) + ", " +
-           std::to_string(kgroups);
+           std::to_string(kgroups) + (ss != 0 ? ", " + std::to_string(ss) : "");
   }
 };
 
@@ -143,6 +148,10 @@ std::vector<ParameterDomain> TmaFamily::parameter_space() const {
                           "converting while the other's wgmmas run, and add their sums once per tile (bn=64, not with "
                           "overlap=1 or pingpong=1, a flush interval of at most bk)",
        kKgroupsWhenAbsent},
+      {"ss", {0, 1}, "SS: 1 = wgmma reads the weights straight from the shared-memory slot (both operands through "
+                     "descriptors: nothing converted or loaded into registers); raw 8-bit weights only (W8A8 int8 and "
+                     "fp8); 0 = the consumers load (and convert) them into registers",
+       kSsWhenAbsent},
   };
 }
 
@@ -181,7 +190,8 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   const DeviceFormat device = mma::device_format(format);
   const bool flushes = flush_k(device, t) > 0;
   const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
-  const int fragments = chunk_k(device, t) / device.kstep() * 4 * (t.overlap ? 2 : 1);
+  // Register operands of the batch in flight (none when wgmma reads the weights from shared memory).
+  const int fragments = t.ss ? 0 : chunk_k(device, t) / device.kstep() * 4 * (t.overlap ? 2 : 1);
   // 192-token tiles with flushed partial sums (192 accumulators) are measured rather than summed: ptxas keeps the
   // weight words, fragments and scales in the registers the accumulators leave. Without a group in flight or turns
   // every flushing format (block fp8 and int8 with Gn = 64 and 128, W4A8 g128 on fp8 and int8, fp8 promoting) compiles
@@ -201,7 +211,8 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   // The int4 -> fp8 lookup keeps its four table registers live through the conversion.
   const bool fp8 = device.compute == dv::kElementE4M3 || device.compute == dv::kElementE5M2;
   const bool lookup = device.quantized_activations() && fp8 && !device.is_float() && device.weight_bits == 4 && device.offset_codes();
-  return accumulators + fragments + device.thread_words() + addressing + split_k + (scaled_flush ? 8 : 0) + (lookup ? 4 : 0);
+  const int words = t.ss ? 0 : device.thread_words();
+  return accumulators + fragments + words + addressing + split_k + (scaled_flush ? 8 : 0) + (lookup ? 4 : 0);
 }
 
 RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
@@ -260,6 +271,12 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
     return RuleVerdict::fail("overlap-even-k-tiles", "overlap=1 runs K tiles in pairs: the " + number(k_tiles) +
                                                          " K tiles of bk=" + number(t.bk) + " must split into split=" +
                                                          number(t.split) + " equal even ranges");
+  }
+  if (t.ss != 0 && t.ss != 1) return RuleVerdict::fail("ss-range", "ss=" + number(t.ss) + ": expected 0 or 1");
+  if (t.ss == 1 && !device.core_matrix_atoms()) {
+    return RuleVerdict::fail("ss-raw-8bit", "ss=1 feeds wgmma the stored weights as they are: " + problem.format.to_string() +
+                                                " has weights that must be converted first (raw 8-bit weights only: W8A8 "
+                                                "int8 and fp8)");
   }
   if (t.kgroups != 1 && t.kgroups != 2) {
     return RuleVerdict::fail("kgroups-range", "kgroups=" + number(t.kgroups) + ": expected 1 or 2");
@@ -401,7 +418,7 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
     const int bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
     return {{"bm", {bm}},    {"bn", {64, 128}}, {"bk", {128, 256}}, {"stages", {4, 8}},     {"split", {1, 2}},
             {"raster", {0}}, {"cluster", {1}},  {"multicast", {0}}, {"persistent", {0, 1}}, {"overlap", {0, 1}},
-            {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1, 2}}};
+            {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1, 2}}, {"ss", {0}}};
   }
   if (m <= 256) {
     // One row of 128-token tiles (M <= 128) fills half the SMs of an H100/H200 at N = 8192: split 2 fills them.
@@ -410,14 +427,14 @@ ParameterRanges TmaFamily::curated_ranges(int64_t m) const {
     const std::vector<int> rasters = m <= 128 ? std::vector<int>{0} : std::vector<int>{2};
     return {{"bm", {128}},      {"bn", {128}},     {"bk", {64, 128, 256}}, {"stages", {4, 5, 6}}, {"split", splits},
             {"raster", rasters}, {"cluster", {1}},  {"multicast", {0}},     {"persistent", {0}}, {"overlap", {0, 1}},
-            {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
+            {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}, {"ss", {0}}};
   }
   // 192-token tiles from M = 2048: flushed block-scaled fp8 and int8 at M = 4096 gained 6-8% over 128 (at M = 1024
   // they lost 3%: their padding; H100, 2026-12-07).
   const std::vector<int> bms = m >= 2048 ? std::vector<int>{128, 192, 256} : std::vector<int>{128, 256};
   return {{"bm", bms},        {"bn", {128}},       {"bk", {64, 128, 256}}, {"stages", {3, 4}},  {"split", {1}},
           {"raster", {2}},    {"cluster", {1, 2}}, {"multicast", {0, 2}},  {"persistent", {1}}, {"overlap", {0, 1}},
-          {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}};
+          {"promote", {128, 0}}, {"pingpong", {0}}, {"kgroups", {1}}, {"ss", {0}}};
 }
 
 KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits& limits) const {
@@ -479,7 +496,7 @@ KernelConfig TmaFamily::default_config(const Problem& problem, const ArchLimits&
     config.family = name();
     config.params = {{"bm", shape.bm}, {"bn", shape.bn}, {"bk", shape.bk}, {"stages", 2},      {"split", 1},       {"raster", 0},
                      {"cluster", 1},    {"multicast", 0}, {"persistent", 0}, {"overlap", 0},     {"promote", promote},
-                     {"pingpong", 0},   {"kgroups", 1}};
+                     {"pingpong", 0},   {"kgroups", 1},     {"ss", 0}};
     const int stage = (shared_bytes(config, problem.format) - 1024) / 2;
     const bool five_slots = m > 256 && flushes && scale_products(device, shape.bn);
     const int stages = std::clamp((200 * 1024) / std::max(stage, 1), 2, five_slots ? 5 : 8);

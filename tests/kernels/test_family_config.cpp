@@ -190,6 +190,17 @@ TEST(TmaFamilyRules, RulesNameWhatIsWrong) {
             "overlap-flush-interval");  // its 32-K groups flush four times per slot
   const Problem w4a8{FormatSpec::parse("w4a8-int4-fp8"), 256, 8192, 8192, false};
   EXPECT_EQ(verdict("bm=256," + base + plain + ",overlap=1,promote=0", w4a8), "");
+  // ss=1: raw 8-bit weights only, which wgmma reads as stored; with no register operands, the 192-token flushed tile
+  // and the 256-token tile with split-K fit without a group in flight.
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",ss=1", fp8), "");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",ss=1", block), "");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",ss=1", Problem{FormatSpec::parse("w8a8-int8-ch"), 256, 8192, 8192, false}), "");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",ss=1", w4a8), "ss-raw-8bit");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",ss=1", int4), "ss-raw-8bit");
+  EXPECT_EQ(verdict("bm=128," + base + plain + ",ss=2", fp8), "parameter-domain");
+  EXPECT_EQ(verdict("bm=256," + split2 + ",overlap=0,promote=0,ss=1", fp8), "");
+  EXPECT_LT(TmaFamily::estimated_consumer_registers(KernelConfig::parse(wide + ",promote=128,ss=1", "tma"), block_large.format),
+            TmaFamily::estimated_consumer_registers(KernelConfig::parse(wide + ",promote=128", "tma"), block_large.format));
   // pingpong: two consumer warpgroups, and not with a group in flight.
   EXPECT_EQ(verdict("bm=128," + base + plain + ",pingpong=1", fp8), "");
   EXPECT_EQ(verdict("bm=128," + base + plain + ",pingpong=1", block), "");
@@ -316,48 +327,48 @@ TEST(TmaFamilyRules, DefaultConfigFollowsTheH200Sweeps) {
     return tma_family().default_config(Problem{FormatSpec::parse(spec), m, 8192, 8192, false}, hopper);
   };
   EXPECT_EQ(default_for("w8a8-fp8-ch", 64).to_string(),
-            "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
+            "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w8a8-fp8-ch", 4096).to_string(),
-            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1");
+            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1,ss=0");
   // Block scales flush every 128 K whatever promote says: folded into the token scales, 128 K deep; 128-token tiles
   // up to M = 1024, 192 from M = 2048 (four slots fit).
   EXPECT_EQ(default_for("w8a8-fp8-block128x128", 1024).to_string(),
-            "bm=128,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
+            "bm=128,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w8a8-fp8-block128x128", 4096).to_string(),
-            "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
+            "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w8a8-int8-block128x128", 2048).to_string(),
-            "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1");
+            "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128,pingpong=0,kgroups=1,ss=0");
   // W4A8: 256-deep slots while M <= 256, a group in flight, no promotions.
   EXPECT_EQ(default_for("w4a8-int4-fp8", 64).to_string(),
-            "bm=64,bn=64,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
+            "bm=64,bn=64,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w4a8-int4-fp8", 256).to_string(),
-            "bm=128,bn=128,bk=256,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
+            "bm=128,bn=128,bk=256,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w4a8-int4-fp8", 1024).to_string(),
-            "bm=256,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1");
+            "bm=256,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w8a8-int8-ch", 1024).to_string(),
-            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0,kgroups=1");
+            "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w4a16-int4-ch", 1024).to_string(),
-            "bm=256,bn=128,bk=64,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0,kgroups=1");
+            "bm=256,bn=128,bk=64,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=128,pingpong=0,kgroups=1,ss=0");
   // One row of 128-token tiles fills half the SMs: split 2 (M = 128 on an H100, 2026-12-07: W4A8 30.18 us against
   // 35.60 without, W4A16 int4-ch 32.29), not once two rows fill them (M = 256 above).
   EXPECT_EQ(default_for("w4a8-int4-fp8", 128).to_string(),
-            "bm=128,bn=128,bk=256,stages=4,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1");
+            "bm=128,bn=128,bk=256,stages=4,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=0,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w4a16-int4-ch", 128).to_string(),
-            "bm=128,bn=128,bk=128,stages=5,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1");
+            "bm=128,bn=128,bk=128,stages=5,split=2,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1,ss=0");
   // Between the streaming and the persistent tiles, 16-bit activations keep a group in flight too (M = 256 on an
   // H100, 2026-12-07: int4-ch 44.24 us against 44.83 without, g128 48.61 against 49.70).
   EXPECT_EQ(default_for("w4a16-int4-ch", 256).to_string(),
-            "bm=128,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1");
+            "bm=128,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w4a16-int4-g128", 256).to_string(),
-            "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1");
+            "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1,ss=0");
   // 16-bit activations while the weights stream: 256-deep slots with a group in flight, the measured best at M = 32
   // and 64 for int4 per channel and g128 (H100, 2026-12-06), as many slots as fit about 200 KB.
   EXPECT_EQ(default_for("w4a16-int4-ch", 64).to_string(),
-            "bm=64,bn=64,bk=256,stages=5,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1");
+            "bm=64,bn=64,bk=256,stages=5,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w4a16-int4-ch", 32).to_string(),
-            "bm=32,bn=64,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1");
+            "bm=32,bn=64,bk=256,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1,ss=0");
   EXPECT_EQ(default_for("w4a16-int4-g128", 64).to_string(),
-            "bm=64,bn=64,bk=256,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1");
+            "bm=64,bn=64,bk=256,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=0,overlap=1,promote=128,pingpong=0,kgroups=1,ss=0");
 }
 
 // The wgmma family's rules: its own parameters only, sm_90 only, weight-only and fp8-activation formats, divisibility, shared memory,

@@ -115,8 +115,9 @@ double lane_value(uint32_t register_bits, int v, int code) {
 }
 
 // B[n][k] as the tensor cores see it, from the packed atoms: lane (g, t) loads its words slice-major (the atom's
-// SLICE_BYTES of all lanes, then the next); B register r of slot (kstep * 2 + nsub) * 2 + r holds, per the PTX
-// fragments of m16n8k32 / m16n8k64, k = kstep * KSTEP + r * KSTEP / 2 + t * values + v of column n = nsub * 8 + g.
+// SLICE_BYTES of all lanes, then the next), or core-matrix atoms by ldmatrix; B register r of slot
+// (kstep * 2 + nsub) * 2 + r holds, per the PTX fragments of m16n8k32 / m16n8k64,
+// k = kstep * KSTEP + r * KSTEP / 2 + t * values + v of column n = nsub * 8 + g.
 std::vector<double> tensor_core_weights(const PackedBuffers& packed, const FormatSpec& spec, const mma::DeviceFormat& format,
                                         int64_t n, int64_t k) {
   const std::vector<uint8_t>& bytes = packed.at("weights");
@@ -129,7 +130,15 @@ std::vector<double> tensor_core_weights(const PackedBuffers& packed, const Forma
       for (int lane = 0; lane < 32; ++lane) {
         std::vector<uint32_t> words(static_cast<size_t>(format.thread_words()));
         for (int w = 0; w < format.thread_words(); ++w) {
-          words[w] = load_u32(bytes, atom_offset + static_cast<size_t>((w * 4 / slice) * 32 * slice + lane * slice + w * 4 % slice));
+          if (format.core_matrix_atoms()) {
+            // ldmatrix.x4 of k-step w / 4: matrix j = w % 4 = (nsub, r) has its rows at 16-byte steps from
+            // nsub * 1024 + ks * 256 + r * 128, and lane T receives bytes 4 (T % 4) of row T / 4.
+            const int ks = w / 4, nsub = (w % 4) / 2, r = w % 2;
+            const size_t matrix = static_cast<size_t>(nsub * 1024 + ks * 256 + r * 128);
+            words[w] = load_u32(bytes, atom_offset + matrix + static_cast<size_t>((lane / 4) * 16 + (lane % 4) * 4));
+          } else {
+            words[w] = load_u32(bytes, atom_offset + static_cast<size_t>((w * 4 / slice) * 32 * slice + lane * slice + w * 4 % slice));
+          }
         }
         for (int rho = 0; rho < 16; ++rho) {
           const int kstep = rho / 4, nsub = (rho / 2) % 2, r = rho % 2;
@@ -335,25 +344,29 @@ TEST(MmaQuantizedSupport, DefaultConfigsPassCheck) {
 
 // ---- layouts ----
 
-// int8 on s8: word rho of a lane is its B register as it is: 4 raw two's complement codes at k = 16 * r + 4t + v.
-TEST(MmaQuantizedLayout, Int8WeightsAreRawRegisters) {
-  const FormatSpec format = FormatSpec::parse("w8a8-int8-ch");
-  const int64_t n = 16, k = 128;
-  QuantizedWeights weights = quantize_weights(format, random_normal(static_cast<size_t>(n * k), 3), n, k);
-  for (size_t i = 0; i < weights.codes.size(); ++i) weights.codes[i] = static_cast<uint8_t>(i * 37 + 11);
-  const std::vector<uint8_t> bytes = mma_family().prepack_weights(weights, any_config()).at("weights");
-  ASSERT_EQ(bytes.size(), size_t(n * k));
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int rho = 0; rho < 16; ++rho) {
-      // 16 words per lane: four 16-byte slices, slice-major.
-      const uint32_t word = load_u32(bytes, static_cast<size_t>((rho / 4) * 32 * 16 + lane * 16 + (rho % 4) * 4));
-      for (int v = 0; v < 4; ++v) {
-        const int64_t row = ((rho / 2) % 2) * 8 + lane / 4;
-        const int64_t column = (rho / 4) * 32 + (rho % 2) * 16 + (lane % 4) * 4 + v;
-        ASSERT_EQ((word >> (8 * v)) & 0xFFu, weights.codes[static_cast<size_t>(row * k + column)]) << lane << " " << rho;
+// Raw 8-bit weights (int8 on s8, e4m3 and e5m2 on fp8) are stored as core matrices, the layout both ldmatrix and a
+// wgmma shared-memory descriptor read: the 8 columns nsub * 8 + row of a strip, 16 K-bytes r * 16 + j of k-step ks,
+// at ((nsub * 4 + ks) * 2 + r) * 128 + row * 16 + j of the atom, codes as they are; atoms strip-major.
+TEST(MmaQuantizedLayout, RawEightBitWeightsAreCoreMatrices) {
+  for (const char* spec : {"w8a8-int8-ch", "w8a8-fp8-ch", "w8a8-e5m2-e5m2", "w8a8-fp8-block128x128"}) {
+    const FormatSpec format = FormatSpec::parse(spec);
+    ASSERT_TRUE(mma::device_format(format).core_matrix_atoms()) << spec;
+    const int64_t n = 128, k = 256;  // one 128 x 128 block column, two atoms per strip
+    QuantizedWeights weights = quantize_weights(format, random_normal(static_cast<size_t>(n * k), 3), n, k);
+    for (size_t i = 0; i < weights.codes.size(); ++i) weights.codes[i] = static_cast<uint8_t>(i * 37 + 11);
+    const std::vector<uint8_t> bytes = mma_family().prepack_weights(weights, any_config()).at("weights");
+    ASSERT_EQ(bytes.size(), size_t(n * k)) << spec;
+    for (int64_t column = 0; column < n; ++column) {
+      for (int64_t depth = 0; depth < k; ++depth) {
+        const int64_t strip = column / 16, nsub = column % 16 / 8, row = column % 8;
+        const int64_t atom = depth / 128, ks = depth % 128 / 32, r = depth % 32 / 16, j = depth % 16;
+        const size_t offset = static_cast<size_t>((strip * (k / 128) + atom) * 2048 + ((nsub * 4 + ks) * 2 + r) * 128 + row * 16 + j);
+        ASSERT_EQ(bytes[offset], weights.codes[static_cast<size_t>(column * k + depth)]) << spec << " n " << column << " k " << depth;
       }
     }
   }
+  EXPECT_FALSE(mma::device_format(FormatSpec::parse("w4a8-int4-int8")).core_matrix_atoms());
+  EXPECT_FALSE(mma::device_format(FormatSpec::parse("w8a16-int8-ch")).core_matrix_atoms());
 }
 
 // int4 on s8: the two registers of an n8 tile share a word, lane byte v = code(r = 0) | code(r = 1) << 4, offset

@@ -218,7 +218,7 @@ KernelConfig moe_heuristic_config(const MoeProblem& problem, const ArchLimits& l
       for (const char* bk : {"256", "128"}) {
         for (const char* persistent : {"1", "0"}) {
           candidates.push_back(KernelConfig::parse("bm=" + bm + ",bn=128,bk=" + bk + ",stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=" +
-                                                       persistent + ",overlap=1,promote=0,pingpong=0,kgroups=1",
+                                                       persistent + ",overlap=1,promote=0,pingpong=0,kgroups=1,ss=0",
                                                    tma_family().name()));
         }
       }

@@ -14,6 +14,10 @@
 //   operand width). A W_BITS code is split into bit planes of widths 8/4/2/1 (largest first = least significant);
 //   plane j of slot rho lives in word WB_j + rho / R_j at lane field s = rho % R_j, where each compute-type lane of
 //   the word (16, 8 or 4 bits) holds the code bits at [s * P_j, s * P_j + P_j).
+//   Raw 8-bit operands (CORE_MATRIX_ATOMS: W8A8 int8 and fp8) store word rho of all 32 lanes as one 128-byte core
+//   matrix (8 columns x 16 K-bytes; lane 4 n + q at byte 4 lane) at ((nsub * 4 + ks) * 2 + r) * 128 instead, so
+//   ldmatrix reads the registers and a wgmma shared-memory descriptor reads the atom as it is: 8-column groups 1024
+//   bytes apart (SBO), the two K halves of a k-step 128 apart (LBO), k-steps 256 apart.
 #include "gemm/abi.cuh"
 
 namespace qtune {
@@ -104,6 +108,7 @@ struct Format {
   static constexpr bool IS_FLOAT = W_KIND == kWeightFloat;
   // The stored code is the tensor-core operand as it is (int8 on s8, int4 on s4, 8-bit floats on fp8).
   static constexpr bool RAW_OPERAND = QUANTIZED_ACT && W_BITS == COMPUTE_BITS;
+  static constexpr bool CORE_MATRIX_ATOMS = RAW_OPERAND && W_BITS == 8;
   // Signed integers are stored offset-binary (code + 2^(b-1)) unless they are the operand as they are.
   static constexpr bool OFFSET_CODES = W_KIND == kWeightSignedInt && !RAW_OPERAND;
   // Per-channel vectors are loaded once into registers; grouped ones are staged through shared memory per K tile.

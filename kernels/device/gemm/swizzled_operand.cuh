@@ -1,6 +1,7 @@
 #pragma once
 // The wgmma shared-memory matrix descriptor of a K-major operand stored in 128-byte-swizzled slabs (8-row core groups
-// 1024 bytes apart: SBO; LBO unused), and the descriptors of the k-steps inside it. Used by the wgmma and tma families.
+// 1024 bytes apart: SBO; LBO unused), and the descriptors of the k-steps inside it. Used by the wgmma and tma families;
+// and that of the core-matrix weight atoms, which the tma family's wgmmas read from shared memory (SS).
 #include "gemm/ptx.cuh"
 
 namespace qtune {
@@ -23,6 +24,20 @@ struct SwizzledOperand {
     high = static_cast<u32>(descriptor >> 32);
   }
   // `offset`: bytes from the tile's start, a multiple of 16.
+  __device__ __forceinline__ u64 at(u32 offset) const { return (static_cast<u64>(high) << 32) | (low + (offset >> 4)); }
+};
+
+// Descriptor of a K-major operand of 8 x 16-byte core matrices without swizzle (the core-matrix weight atoms of
+// format_traits.cuh): the two core matrices of a k-step 128 bytes apart along K (LBO), 8-row groups 1024 apart (SBO).
+struct CoreMatrixOperand {
+  u32 low, high;
+  __device__ __forceinline__ explicit CoreMatrixOperand(u32 shared) {
+    const u64 descriptor = static_cast<u64>((shared & 0x3FFFFu) >> 4) | (static_cast<u64>(128 >> 4) << 16) |
+                           (static_cast<u64>(1024 >> 4) << 32);
+    low = static_cast<u32>(descriptor);
+    high = static_cast<u32>(descriptor >> 32);
+  }
+  // `offset`: bytes from the operand's start, a multiple of 16.
   __device__ __forceinline__ u64 at(u32 offset) const { return (static_cast<u64>(high) << 32) | (low + (offset >> 4)); }
 };
 

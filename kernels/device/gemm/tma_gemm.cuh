@@ -58,7 +58,7 @@ enum MulticastMode : int {
 // Block tile, pipeline depth, split-K, rasterization and clusters of the tma family. Persistence is not a template
 // parameter: the same kernel runs one unit per CTA or persistently, as the launch grid decides.
 template <int BM, int BN, int BK, int STAGES_, int SPLIT, int RASTER_, int CLUSTER_, int MULTICAST_, int OVERLAP_ = 0,
-          int PROMOTE_ = 128, int PINGPONG_ = 0, int KGROUPS_ = 1>
+          int PROMOTE_ = 128, int PINGPONG_ = 0, int KGROUPS_ = 1, int SS_ = 0>
 struct TmaTiles {
   static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = BK;
   static constexpr int STAGES = STAGES_, SPLIT_K = SPLIT, RASTER = RASTER_, CLUSTER = CLUSTER_, MULTICAST = MULTICAST_;
@@ -75,6 +75,9 @@ struct TmaTiles {
   // while the other's wgmmas run; their sums meet in shared memory once per tile. A 64-token tile with one consumer
   // warpgroup left 64% of issue cycles without an eligible warp (Nsight Compute, H200, W4A8 M = 64, 2026-12-03).
   static constexpr int KGROUPS = KGROUPS_;
+  // 1: the wgmmas read the weights from the slot through a descriptor, as the bulk copies left them (core-matrix
+  // atoms: raw 8-bit weights), so the consumers load and convert nothing; 0: the weights are register operands.
+  static constexpr bool SS = SS_ != 0;
   static constexpr int COLUMN_GROUPS = BN / 64;          // one per 64 weight columns
   static constexpr int CONSUMERS = COLUMN_GROUPS * KGROUPS;  // consumer warpgroups
   static constexpr int THREADS = 128 * (CONSUMERS + 1);  // and the producer warpgroup
@@ -99,6 +102,7 @@ struct TmaTiles {
   static_assert(KGROUPS_ == 1 || KGROUPS_ == 2, "KGROUPS (consumer warpgroups per 64 columns, taking K slots in turn) is 1 or 2");
   static_assert(KGROUPS_ == 1 || BN == 64, "KGROUPS = 2 takes BLOCK_N = 64: four consumer warpgroups would leave too few registers");
   static_assert(KGROUPS_ == 1 || (!OVERLAP && !PINGPONG), "KGROUPS = 2 hides one warpgroup's conversion under the other's wgmmas: not with OVERLAP or PINGPONG");
+  static_assert(SS_ == 0 || SS_ == 1, "SS (wgmma reads the weights from shared memory) is 0 or 1");
   static_assert(KGROUPS_ == 1 || STAGES_ % 2 == 0, "KGROUPS = 2 needs an even ring: with an odd one a slot's fills alternate between the K groups, and a group could take a fill two phases old for the one it waits for");
 };
 
@@ -116,6 +120,11 @@ struct TmaGemm {
   static constexpr int KA = BK / F::ATOM_K;            // weight atoms along K per stage
   static constexpr int W_STRIP_BYTES = KA * F::ATOM_BYTES;
   static constexpr int W_STAGE_BYTES = STRIPS * W_STRIP_BYTES;
+  // Bulk copies of a slot's weights: one per strip (its KA atoms are one run in the prepacked layout), or with SS one
+  // per atom, placed atom-major ([atom][strip]) so that a k-step's 64 rows (4 strips x 2 core-matrix groups) are
+  // 8-row groups 1024 bytes apart, as one descriptor reads them.
+  static constexpr int W_COPIES = T::SS ? STRIPS * KA : STRIPS;
+  static constexpr int W_COPY_BYTES = T::SS ? F::ATOM_BYTES : W_STRIP_BYTES;
   static constexpr int GROUP_K = F::STAGE_GROUP_K;     // K elements per row of the staged vectors (0: none)
   static constexpr int GROUP_ROWS = GROUP_K > 0 ? (GROUP_K < BK ? BK / GROUP_K : 1) : 0;
   static constexpr int S_ROW_BYTES = BN * F::SCALE_BYTES;
@@ -167,6 +176,7 @@ struct TmaGemm {
   static constexpr int CONSUMER_THREADS = T::CONSUMERS * 128;
   static constexpr int EPILOGUE_THREADS = T::COLUMN_GROUPS * 128;  // K group 0, which reduces split-K and stores
 
+  static_assert(!T::SS || F::CORE_MATRIX_ATOMS, "SS reads the stored weights as wgmma operands: raw 8-bit weights (core-matrix atoms) only");
   static_assert(F::LANE_BITS == 16 || F::LANE_BITS == 8, "the tma family runs f16/bf16 and 8-bit tensor-core operands (wgmma has no 4-bit ones)");
   static_assert(BK % F::ATOM_K == 0, "BLOCK_K must be a multiple of the weight atom (64 K for f16/bf16, 128 K for 8-bit operands)");
   static_assert(BK % SLAB_K == 0, "BLOCK_K must be whole 128-byte activation slabs (64 K of f16/bf16, 128 K of 8-bit activations)");
@@ -248,7 +258,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(sizeof(F) == 0, "the tma family needs sm_90a (wgmma and setmaxnreg are architecture-specific)");
 #endif
-  using Mma = WgmmaRs<G::BM, F::COMPUTE_TYPE, F::ACTIVATION>;
+  using Mma = typename Choose<WgmmaSs<G::BM, F::COMPUTE_TYPE, F::ACTIVATION>, WgmmaRs<G::BM, F::COMPUTE_TYPE, F::ACTIVATION>, T::SS>::type;
   using Partial = typename Mma::Accumulator;
   static_assert(Mma::K == F::KSTEP, "the wgmma k-step is the format's k-step");
   constexpr int BM = G::BM, BN = G::BN, BK = G::BK;
@@ -324,16 +334,19 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
           const u32 s_dst = w_dst + G::W_STAGE_BYTES;
           const u32 z_dst = s_dst + G::S_STAGE_BYTES;
           const u32 sa_dst = z_dst + G::Z_STAGE_BYTES;
-          // Weight strips on lanes 0.., activation slabs after them; a shared operand is issued by one CTA per copy.
-          for (int i = lane; i < G::STRIPS; i += 32) {
-            const char* source = w_unit + ((n0 / 16 + i) * atoms_per_strip + static_cast<long long>(kt) * G::KA) * F::ATOM_BYTES;
+          // Weight copies on lanes 0.., activation slabs after them; a shared operand is issued by one CTA per copy.
+          for (int i = lane; i < G::W_COPIES; i += 32) {
+            const int strip = i % G::STRIPS;
+            const int atom = T::SS ? i / G::STRIPS : 0;  // with SS copy i is atom i / STRIPS of strip i % STRIPS
+            const char* source =
+                w_unit + ((n0 / 16 + strip) * atoms_per_strip + static_cast<long long>(kt) * G::KA + atom) * F::ATOM_BYTES;
             if constexpr (T::MULTICAST == kMulticastWeights) {
-              if (i % CLUSTER == static_cast<int>(rank)) bulk_copy_multicast(w_dst + i * G::W_STRIP_BYTES, source, G::W_STRIP_BYTES, full, cluster_mask);
+              if (i % CLUSTER == static_cast<int>(rank)) bulk_copy_multicast(w_dst + i * G::W_COPY_BYTES, source, G::W_COPY_BYTES, full, cluster_mask);
             } else {
-              bulk_copy(w_dst + i * G::W_STRIP_BYTES, source, G::W_STRIP_BYTES, full);
+              bulk_copy(w_dst + i * G::W_COPY_BYTES, source, G::W_COPY_BYTES, full);
             }
           }
-          for (int i = lane - G::STRIPS; i >= 0 && i < G::SLABS; i += 32) {
+          for (int i = (lane - G::W_COPIES % 32 + 32) % 32; i < G::SLABS; i += 32) {
             const int x = kt * BK + i * G::SLAB_K;
             if constexpr (T::MULTICAST == kMulticastActivations) {
               if (i % CLUSTER == static_cast<int>(rank)) {
@@ -478,6 +491,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
       // ---- one batch of wgmmas: the k-steps of a chunk of one slot (a flush group, or the whole slot) ----
       // This warp's A fragments of the chunk's k-steps, from the slot at `base`.
       auto build = [&](u32 base, int chunk, u32 (&fragment)[G::CHUNK_STEPS][4]) {
+        if constexpr (T::SS) return;  // the wgmmas read the weights from the slot
         const u32 w_smem = base + G::A_STAGE_BYTES;
         const u32 s_smem = w_smem + G::W_STAGE_BYTES;
         const u32 z_smem = s_smem + G::S_STAGE_BYTES;
@@ -519,6 +533,12 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
 #pragma unroll
           for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(fragment[i][r])::"memory");
       };
+      // With SS, k-step s of this warpgroup's 64 weight columns: atom s / 4 of its four strips (atom-major in the
+      // slot), k-step s % 4 of the atom.
+      [[maybe_unused]] const CoreMatrixOperand weights(smem + G::A_STAGE_BYTES + column_group * 4 * F::ATOM_BYTES);
+      auto weight_step = [&](u32 base, int step) {
+        return weights.at(base - smem + (step / 4) * G::STRIPS * F::ATOM_BYTES + (step % 4) * 256);
+      };
       // Issues the chunk's wgmmas as one group: k-step s reads 32 bytes at (s % 4) * 32 of every row of slab s / 4.
       auto issue = [&](u32 base, int chunk, const u32 (&fragment)[G::CHUNK_STEPS][4], bool fresh) {
 #pragma unroll
@@ -529,7 +549,11 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         for (int i = 0; i < G::CHUNK_STEPS; ++i) {
           const int step = chunk * G::CHUNK_STEPS + i;
           const u64 descriptor = tokens.at((step / 4) * G::A_SLAB_BYTES + (step % 4) * 32);
-          Mma::run(part, fragment[i], descriptor, i == 0 && fresh ? 0 : 1);
+          if constexpr (T::SS) {
+            Mma::run(part, weight_step(base, step), descriptor, i == 0 && fresh ? 0 : 1);
+          } else {
+            Mma::run(part, fragment[i], descriptor, i == 0 && fresh ? 0 : 1);
+          }
         }
         wgmma_commit();
 #pragma unroll
@@ -620,7 +644,8 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         // rule); the unit's K tiles are an even count (taken in pairs).
         static_assert(G::FLUSH_K == BK, "a group in flight with flushes takes one flush group per slot (bk = the flush interval)");
         static_assert(BM >= 32, "a group in flight with flushes splits the tile's tokens into halves of at least 16 (bm >= 32)");
-        using HalfMma = WgmmaRs<BM / 2, F::COMPUTE_TYPE, F::ACTIVATION>;
+        using HalfMma = typename Choose<WgmmaSs<BM / 2, F::COMPUTE_TYPE, F::ACTIVATION>, WgmmaRs<BM / 2, F::COMPUTE_TYPE, F::ACTIVATION>,
+                                        T::SS>::type;
         constexpr int HALF = G::ACCUMULATORS / 2;
         Partial low[HALF], high[HALF];  // tokens [0, BM / 2) and [BM / 2, BM) of the tile
         u32 fragment_even[G::CHUNK_STEPS][4];
@@ -635,7 +660,11 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
 #pragma unroll
           for (int i = 0; i < G::CHUNK_STEPS; ++i) {
             const u64 descriptor = tokens.at((i / 4) * G::A_SLAB_BYTES + h * (BM / 2) * 128 + (i % 4) * 32);
-            HalfMma::run(sums, fragment[i], descriptor, i == 0 ? 0 : 1);
+            if constexpr (T::SS) {
+              HalfMma::run(sums, weight_step(base, i), descriptor, i == 0 ? 0 : 1);
+            } else {
+              HalfMma::run(sums, fragment[i], descriptor, i == 0 ? 0 : 1);
+            }
           }
           wgmma_commit();
 #pragma unroll

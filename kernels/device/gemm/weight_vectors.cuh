@@ -9,9 +9,23 @@
 namespace qtune {
 namespace device {
 
-// The lane's words of one weight atom (THREAD_WORDS, read slice by slice: conflict-free 4-, 8- or 16-byte loads).
+// The lane's words of one weight atom (THREAD_WORDS, read slice by slice: conflict-free 4-, 8- or 16-byte loads;
+// core-matrix atoms by one ldmatrix.x4 per k-step, whose four matrices are the words (nsub, r) of the k-step).
 template <class F>
 __device__ __forceinline__ void load_atom_words(u32 (&words)[F::THREAD_WORDS], u32 atom_base, int lane) {
+  if constexpr (F::CORE_MATRIX_ATOMS) {
+    static_assert(F::THREAD_WORDS == 16, "a core-matrix atom holds 16 words per lane");
+    const int matrix = lane / 8;  // this lane gives the row address of matrix (nsub, r) = (matrix / 2, matrix % 2)
+    const u32 row = atom_base + ((matrix / 2) * 8 + matrix % 2) * 128 + (lane % 8) * 16;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      u32 quad[4];
+      ldmatrix_x4(quad, row + ks * 256);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) words[ks * 4 + j] = quad[j];
+    }
+    return;
+  }
 #pragma unroll
   for (int slice = 0; slice < F::SLICES; ++slice) {
     const u32 address = atom_base + slice * 32 * F::SLICE_BYTES + lane * F::SLICE_BYTES;

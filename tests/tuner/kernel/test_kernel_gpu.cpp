@@ -495,6 +495,59 @@ TEST(TmaGpu, FormatsShapesAndConfigs) {
   expect_all_pass(run_cases(cases, tma_family()));
 }
 
+// The tma family with wgmma reading the weights from shared memory (ss=1: both operands through descriptors, the
+// core-matrix atoms of raw 8-bit weights): every W8A8 format (fp8 e4m3 and e5m2 per tensor, channel x token, 128x128
+// and 64x128 blocks, int8 per tensor, channel, K groups and blocks, bf16 output); one and two atoms per slot (bk =
+// 128, 256: the atom-major copies), token tiles 16 to 256, flushes with and without a group in flight (token
+// halves), promotions, split-K, persistence, clusters sharing either operand (the weight copies split by rank), two K
+// groups of consumers, turns, bias, M not a multiple of the tile, N = 5120 with K = 13824.
+TEST(TmaGpu, WeightsReadFromSharedMemory) {
+  QTUNE_REQUIRE_GPU();
+  const ArchLimits limits = gemm::device_limits();
+  if (!tma_family().supports(FormatSpec::parse("w8a8-fp8-ch"), limits.sm).supported) {
+    GTEST_SKIP() << "sm_" << limits.sm << " has no wgmma (the tma family runs on sm_90 only)";
+  }
+  std::vector<Case> cases;
+  int refused = 0;
+  auto add_if_valid = [&](const Case& c) {
+    const Problem problem{FormatSpec::parse(c.spec), c.m, c.n, c.k, c.bias};
+    if (tma_family().check(KernelConfig::parse(c.config, "tma"), problem, limits).valid) {
+      cases.push_back(c);
+    } else {
+      ++refused;
+    }
+  };
+  for (const char* spec : {"w8a8-fp8-ch", "w8a8-fp8-tensor", "w8a8-fp8-block128x128", "w8a8-fp8-block64x128", "w8a8-e5m2-e5m2",
+                           "w8a8-fp8-e5m2", "w8a8-int8-ch", "w8a8-int8-tensor", "w8a8-int8-block128x128", "w8a8-int8-g256",
+                           "w8a8-fp8-ch:out=bf16"}) {
+    // fp8 without K-group scales chooses its promotions (never, here); every other format flushes as it must.
+    const bool fp8_plain = tma_family()
+                               .check(KernelConfig::parse("bm=128,bn=128,bk=128,stages=4,split=1,raster=0,cluster=1,multicast=0,"
+                                                          "persistent=0,promote=0", "tma"),
+                                      Problem{FormatSpec::parse(spec), 300, 4096, 4096, false}, limits)
+                               .valid;
+    const std::string promote = std::string(",promote=") + (fp8_plain ? "0" : "128");
+    for (const std::string& config :
+         {"bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1" + promote,
+          "bm=128,bn=128,bk=256,stages=3,split=2,raster=2,cluster=1,multicast=0,persistent=1" + promote,
+          "bm=64,bn=128,bk=128,stages=6,split=4,raster=0,cluster=1,multicast=0,persistent=0,overlap=1" + promote,
+          "bm=16,bn=64,bk=256,stages=4,split=2,raster=0,cluster=2,multicast=1,persistent=0" + promote,
+          "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=2,multicast=2,persistent=0" + promote,
+          "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1" + promote,
+          std::string("bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0"),
+          "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1" + promote,
+          "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,kgroups=2" + promote,
+          "bm=32,bn=64,bk=128,stages=6,split=3,raster=0,cluster=1,multicast=0,persistent=1" + promote}) {
+      add_if_valid({spec, 300, 4096, 4096, config + ",ss=1"});
+      add_if_valid({spec, 77, 2048, 4096, config + ",ss=1", true});
+    }
+    add_if_valid({spec, 1000, 5120, 13824, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1" + promote + ",ss=1"});
+    add_if_valid({spec, 1000, 5120, 13824, "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1" + promote + ",ss=1"});
+  }
+  EXPECT_GE(cases.size(), 150u) << refused << " refused by the rules";
+  expect_all_pass(run_cases(cases, tma_family()));
+}
+
 // Every weight-only preset and the extra types: M = 1 at the smallest K the group allows, M not a multiple of 16,
 // and the two large shapes.
 TEST(MmaGpu, EveryWeightOnlyFormat) {

@@ -199,7 +199,7 @@ TEST(RuntimeMoeSelectWithoutTable, HeuristicPassesTheMoeRulesFromDecodeToPrefill
     const runtime_api::MoeChoice prefill = runtime.select_moe("w4a8-int4-fp8", deepseek(4096, projection));
     EXPECT_EQ(prefill.choice.family, "tma") << projection;
     EXPECT_EQ(prefill.choice.config,
-              "bm=128,bn=128,bk=256,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1");
+              "bm=128,bn=128,bk=256,stages=4,split=1,raster=0,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,pingpong=0,kgroups=1,ss=0");
     EXPECT_EQ(runtime.select_moe("w4a8-int4-fp8", deepseek(16, projection)).choice.family, "wgmma") << projection;
   }
   const runtime_api::MoeChoice gate_up = runtime.select_moe("w4a8-int4-fp8", deepseek(1024, "gate-up"));
