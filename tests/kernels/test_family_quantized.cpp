@@ -369,6 +369,38 @@ TEST(MmaQuantizedLayout, RawEightBitWeightsAreCoreMatrices) {
   EXPECT_FALSE(mma::device_format(FormatSpec::parse("w8a16-int8-ch")).core_matrix_atoms());
 }
 
+// What the tma family's ss=1 wgmma reads: the slot holds a tile's atoms atom-major ([atom][strip], 2048 bytes each),
+// and the A operand of consumer warpgroup g at k-step s is a no-swizzle K-major descriptor starting at
+// (s / 4 * strips + 4 g) * 2048 + (s % 4) * 256 with LBO 128 and SBO 1024, whose canonical layout (PTX ISA, matrix
+// descriptor) puts row m, K-byte b at start + (m / 8) SBO + (b / 16) LBO + (m % 8) 16 + b % 16. That must be
+// W[64 g + m][s * 32 + b] for every row and byte of every k-step.
+TEST(MmaQuantizedLayout, SharedMemoryDescriptorsReadTheWeightsOfEachKStep) {
+  const FormatSpec format = FormatSpec::parse("w8a8-fp8-ch");
+  const int64_t n = 128, k = 256;  // one tile of bn = 128 (two consumer warpgroups), bk = 256 (two atoms per strip)
+  QuantizedWeights weights = quantize_weights(format, random_normal(static_cast<size_t>(n * k), 5), n, k);
+  for (size_t i = 0; i < weights.codes.size(); ++i) weights.codes[i] = static_cast<uint8_t>(i * 131 + 7);
+  const std::vector<uint8_t> packed = mma_family().prepack_weights(weights, any_config()).at("weights");
+  const int strips = 8, atoms = 2, atom_bytes = 2048;
+  std::vector<uint8_t> slot(static_cast<size_t>(strips * atoms * atom_bytes));
+  for (int atom = 0; atom < atoms; ++atom) {
+    for (int strip = 0; strip < strips; ++strip) {  // the producer's copy `atom * strips + strip`
+      std::memcpy(slot.data() + (atom * strips + strip) * atom_bytes, packed.data() + (strip * atoms + atom) * atom_bytes, atom_bytes);
+    }
+  }
+  for (int g = 0; g < 2; ++g) {
+    for (int step = 0; step < k / 32; ++step) {
+      const int start = (step / 4 * strips + 4 * g) * atom_bytes + (step % 4) * 256;
+      for (int m = 0; m < 64; ++m) {
+        for (int b = 0; b < 32; ++b) {
+          const int address = start + (m / 8) * 1024 + (b / 16) * 128 + (m % 8) * 16 + b % 16;
+          ASSERT_EQ(slot[static_cast<size_t>(address)], weights.codes[static_cast<size_t>((64 * g + m) * k + step * 32 + b)])
+              << "warpgroup " << g << " k-step " << step << " row " << m << " byte " << b;
+        }
+      }
+    }
+  }
+}
+
 // int4 on s8: the two registers of an n8 tile share a word, lane byte v = code(r = 0) | code(r = 1) << 4, offset
 // binary; the device turns them into 16 * code.
 TEST(MmaQuantizedLayout, Int4OnInt8IsSixteenTimesTheCode) {
