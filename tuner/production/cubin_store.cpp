@@ -12,6 +12,7 @@
 #include "kernels/input_file.hpp"
 #include "tuner/jit/sha256.hpp"
 #include "kernels/families/mma_family.hpp"
+#include "kernels/families/mma_layout.hpp"
 #include "kernels/families/mma_moe.hpp"
 #include "kernels/families/tma_family.hpp"
 #include "kernels/families/wgmma_family.hpp"
@@ -74,7 +75,7 @@ nlohmann::json MoeCubinEntry::to_json() const {
 nlohmann::json CubinManifest::to_json() const {
   nlohmann::json list = nlohmann::json::array();
   for (const CubinEntry& entry : kernels) list.push_back(entry.to_json());
-  nlohmann::json json = {{"schema", kManifestSchema}, {"kernels", list}};
+  nlohmann::json json = {{"schema", kManifestSchema}, {"weight_layout", kWeightLayout}, {"kernels", list}};
   if (!moe_kernels.empty()) {
     nlohmann::json moe = nlohmann::json::array();
     for (const MoeCubinEntry& entry : moe_kernels) moe.push_back(entry.to_json());
@@ -240,11 +241,36 @@ CubinManifest CubinManifest::from_json(const nlohmann::json& json, std::string_v
   const auto kernels = json.find("kernels");
   if (kernels == json.end()) fail("kernels", "missing");
   if (!kernels->is_array()) fail("kernels", "expected an array");
+  int layout = 1;
+  if (const auto field = json.find("weight_layout"); field != json.end()) {
+    if (!field->is_number_integer() || *field < 1) fail("weight_layout", "expected a positive integer");
+    if (*field > kWeightLayout) {
+      fail("weight_layout", "layout " + field->dump() + " is newer than this qtune's (" + std::to_string(kWeightLayout) +
+                                "): re-export with this version (`qtune export --cubins DIR`)");
+    }
+    layout = field->get<int>();
+  }
+  // Kernels of raw 8-bit weights exported before their atoms became core matrices read another layout than the
+  // runtime packs.
+  auto require_layout = [&](const std::string& format, const std::string& path) {
+    if (layout >= 2) return;
+    bool core_matrices = false;
+    try {
+      core_matrices = mma::device_format(FormatSpec::parse(format)).core_matrix_atoms();
+    } catch (const std::exception&) {
+      return;  // not an mma-layout format
+    }
+    if (core_matrices) {
+      fail(path, format + " was exported for weight layout " + std::to_string(layout) + ", before raw 8-bit weights were packed as " +
+                     "core matrices (layout 2): re-export with `qtune export --cubins DIR`");
+    }
+  };
   CubinManifest manifest;
   for (std::size_t i = 0; i < kernels->size(); ++i) {
     const EntryReader reader((*kernels)[i], "kernels[" + std::to_string(i) + "]", source);
     CubinEntry entry;
     entry.format = reader.format();
+    require_layout(entry.format, "kernels[" + std::to_string(i) + "].format");
     entry.config = reader.config();
     entry.arch = reader.arch();
     entry.kernel_name = reader.text("kernel_name");
@@ -257,6 +283,9 @@ CubinManifest CubinManifest::from_json(const nlohmann::json& json, std::string_v
     if (!moe->is_array()) fail("moe_kernels", "expected an array");
     for (std::size_t i = 0; i < moe->size(); ++i) {
       manifest.moe_kernels.push_back(moe_entry_from_json(EntryReader((*moe)[i], "moe_kernels[" + std::to_string(i) + "]", source)));
+      if (manifest.moe_kernels.back().kernel.kind == MoeKernelKind::Gemm) {
+        require_layout(manifest.moe_kernels.back().kernel.format, "moe_kernels[" + std::to_string(i) + "].format");
+      }
     }
   }
   return manifest;

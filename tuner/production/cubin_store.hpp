@@ -1,8 +1,8 @@
 #pragma once
 // Precompiled kernels for the production runtime: `qtune export --cubins DIR --arch ...` compiles a table's
 // configurations with NVRTC (no GPU needed) into DIR and lists them in DIR/manifest.json, which Runtime reads:
-//   {"schema": "qtune-cubins/1", "kernels": [{"format", "family", "config", "arch", "kernel_name", "file", "sha256",
-//    "origin"}, ...]}
+//   {"schema": "qtune-cubins/1", "weight_layout": 2, "kernels": [{"format", "family", "config", "arch", "kernel_name",
+//    "file", "sha256", "origin"}, ...]}
 // "file" is relative to DIR ("sm_90a/<sha256>.cubin": a cubin's name is its own hash, so equal cubins share a file),
 // "origin" says why it is there ("table" or "heuristic"). Entries are sorted and keys too: equal inputs, equal bytes.
 // The kernels of the table's token-indexed MoE winners are listed beside them, with the same fields and files, under
@@ -27,6 +27,10 @@ namespace qtune::production {
 
 inline constexpr std::string_view kManifestName = "manifest.json";
 inline constexpr std::string_view kManifestSchema = "qtune-cubins/1";
+// The prepacked weight layout the kernels of a manifest read ("weight_layout"; absent: 1). 2: raw 8-bit weights (W8A8
+// int8 and fp8) are core matrices (kernels/device/gemm/format_traits.cuh); the runtime packs them so, so a cubin of
+// such a format exported for layout 1 would read them wrong and is refused. Other formats kept their layout.
+inline constexpr int kWeightLayout = 2;
 
 // An NVRTC target: "sm_90a" is {sm 90, suffix "a"}. Throws InputError naming `field` for anything else.
 struct ArchTarget {

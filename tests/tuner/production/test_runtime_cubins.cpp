@@ -87,6 +87,7 @@ TEST(CubinArch, TargetsParseAndRunWhereTheirSassRuns) {
 
 nlohmann::json valid_manifest() {
   return {{"schema", "qtune-cubins/1"},
+          {"weight_layout", 2},
           {"kernels",
            {{{"format", kFormat}, {"family", "mma"}, {"config", kSmallM}, {"arch", "sm_90a"}, {"kernel_name", "qtune_mma_gemm"},
              {"file", "sm_90a/abc.cubin"}, {"sha256", std::string(64, 'a')}, {"origin", "table"}}}}};
@@ -110,6 +111,27 @@ TEST(CubinManifest, AParameterAddedLaterMayBeAbsent) {
   json["kernels"][0]["config"] = "bm=64,bn=128,bk=128,stages=4,raster=0";
   EXPECT_EQ(input_error([&] { CubinManifest::from_json(json, "m.json"); }),
             "m.json: field 'kernels[0].config': missing the wgmma family's parameter 'split'");
+}
+
+// A manifest from before raw 8-bit weights became core matrices (no "weight_layout": layout 1) still serves the formats
+// whose layout did not change; its W8A8 kernels would read the runtime's packing wrong, so it is refused, naming them.
+TEST(CubinManifest, KernelsOfAnOlderWeightLayoutAreRefusedWhereTheLayoutChanged) {
+  auto message = [](const nlohmann::json& json) { return input_error([&] { CubinManifest::from_json(json, "m.json"); }); };
+  nlohmann::json json = valid_manifest();
+  json.erase("weight_layout");
+  EXPECT_EQ(CubinManifest::from_json(json).kernels.size(), 1u);  // W4A16: the same layout
+  json["kernels"][0]["format"] = "w8a8-fp8-ch";
+  const std::string refused = message(json);
+  EXPECT_EQ(refused.rfind("m.json: field 'kernels[0].format': w8a8-fp8-ch was exported for weight layout 1", 0), 0u) << refused;
+  EXPECT_NE(refused.find("re-export"), std::string::npos) << refused;
+  json["weight_layout"] = 2;
+  EXPECT_EQ(CubinManifest::from_json(json).kernels.size(), 1u);
+  json["weight_layout"] = 3;
+  EXPECT_EQ(message(json).rfind("m.json: field 'weight_layout': layout 3 is newer than this qtune's (2)", 0), 0u);
+  json["weight_layout"] = "two";
+  EXPECT_EQ(message(json), "m.json: field 'weight_layout': expected a positive integer");
+  json["weight_layout"] = 0;
+  EXPECT_EQ(message(json), "m.json: field 'weight_layout': expected a positive integer");
 }
 
 TEST(CubinManifest, MalformedManifestNamesTheField) {
