@@ -190,8 +190,10 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   const DeviceFormat device = mma::device_format(format);
   const bool flushes = flush_k(device, t) > 0;
   const int accumulators = t.bm / 2 * (flushes ? 2 : 1);
-  // Register operands of the batch in flight (none when wgmma reads the weights from shared memory).
-  const int fragments = t.ss ? 0 : chunk_k(device, t) / device.kstep() * 4 * (t.overlap ? 2 : 1);
+  // Register operands of the batch in flight. With ss=1 there are none, but ptxas spends those registers elsewhere:
+  // the estimate stays the register-weight one (NVRTC 13.0, sm_90a, ss=1: 256-token tiles with split 2 and no group
+  // in flight spilled 568-1780 bytes, 192-token flushed ones with split 2 and a group in flight 68; 2026-12-08).
+  const int fragments = chunk_k(device, t) / device.kstep() * 4 * (t.overlap ? 2 : 1);
   // 192-token tiles with flushed partial sums (192 accumulators) are measured rather than summed: ptxas keeps the
   // weight words, fragments and scales in the registers the accumulators leave. Without a group in flight or turns
   // every flushing format (block fp8 and int8 with Gn = 64 and 128, W4A8 g128 on fp8 and int8, fp8 promoting) compiles
@@ -205,14 +207,18 @@ int TmaFamily::estimated_consumer_registers(const KernelConfig& config, const Fo
   // The reduction's addresses and loaded partial tiles (ptxas, sm_90a): 256-token tiles with split 2 or 4 spill about
   // 600 bytes without a group in flight and none with one (2026-12-07, NVRTC 13.0), whose second fragment set the
   // reduction, after the loop, reuses.
-  const int split_k = t.split > 1 && !t.overlap ? 32 : 0;  // the reduction's addresses and loaded partial tiles (ptxas, sm_90a)
+  // One consumer warpgroup (bn = 64: 240 registers) holds more of them: its 256-token tiles with split 2 spilled
+  // 132-1496 bytes at 240 estimated (NVRTC 13.0, sm_90a, fp8 and int8 channel x token, 2026-12-08).
+  const int split_k = t.split > 1 && !t.overlap ? (t.consumers() == 1 ? 48 : 32) : 0;
+  // Turns with split-K on tiles of more than 128 tokens: the reduction's barrier between turns (192 tokens, s32 or
+  // never-promoted fp8 sums, split 2: 384-396 bytes spilled at 208 estimated; NVRTC 13.0, sm_90a, 2026-12-08).
+  const int turns = t.pingpong && t.split > 1 && t.bm > 128 ? 24 : 0;
   // Flushes that scale by staged group vectors hold column and token scales and their addresses.
   const bool scaled_flush = device.scale_mode == dv::kScaleAccumulator || device.staged_activation_scales();
   // The int4 -> fp8 lookup keeps its four table registers live through the conversion.
   const bool fp8 = device.compute == dv::kElementE4M3 || device.compute == dv::kElementE5M2;
   const bool lookup = device.quantized_activations() && fp8 && !device.is_float() && device.weight_bits == 4 && device.offset_codes();
-  const int words = t.ss ? 0 : device.thread_words();
-  return accumulators + fragments + words + addressing + split_k + (scaled_flush ? 8 : 0) + (lookup ? 4 : 0);
+  return accumulators + fragments + device.thread_words() + addressing + split_k + turns + (scaled_flush ? 8 : 0) + (lookup ? 4 : 0);
 }
 
 RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem, const ArchLimits& limits) const {
@@ -284,6 +290,12 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
   if (t.kgroups == 2 && (t.bn != 64 || t.overlap == 1 || t.pingpong == 1)) {
     return RuleVerdict::fail("kgroups-alone", "kgroups=2 takes bn=64 (four consumer warpgroups would leave too few registers) "
                                               "and hides the conversion its own way: not with overlap=1 or pingpong=1");
+  }
+  // Each K group holds a whole tile of sums and the exchange's addresses: 192- and 256-token tiles spilled 124-1932
+  // bytes under the register estimate (NVRTC 13.0, sm_90a, fp8, int8 and block scales, 2026-12-08).
+  if (t.kgroups == 2 && t.bm > 128) {
+    return RuleVerdict::fail("kgroups-tile", "kgroups=2 gives each K group a whole tile of sums: bm=" + number(t.bm) +
+                                                 " spills its registers (at most bm=128)");
   }
   if (t.kgroups == 2 && flush > t.bk) {
     return RuleVerdict::fail("kgroups-flush", "kgroups=2 flushes each K group within its own slots: the flush interval " +
