@@ -544,8 +544,8 @@ TEST(TmaGpu, WeightsReadFromSharedMemory) {
     add_if_valid({spec, 1000, 5120, 13824, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1" + promote + ",ss=1"});
     add_if_valid({spec, 1000, 5120, 13824, "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1" + promote + ",ss=1"});
   }
-  // 119 refused: tiles over M = 77 (bm >= 128), promote=0 or 256-token tiles for formats that flush, turns or two K
-  // groups where the rules say they spill.
+  // 119 refused: tiles over M = 77 (bm >= 128), 256-token tiles of formats that flush, and what the register and
+  // flush rules refuse.
   EXPECT_EQ(cases.size(), 123u) << refused << " refused by the rules";
   expect_all_pass(run_cases(cases, tma_family()));
 }
