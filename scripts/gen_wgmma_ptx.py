@@ -46,27 +46,40 @@ __device__ __forceinline__ void wgmma_fence_operand(int& r) { asm volatile("" : 
 template <int N, int A, int B>
 struct WgmmaRs;
 """)
+
+
+def wrapper(name, a_code, b_code, ptx, k, acc, tail, n, shared_a):
+    """One specialization: A from four registers (WgmmaRs) or, with shared_a, through a descriptor (WgmmaSs)."""
+    regs = n // 2
+    d = ", ".join("%%%d" % i for i in range(regs))
+    if shared_a:
+        a_operand, b_operand, predicate = "%%%d" % regs, "%%%d" % (regs + 1), regs + 2
+        parameters = "u64 a_descriptor, u64 b_descriptor, int scale_d"
+        inputs = '"l"(a_descriptor), "l"(b_descriptor), "r"(scale_d)'
+    else:
+        a_operand = "{" + ", ".join("%%%d" % (regs + i) for i in range(4)) + "}"
+        b_operand, predicate = "%%%d" % (regs + 4), regs + 5
+        parameters = "const u32 (&a)[4], u64 descriptor, int scale_d"
+        inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descriptor), "r"(scale_d)'
+    outs = ", ".join('"+%s"(d[%d])' % (acc, i) for i in range(regs))
+    ctype = "float" if acc == "f" else "int"
+    print("template <>")
+    print("struct %s<%d, %s, %s> {" % (name, n, a_code, b_code))
+    print("  static constexpr int K = %d;" % k)
+    print("  typedef %s Accumulator;" % ctype)
+    print("  __device__ __forceinline__ static void run(%s (&d)[%d], %s) {" % (ctype, regs, parameters))
+    print('    asm volatile(')
+    print('        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"' % predicate)
+    print('        "wgmma.mma_async.sync.aligned.m64n%dk%d.%s {%s}, %s, %s, p%s;\\n}\\n"' % (n, k, ptx, d, a_operand, b_operand, tail))
+    print("        : %s" % outs)
+    print("        : %s);" % inputs)
+    print("  }")
+    print("};")
+
+
 for a_code, b_code, ptx, k, acc, tail in TYPES:
     for n in SIZES:
-        regs = n // 2
-        d = ", ".join("%%%d" % i for i in range(regs))
-        a = ", ".join("%%%d" % (regs + i) for i in range(4))
-        desc = "%%%d" % (regs + 4)
-        outs = ", ".join('"+%s"(d[%d])' % (acc, i) for i in range(regs))
-        ctype = "float" if acc == "f" else "int"
-        print("template <>")
-        print("struct WgmmaRs<%d, %s, %s> {" % (n, a_code, b_code))
-        print("  static constexpr int K = %d;" % k)
-        print("  typedef %s Accumulator;" % ctype)
-        print("  __device__ __forceinline__ static void run(%s (&d)[%d], const u32 (&a)[4], u64 descriptor, int scale_d) {"
-              % (ctype, regs))
-        print('    asm volatile(')
-        print('        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"' % (regs + 5))
-        print('        "wgmma.mma_async.sync.aligned.m64n%dk%d.%s {%s}, {%s}, %s, p%s;\\n}\\n"' % (n, k, ptx, d, a, desc, tail))
-        print("        : %s" % outs)
-        print('        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descriptor), "r"(scale_d));')
-        print("  }")
-        print("};")
+        wrapper("WgmmaRs", a_code, b_code, ptx, k, acc, tail, n, False)
 print("""
 // WgmmaSs<N, A, B>: both operands through shared-memory descriptors (8-bit operands, K-major: the weights as stored
 // core-matrix atoms, the tokens as swizzled slabs).
@@ -74,26 +87,9 @@ template <int N, int A, int B>
 struct WgmmaSs;
 """)
 for a_code, b_code, ptx, k, acc, tail in TYPES:
-    if k != 32:
-        continue
-    for n in SIZES:
-        regs = n // 2
-        d = ", ".join("%%%d" % i for i in range(regs))
-        outs = ", ".join('"+%s"(d[%d])' % (acc, i) for i in range(regs))
-        ctype = "float" if acc == "f" else "int"
-        print("template <>")
-        print("struct WgmmaSs<%d, %s, %s> {" % (n, a_code, b_code))
-        print("  static constexpr int K = %d;" % k)
-        print("  typedef %s Accumulator;" % ctype)
-        print("  __device__ __forceinline__ static void run(%s (&d)[%d], u64 a_descriptor, u64 b_descriptor, int scale_d) {"
-              % (ctype, regs))
-        print('    asm volatile(')
-        print('        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"' % (regs + 2))
-        print('        "wgmma.mma_async.sync.aligned.m64n%dk%d.%s {%s}, %%%d, %%%d, p%s;\\n}\\n"' % (n, k, ptx, d, regs, regs + 1, tail))
-        print("        : %s" % outs)
-        print('        : "l"(a_descriptor), "l"(b_descriptor), "r"(scale_d));')
-        print("  }")
-        print("};")
+    if k == 32:
+        for n in SIZES:
+            wrapper("WgmmaSs", a_code, b_code, ptx, k, acc, tail, n, True)
 print("""
 }  // namespace device
 }  // namespace qtune""")
