@@ -415,6 +415,18 @@ TEST(TmaCompile, FormatsAndConfigurationsOnSm90a) {
   add("w4a16-int4-ch", 64, "bm=64,bn=64,bk=256,stages=4,split=1,raster=0,cluster=4,multicast=1,persistent=0,overlap=1");
   add("w4a8-int4-fp8", 64, "bm=64,bn=64,bk=256,stages=8,split=1,raster=0,cluster=4,multicast=1,persistent=0,overlap=1,promote=0");
   add("w8a8-fp8-ch", 4096, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=4,multicast=2,persistent=1,overlap=1,promote=0");
+  // wgmma reading the weights from shared memory (ss=1): block scales folded on 128- and 192-token tiles (one and two
+  // atoms per slot), a group in flight with and without flushes, split-K, clusters sharing either operand, turns, two K
+  // groups, every 8-bit operand pairing.
+  add("w8a8-fp8-block128x128", 4096, "bm=128,bn=128,bk=128,stages=5,split=1,raster=2,cluster=1,multicast=0,persistent=1,ss=1");
+  add("w8a8-fp8-block128x128", 4096, "bm=192,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,ss=1");
+  add("w8a8-int8-block128x128", 4096, "bm=128,bn=128,bk=256,stages=3,split=1,raster=2,cluster=2,multicast=2,persistent=1,ss=1");
+  add("w8a8-fp8-block128x128", 4096, "bm=128,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,ss=1");
+  add("w8a8-fp8-ch", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=1,multicast=0,persistent=1,overlap=1,promote=0,ss=1");
+  add("w8a8-int8-ch", 4096, "bm=256,bn=128,bk=128,stages=4,split=1,raster=2,cluster=2,multicast=1,persistent=1,overlap=1,ss=1");
+  add("w8a8-fp8-e5m2", 4096, "bm=128,bn=128,bk=128,stages=6,split=1,raster=2,cluster=1,multicast=0,persistent=1,pingpong=1,ss=1");
+  add("w8a8-e5m2-e5m2", 64, "bm=64,bn=64,bk=128,stages=8,split=1,raster=0,cluster=1,multicast=0,persistent=0,promote=128,kgroups=2,ss=1");
+  add("w8a8-fp8-tensor", 16, "bm=16,bn=64,bk=256,stages=4,split=2,raster=0,cluster=2,multicast=1,persistent=0,promote=0,ss=1");
   test_support::check_each_compiled(requests, labels, [](const std::string& label, const jit::CompiledKernel& kernel) {
     EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << label;
     EXPECT_EQ(kernel.resources.stack_frame_bytes, 0) << label;

@@ -390,6 +390,12 @@ std::vector<MoeCase> tma_persistent_cases() {
   tiles.push_back({"w8a8-fp8-block128x128", "bm=32,bn=64,bk=128,stages=4,split=2,cluster=2,multicast=1,persistent=1,overlap=0,promote=128" + rest + ",kgroups=2"});
   // 192-token blocks with block scales folded into the token scales (192 accumulators per consumer thread).
   tiles.push_back({"w8a8-fp8-block128x128", "bm=192,bn=128,bk=128,stages=4,split=1,cluster=1,multicast=0,persistent=1,overlap=0,promote=128" + rest});
+  // wgmma reading the experts' weights from shared memory (ss=1): fp8 with a group in flight, block scales folded on
+  // 128- and 192-token blocks (two atoms per slot at bk = 256), int8 with split-K.
+  tiles.push_back({"w8a8-fp8-ch", "bm=64,bn=128,bk=128,stages=4,split=1,cluster=1,multicast=0,persistent=1,overlap=1,promote=0" + rest + ",ss=1"});
+  tiles.push_back({"w8a8-fp8-block128x128", "bm=128,bn=128,bk=256,stages=3,split=1,cluster=1,multicast=0,persistent=1,overlap=0,promote=128" + rest + ",ss=1"});
+  tiles.push_back({"w8a8-fp8-block128x128", "bm=192,bn=128,bk=128,stages=4,split=1,cluster=1,multicast=0,persistent=1,overlap=0,promote=128" + rest + ",ss=1"});
+  tiles.push_back({"w8a8-int8-ch", "bm=32,bn=128,bk=128,stages=4,split=2,cluster=1,multicast=0,persistent=1,overlap=0,promote=128" + rest + ",ss=1"});
   std::vector<MoeCase> cases;
   for (size_t i = 0; i < tiles.size(); ++i) {
     for (MoeLayout layout : {MoeLayout::TokenIndexed, MoeLayout::GroupedContiguous, MoeLayout::GroupedMasked}) {
@@ -432,7 +438,7 @@ TEST(TmaMoeCases, EveryConfigurationPassesTheRulesOnHopper) {
     EXPECT_TRUE(verdict.valid) << label(c) << ": " << verdict.rule << " " << verdict.detail;
     EXPECT_EQ(mma_moe::gathers(config, problem), c.layout == MoeLayout::TokenIndexed) << label(c);
   }
-  EXPECT_EQ(cases.size(), 3u * 2 * 4 * 3 + 3 * 2 * 2 * 3 * 3 + 3 * 3 * 2 + (4 * 3 + 8) * 2);
+  EXPECT_EQ(cases.size(), 3u * 2 * 4 * 3 + 3 * 2 * 2 * 3 * 3 + 3 * 3 * 2 + (4 * 3 + 12) * 2);
 }
 
 // The MoE baseline (cuBLAS grouped GEMM, f16 weights dequantized) through the same check: every pair row.
