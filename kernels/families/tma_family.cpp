@@ -278,7 +278,6 @@ RuleVerdict TmaFamily::check(const KernelConfig& config, const Problem& problem,
                                                          " K tiles of bk=" + number(t.bk) + " must split into split=" +
                                                          number(t.split) + " equal even ranges");
   }
-  if (t.ss != 0 && t.ss != 1) return RuleVerdict::fail("ss-range", "ss=" + number(t.ss) + ": expected 0 or 1");
   if (t.ss == 1 && !device.core_matrix_atoms()) {
     return RuleVerdict::fail("ss-raw-8bit", "ss=1 feeds wgmma the stored weights as they are: " + problem.format.to_string() +
                                                 " has weights that must be converted first (raw 8-bit weights only: W8A8 "

@@ -250,6 +250,10 @@ __device__ __forceinline__ void add_scaled_partials(float (&acc)[G::ACCUMULATORS
   }
 }
 
+// The wgmma of N tokens: the weights through a descriptor (SS) or from registers.
+template <class F, class T, int N>
+using TmaWgmma = typename Choose<WgmmaSs<N, F::COMPUTE_TYPE, F::ACTIVATION>, WgmmaRs<N, F::COMPUTE_TYPE, F::ACTIVATION>, T::SS>::type;
+
 // ROWS: DenseUnits, or MoeRows with `moe` its layout's tables.
 template <class F, class T, class ROWS = DenseUnits>
 __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& activation_map, const MoeParams* moe = nullptr) {
@@ -258,7 +262,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(sizeof(F) == 0, "the tma family needs sm_90a (wgmma and setmaxnreg are architecture-specific)");
 #endif
-  using Mma = typename Choose<WgmmaSs<G::BM, F::COMPUTE_TYPE, F::ACTIVATION>, WgmmaRs<G::BM, F::COMPUTE_TYPE, F::ACTIVATION>, T::SS>::type;
+  using Mma = TmaWgmma<F, T, G::BM>;
   using Partial = typename Mma::Accumulator;
   static_assert(Mma::K == F::KSTEP, "the wgmma k-step is the format's k-step");
   constexpr int BM = G::BM, BN = G::BN, BK = G::BK;
@@ -644,8 +648,7 @@ __device__ __forceinline__ void tma_gemm(const GemmParams& p, const TensorMap& a
         // rule); the unit's K tiles are an even count (taken in pairs).
         static_assert(G::FLUSH_K == BK, "a group in flight with flushes takes one flush group per slot (bk = the flush interval)");
         static_assert(BM >= 32, "a group in flight with flushes splits the tile's tokens into halves of at least 16 (bm >= 32)");
-        using HalfMma = typename Choose<WgmmaSs<BM / 2, F::COMPUTE_TYPE, F::ACTIVATION>, WgmmaRs<BM / 2, F::COMPUTE_TYPE, F::ACTIVATION>,
-                                        T::SS>::type;
+        using HalfMma = TmaWgmma<F, T, BM / 2>;
         constexpr int HALF = G::ACCUMULATORS / 2;
         Partial low[HALF], high[HALF];  // tokens [0, BM / 2) and [BM / 2, BM) of the tile
         u32 fragment_even[G::CHUNK_STEPS][4];
